@@ -1,0 +1,114 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// Broker is the durable queue every other part of ferrymq talks to. The
+// embedded engine (core/store) implements it; so will the NATS JetStream
+// engine, which is why it speaks only of topics, queues, offsets and IDs,
+// never of files.
+//
+// All methods are safe for concurrent use. After Close every method returns
+// ErrClosed.
+type Broker interface {
+	// Produce stores one message and returns once it is durable under the
+	// engine's flush policy (for the embedded engine in sync mode: fsynced).
+	// A topic that does not exist is created with default settings unless
+	// the engine is configured not to.
+	Produce(ctx context.Context, msg *Message) (SendResult, error)
+	// ProduceBatch stores msgs in order as one unit of work: on success all
+	// are stored, with one durability wait for the batch. On error none of
+	// them has been acknowledged (some may still be stored, as with any
+	// failed produce: at-least-once).
+	ProduceBatch(ctx context.Context, msgs []*Message) ([]SendResult, error)
+
+	// CreateTopic creates a topic, or returns the existing one when its
+	// configuration matches (ErrTopicExists otherwise).
+	CreateTopic(ctx context.Context, cfg TopicConfig) (TopicInfo, error)
+	// Topic describes one topic; ErrTopicNotFound if absent.
+	Topic(ctx context.Context, name string) (TopicInfo, error)
+	// Topics lists all topics, sorted by name.
+	Topics(ctx context.Context) ([]TopicInfo, error)
+
+	// Read returns stored messages of one queue from an offset on, in order.
+	// An offset below the queue's minimum is moved up to it and one above its
+	// maximum down to it; ReadResult.Clamped says so.
+	Read(ctx context.Context, req ReadRequest) (ReadResult, error)
+	// Get returns the message with the given ID, or ErrMessageNotFound.
+	Get(ctx context.Context, id MessageID) (*StoredMessage, error)
+	// FindByKey returns messages of topic whose sharding key or one of whose
+	// Keys equals key, oldest first, at most q.Max of them.
+	FindByKey(ctx context.Context, topic, key string, q KeyQuery) ([]*StoredMessage, error)
+	// OffsetAt returns the offset of the first message of the queue stored at
+	// or after t; the queue's max offset if there is none.
+	OffsetAt(ctx context.Context, topic string, queue int, t time.Time) (int64, error)
+
+	// CommitOffset records a consumer group's progress in one queue: offset
+	// is the next message the group wants. Committed offsets persist.
+	CommitOffset(ctx context.Context, group, topic string, queue int, offset int64) error
+	// CommittedOffset returns what CommitOffset last recorded, or
+	// ErrNoCommittedOffset.
+	CommittedOffset(ctx context.Context, group, topic string, queue int) (int64, error)
+
+	// Close stops the engine after making acknowledged data durable.
+	Close() error
+}
+
+// TopicConfig is how a topic is created.
+type TopicConfig struct {
+	Name string
+	// Queues is the number of queues; 0 means the engine's default (8).
+	Queues int
+}
+
+// TopicInfo describes a topic and its queues.
+type TopicInfo struct {
+	Name      string
+	Queues    int
+	CreatedAt time.Time
+	// Ranges has one entry per queue.
+	Ranges []QueueRange
+}
+
+// QueueRange is the span of offsets a queue holds: messages at offsets
+// Min ≤ o < Max are readable (Min moves up as retention deletes old data).
+type QueueRange struct {
+	Min, Max int64
+}
+
+// ReadRequest asks for messages of one queue.
+type ReadRequest struct {
+	Topic  string
+	Queue  int
+	Offset int64
+	// MaxCount bounds the number of messages (0 means 32).
+	MaxCount int
+	// MaxBytes bounds the total stored size (0 means 4 MiB); at least one
+	// message is always returned when one is available.
+	MaxBytes int
+	// Tags, when non-empty, returns only messages with one of these tags;
+	// filtered-out messages still advance NextOffset.
+	Tags []string
+}
+
+// ReadResult is what Read found.
+type ReadResult struct {
+	Messages []*StoredMessage
+	// NextOffset is where the next Read should start.
+	NextOffset int64
+	// Range is the queue's offsets at the time of the read.
+	Range QueueRange
+	// Clamped is true when the requested offset was outside Range and was
+	// moved to its nearest end.
+	Clamped bool
+}
+
+// KeyQuery bounds a FindByKey.
+type KeyQuery struct {
+	// Begin and End bound the store time (zero: unbounded).
+	Begin, End time.Time
+	// Max bounds the number of results (0 means 32).
+	Max int
+}

@@ -1,0 +1,125 @@
+package core
+
+import (
+	"hash/fnv"
+	"time"
+)
+
+// Message is what a producer sends.
+type Message struct {
+	// Topic names the core topic: 1–127 characters of [A-Za-z0-9._-]
+	// (ValidateTopic), or a system topic starting with '%' created by the
+	// engine itself.
+	Topic string
+	// ShardingKey, when set, picks the queue (QueueFor), so that all messages
+	// with one key keep their order. Typically a device's client ID.
+	ShardingKey string
+	// Tag is a single label consumers can filter on server-side, as in RocketMQ.
+	Tag string
+	// Keys are extra index keys the message can be found by (FindByKey).
+	// The sharding key is indexed too.
+	Keys []string
+	// Properties travel with the message unchanged. Names starting with
+	// "mqtt." are set by the MQTT bridge.
+	Properties map[string]string
+	// Body is the payload; it may be empty (an MQTT publish may carry none).
+	Body []byte
+	// DeliverAt, when non-zero, asks for delayed delivery at that time.
+	DeliverAt time.Time
+	// BornAt is when the producer created the message; zero means "now".
+	BornAt time.Time
+}
+
+// StoredMessage is a message as the store holds it.
+type StoredMessage struct {
+	Message
+
+	// ID names the message and says where it lives.
+	ID MessageID
+	// Queue is the queue within Topic the message was stored in.
+	Queue int
+	// QueueOffset is the message's position in that queue, from 0.
+	QueueOffset int64
+	// CommitLogOffset is the byte offset of the record in the commit log.
+	CommitLogOffset int64
+	// Size is the size of the stored record in bytes.
+	Size int
+	// StoredAt is when the store appended the message. Store times never
+	// decrease along the commit log.
+	StoredAt time.Time
+	// ReconsumeCount counts how many times the message was redelivered.
+	ReconsumeCount int
+}
+
+// SendResult is what a successful Produce returns.
+type SendResult struct {
+	ID              MessageID
+	Topic           string
+	Queue           int
+	QueueOffset     int64
+	CommitLogOffset int64
+	StoredAt        time.Time
+}
+
+// QueueFor returns the queue a sharding key maps to among n queues:
+// FNV-1a (32-bit) of the key's bytes, modulo n. This function is part of the
+// contract: every engine and every client must place keys the same way, so it
+// must never change.
+func QueueFor(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// TagHash is the 64-bit hash of a tag kept in consume-queue entries for
+// server-side filtering: FNV-1a (64-bit), 0 for no tag. Part of the on-disk
+// format.
+func TagHash(tag string) int64 {
+	if tag == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(tag))
+	v := int64(h.Sum64())
+	if v == 0 {
+		v = 1
+	}
+	return v
+}
+
+// MaxTopicLen is the longest topic name allowed.
+const MaxTopicLen = 127
+
+// ValidateTopic reports whether name is a valid user topic name.
+func ValidateTopic(name string) error {
+	if name == "" || len(name) > MaxTopicLen {
+		return &TopicError{Name: name, Reason: "must be 1–127 characters"}
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return &TopicError{Name: name, Reason: "may hold only [A-Za-z0-9._-]"}
+		}
+	}
+	return nil
+}
+
+// ValidateSystemTopic is ValidateTopic for names an engine creates itself: a
+// '%' prefix marks them (e.g. "%DLQ%orders"), and '%' may appear inside.
+func ValidateSystemTopic(name string) error {
+	if len(name) < 2 || len(name) > MaxTopicLen || name[0] != '%' {
+		return &TopicError{Name: name, Reason: "system topic must start with '%' and be 2–127 characters"}
+	}
+	for i := 1; i < len(name); i++ {
+		c := name[i]
+		if c == '%' {
+			continue
+		}
+		if err := ValidateTopic(string(c)); err != nil {
+			return &TopicError{Name: name, Reason: "may hold only [A-Za-z0-9._-%]"}
+		}
+	}
+	return nil
+}

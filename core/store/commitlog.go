@@ -1,0 +1,244 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/store/vfs"
+)
+
+// commitLog is the list of segments. Offsets are global byte positions: a
+// segment's base plus the position in its file. Consecutive segments abut:
+// a new segment starts where the previous one ended, so there are no gaps
+// (a record that would not fit starts the next segment instead).
+//
+// Lock order: Store.appendMu, then commitLog.mu.
+type commitLog struct {
+	fs       vfs.FS
+	dir      string
+	segBytes int64
+	maxRec   int
+
+	mu   sync.RWMutex // guards segs and each segment's size
+	segs []*segment   // ascending by base; the last one is active
+}
+
+func openCommitLog(fsys vfs.FS, dir string, segBytes int64, maxRec int) (*commitLog, error) {
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create commit log dir: %w", err)
+	}
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list commit log: %w", err)
+	}
+	cl := &commitLog{fs: fsys, dir: dir, segBytes: segBytes, maxRec: maxRec}
+	for _, name := range names {
+		base, ok := parseOffsetName(name)
+		if !ok {
+			continue
+		}
+		seg, err := openSegment(fsys, dir, base, false)
+		if err != nil {
+			cl.close()
+			return nil, err
+		}
+		cl.segs = append(cl.segs, seg)
+	}
+	sort.Slice(cl.segs, func(i, j int) bool { return cl.segs[i].base < cl.segs[j].base })
+	for i := 1; i < len(cl.segs); i++ {
+		if prev := cl.segs[i-1]; prev.end() > cl.segs[i].base {
+			cl.close()
+			return nil, fmt.Errorf("%w: segment %s overlaps %s", core.ErrCorrupt, segmentName(prev.base), segmentName(cl.segs[i].base))
+		}
+	}
+	return cl, nil
+}
+
+func (cl *commitLog) close() error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	var errs []error
+	for _, s := range cl.segs {
+		if err := s.file.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close segment %s: %w", segmentName(s.base), err))
+		}
+	}
+	cl.segs = nil
+	return errors.Join(errs...)
+}
+
+// bounds returns the first offset still stored and the end of the log.
+func (cl *commitLog) bounds() (minOff, maxOff int64) {
+	cl.mu.RLock()
+	defer cl.mu.RUnlock()
+	if len(cl.segs) == 0 {
+		return 0, 0
+	}
+	return cl.segs[0].base, cl.segs[len(cl.segs)-1].end()
+}
+
+// diskBytes returns the total size of all segments.
+func (cl *commitLog) diskBytes() int64 {
+	cl.mu.RLock()
+	defer cl.mu.RUnlock()
+	var n int64
+	for _, s := range cl.segs {
+		n += s.size
+	}
+	return n
+}
+
+// findLocked returns the index of the segment holding off, or -1.
+func (cl *commitLog) findLocked(off int64) int {
+	i := sort.Search(len(cl.segs), func(i int) bool { return cl.segs[i].base > off }) - 1
+	if i < 0 || off >= cl.segs[i].end() {
+		return -1
+	}
+	return i
+}
+
+// readAt reads len(p) bytes at global offset off, which must lie within one
+// segment. limit caps what is readable (the confirmed end of the log).
+func (cl *commitLog) readAt(p []byte, off, limit int64) error {
+	if off < 0 || off+int64(len(p)) > limit {
+		return fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, len(p), off, limit)
+	}
+	cl.mu.RLock()
+	defer cl.mu.RUnlock()
+	i := cl.findLocked(off)
+	if i < 0 {
+		return fmt.Errorf("%w: offset %d not in the log", core.ErrMessageNotFound, off)
+	}
+	s := cl.segs[i]
+	if off+int64(len(p)) > s.end() {
+		return fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, len(p), off, segmentName(s.base))
+	}
+	n, err := s.file.ReadAt(p, off-s.base)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("read segment %s at %d: %w", segmentName(s.base), off-s.base, err)
+}
+
+// segmentBounds returns (base, end) of the segment that holds off, or ok false.
+func (cl *commitLog) segmentBounds(off int64) (base, end int64, ok bool) {
+	cl.mu.RLock()
+	defer cl.mu.RUnlock()
+	i := cl.findLocked(off)
+	if i < 0 {
+		return 0, 0, false
+	}
+	return cl.segs[i].base, cl.segs[i].end(), true
+}
+
+// active returns the last segment, creating the first one at base if the log
+// is empty.
+func (cl *commitLog) active(base int64) (*segment, error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if n := len(cl.segs); n > 0 {
+		return cl.segs[n-1], nil
+	}
+	return cl.rollLocked(base)
+}
+
+// roll seals the active segment (fsync) and starts a new one at base.
+func (cl *commitLog) roll(base int64) (*segment, error) {
+	cl.mu.RLock()
+	var last *segment
+	if n := len(cl.segs); n > 0 {
+		last = cl.segs[n-1]
+	}
+	cl.mu.RUnlock()
+	if last != nil {
+		// Seal: only the active segment can ever have a torn tail.
+		if err := last.file.Sync(); err != nil {
+			return nil, fmt.Errorf("sync segment %s before roll: %w", segmentName(last.base), err)
+		}
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.rollLocked(base)
+}
+
+func (cl *commitLog) rollLocked(base int64) (*segment, error) {
+	seg, err := openSegment(cl.fs, cl.dir, base, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.fs.SyncDir(cl.dir); err != nil {
+		_ = seg.file.Close()
+		return nil, fmt.Errorf("sync commit log dir: %w", err)
+	}
+	cl.segs = append(cl.segs, seg)
+	return seg, nil
+}
+
+// truncate cuts the log at off: later segments are removed and the one
+// holding off is shortened. Used by recovery only.
+func (cl *commitLog) truncate(off int64) error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for len(cl.segs) > 0 {
+		s := cl.segs[len(cl.segs)-1]
+		if s.base < off || (s.base == off && len(cl.segs) == 1) {
+			break
+		}
+		// Entire segment beyond the cut.
+		_ = s.file.Close()
+		if err := cl.fs.Remove(filepath.Join(cl.dir, segmentName(s.base))); err != nil {
+			return fmt.Errorf("remove segment %s past the cut: %w", segmentName(s.base), err)
+		}
+		cl.segs = cl.segs[:len(cl.segs)-1]
+	}
+	if len(cl.segs) == 0 {
+		return nil
+	}
+	s := cl.segs[len(cl.segs)-1]
+	if s.end() <= off {
+		return cl.fs.SyncDir(cl.dir)
+	}
+	if err := s.file.Truncate(off - s.base); err != nil {
+		return fmt.Errorf("truncate segment %s at %d: %w", segmentName(s.base), off-s.base, err)
+	}
+	if err := s.file.Sync(); err != nil {
+		return fmt.Errorf("sync truncated segment %s: %w", segmentName(s.base), err)
+	}
+	s.size = off - s.base
+	return cl.fs.SyncDir(cl.dir)
+}
+
+// removeOldest deletes the first segment; it never removes the active one.
+func (cl *commitLog) removeOldest() (removed *segment, err error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if len(cl.segs) < 2 {
+		return nil, nil
+	}
+	s := cl.segs[0]
+	cl.segs = cl.segs[1:]
+	_ = s.file.Close()
+	if err := cl.fs.Remove(filepath.Join(cl.dir, segmentName(s.base))); err != nil {
+		return s, fmt.Errorf("remove segment %s: %w", segmentName(s.base), err)
+	}
+	return s, nil
+}
+
+// segmentList returns a snapshot of the segments' (base, end).
+func (cl *commitLog) segmentList() [][2]int64 {
+	cl.mu.RLock()
+	defer cl.mu.RUnlock()
+	out := make([][2]int64, len(cl.segs))
+	for i, s := range cl.segs {
+		out[i] = [2]int64{s.base, s.end()}
+	}
+	return out
+}

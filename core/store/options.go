@@ -1,0 +1,166 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core/store/vfs"
+)
+
+// FlushPolicy says when a produce is acknowledged.
+type FlushPolicy string
+
+const (
+	// FlushAsync acknowledges once the record is written to the operating
+	// system (page cache); a background flush fsyncs every FlushInterval.
+	FlushAsync FlushPolicy = "async"
+	// FlushSync acknowledges once the record is fsynced; concurrent
+	// producers share fsyncs (group commit).
+	FlushSync FlushPolicy = "sync"
+)
+
+// Options configure a Store. A zero field means its default.
+type Options struct {
+	// FS is the filesystem; default vfs.Default (the OS).
+	FS vfs.FS
+	// Logger receives one line per notable event; default: discard.
+	Logger *zerolog.Logger
+
+	// FlushPolicy: FlushAsync (default) or FlushSync.
+	FlushPolicy FlushPolicy
+	// FlushInterval is how often FlushAsync fsyncs; default 500 ms.
+	FlushInterval time.Duration
+	// CheckpointInterval is how often consume queues, indexes and consumer
+	// offsets are made durable and the checkpoint advanced; default 1 s.
+	CheckpointInterval time.Duration
+
+	// SegmentBytes caps a commit-log segment file; default 1 GiB, at least
+	// 4 KiB. A record never spans segments, so it must also hold the
+	// largest record.
+	SegmentBytes int64
+	// MaxMessageBytes bounds a whole stored record; default 4 MiB.
+	MaxMessageBytes int
+	// MaxPropertiesBytes bounds properties plus index keys of a message;
+	// default 32 KiB, at most 64 KiB.
+	MaxPropertiesBytes int
+
+	// DefaultQueues is the queue count of auto-created topics; default 8.
+	DefaultQueues int
+	// DisableAutoCreate makes Produce to an unknown topic fail with
+	// core.ErrTopicNotFound.
+	DisableAutoCreate bool
+
+	// ConsumeQueueFileEntries is the number of 20-byte entries per
+	// consume-queue file; default 300,000 (6 MB files).
+	ConsumeQueueFileEntries int
+	// IndexSlots and IndexEntries size each key-index file; defaults 1 Mi
+	// slots and 2 Mi entries (68 MiB files).
+	IndexSlots   int
+	IndexEntries int
+
+	// Retention deletes whole segments older than this; default 72 h.
+	Retention time.Duration
+	// MaxDiskBytes deletes the oldest segments while the commit log is
+	// larger than this; 0 means no ceiling.
+	MaxDiskBytes int64
+	// RetentionInterval is how often retention runs; default 10 s.
+	RetentionInterval time.Duration
+
+	// Now is the clock; default time.Now. Tests set it.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		l := zerolog.Nop()
+		o.Logger = &l
+	}
+	if o.FlushPolicy == "" {
+		o.FlushPolicy = FlushAsync
+	}
+	if o.FlushInterval == 0 {
+		o.FlushInterval = 500 * time.Millisecond
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = time.Second
+	}
+	if o.SegmentBytes == 0 {
+		o.SegmentBytes = 1 << 30
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 4 << 20
+	}
+	if o.MaxPropertiesBytes == 0 {
+		o.MaxPropertiesBytes = 32 << 10
+	}
+	if o.DefaultQueues == 0 {
+		o.DefaultQueues = 8
+	}
+	if o.ConsumeQueueFileEntries == 0 {
+		o.ConsumeQueueFileEntries = 300_000
+	}
+	if o.IndexSlots == 0 {
+		o.IndexSlots = 1 << 20
+	}
+	if o.IndexEntries == 0 {
+		o.IndexEntries = 2 << 20
+	}
+	if o.Retention == 0 {
+		o.Retention = 72 * time.Hour
+	}
+	if o.RetentionInterval == 0 {
+		o.RetentionInterval = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if o.FlushPolicy != FlushAsync && o.FlushPolicy != FlushSync {
+		bad("flush policy %q: want %q or %q", o.FlushPolicy, FlushAsync, FlushSync)
+	}
+	if o.FlushInterval < 0 || o.CheckpointInterval < 0 || o.RetentionInterval < 0 || o.Retention < 0 {
+		bad("intervals and retention must be positive")
+	}
+	if o.SegmentBytes < 4<<10 {
+		bad("segment bytes %d: at least 4096", o.SegmentBytes)
+	}
+	if o.MaxMessageBytes < recordMinLen || o.MaxMessageBytes > recordAbsoluteMax {
+		bad("max message bytes %d: want %d to %d", o.MaxMessageBytes, recordMinLen, recordAbsoluteMax)
+	}
+	if int64(o.MaxMessageBytes) > o.SegmentBytes {
+		bad("max message bytes %d larger than segment bytes %d", o.MaxMessageBytes, o.SegmentBytes)
+	}
+	if o.MaxPropertiesBytes < 0 || o.MaxPropertiesBytes > 0xFFFF {
+		bad("max properties bytes %d: at most 65535", o.MaxPropertiesBytes)
+	}
+	if o.DefaultQueues < 1 || o.DefaultQueues > maxQueues {
+		bad("default queues %d: want 1 to %d", o.DefaultQueues, maxQueues)
+	}
+	if o.ConsumeQueueFileEntries < 16 {
+		bad("consume queue file entries %d: at least 16", o.ConsumeQueueFileEntries)
+	}
+	if o.IndexSlots < 16 || o.IndexEntries < 16 || o.IndexEntries > 1<<28 {
+		bad("index slots %d and entries %d: at least 16, entries at most 2^28", o.IndexSlots, o.IndexEntries)
+	}
+	if o.MaxDiskBytes < 0 {
+		bad("max disk bytes %d: negative", o.MaxDiskBytes)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
+	}
+	return nil
+}
+
+// maxQueues bounds a topic's queue count.
+const maxQueues = 1024

@@ -1,0 +1,351 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+// CreateTopic implements core.Broker.
+func (s *Store) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.TopicInfo, error) {
+	if s.closed.Load() {
+		return core.TopicInfo{}, core.ErrClosed
+	}
+	if err := s.checkTopicName(cfg.Name); err != nil {
+		return core.TopicInfo{}, err
+	}
+	if cfg.Queues < 0 || cfg.Queues > maxQueues {
+		return core.TopicInfo{}, fmt.Errorf("%w: %d queues, want 1 to %d", core.ErrInvalidMessage, cfg.Queues, maxQueues)
+	}
+	q := cfg.Queues
+	if q == 0 {
+		q = s.opts.DefaultQueues
+	}
+	t, err := s.topic(cfg.Name, true, q)
+	if err != nil {
+		return core.TopicInfo{}, err
+	}
+	if len(t.queues) != q {
+		return core.TopicInfo{}, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrTopicExists, cfg.Name, len(t.queues), q)
+	}
+	return s.describe(t), nil
+}
+
+// Topic implements core.Broker.
+func (s *Store) Topic(ctx context.Context, name string) (core.TopicInfo, error) {
+	if s.closed.Load() {
+		return core.TopicInfo{}, core.ErrClosed
+	}
+	t, err := s.topic(name, false, 0)
+	if err != nil {
+		return core.TopicInfo{}, err
+	}
+	return s.describe(t), nil
+}
+
+// Topics implements core.Broker.
+func (s *Store) Topics(ctx context.Context) ([]core.TopicInfo, error) {
+	if s.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	list := s.topicList()
+	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
+	out := make([]core.TopicInfo, len(list))
+	for i, t := range list {
+		out[i] = s.describe(t)
+	}
+	return out, nil
+}
+
+func (s *Store) describe(t *topic) core.TopicInfo {
+	info := core.TopicInfo{Name: t.name, Queues: len(t.queues), CreatedAt: t.created}
+	for _, cq := range t.queues {
+		info.Ranges = append(info.Ranges, core.QueueRange{Min: cq.min.Load(), Max: cq.max.Load()})
+	}
+	return info
+}
+
+func (s *Store) queue(topicName string, q int) (*consumeQueue, error) {
+	t, err := s.topic(topicName, false, 0)
+	if err != nil {
+		return nil, err
+	}
+	if q < 0 || q >= len(t.queues) {
+		return nil, fmt.Errorf("%w: %s/%d (topic has %d)", core.ErrQueueNotFound, topicName, q, len(t.queues))
+	}
+	return t.queues[q], nil
+}
+
+// readSpanGap is the largest gap between two records of a queue that Read
+// still covers with one read call: reading a few kilobytes of other queues'
+// records is cheaper than another system call.
+const readSpanGap = 8 << 10
+
+// Read implements core.Broker.
+func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult, error) {
+	var res core.ReadResult
+	if s.closed.Load() {
+		return res, core.ErrClosed
+	}
+	cq, err := s.queue(req.Topic, req.Queue)
+	if err != nil {
+		return res, err
+	}
+	maxCount := req.MaxCount
+	if maxCount <= 0 {
+		maxCount = 32
+	}
+	maxCount = min(maxCount, 4096)
+	maxBytes := req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = 4 << 20
+	}
+	var tags map[int64]bool
+	if len(req.Tags) > 0 {
+		tags = make(map[int64]bool, len(req.Tags))
+		for _, tg := range req.Tags {
+			tags[core.TagHash(tg)] = true
+		}
+	}
+
+	rng := core.QueueRange{Min: cq.min.Load(), Max: cq.max.Load()}
+	res.Range = rng
+	off := req.Offset
+	if off < rng.Min {
+		off, res.Clamped = rng.Min, true
+	} else if off > rng.Max {
+		off, res.Clamped = rng.Max, true
+	}
+	res.NextOffset = off
+	if off == rng.Max {
+		return res, nil
+	}
+	// Entries below the log's first offset were removed by retention
+	// (consume-queue files go in whole files, so a few may linger).
+	logMin, _ := s.cl.bounds()
+
+	type want struct {
+		qoff int64
+		e    cqEntry
+	}
+	var wants []want
+	total := 0
+	limit := s.confirmed.Load() // read before the entries: nothing past it is served
+	entries, err := cq.read(off, maxCount, nil)
+	if err != nil {
+		return res, err
+	}
+	next := off
+	for i := 0; i < len(entries)/cqEntryLen; i++ {
+		e := getCQEntry(entries[i*cqEntryLen:])
+		if e.offset+int64(e.size) > limit {
+			break
+		}
+		if e.offset < logMin {
+			next++
+			continue
+		}
+		if tags != nil && !tags[e.tagHash] {
+			next++
+			continue
+		}
+		if len(wants) > 0 && total+int(e.size) > maxBytes {
+			break
+		}
+		wants = append(wants, want{qoff: next, e: e})
+		total += int(e.size)
+		next++
+	}
+	res.NextOffset = next
+	if len(wants) == 0 {
+		return res, nil
+	}
+	for i := 0; i < len(wants); {
+		// Cover as many following wants as one read reasonably can.
+		start := wants[i].e.offset
+		_, segEnd, ok := s.cl.segmentBounds(start)
+		if !ok {
+			return s.partial(res, wants[i].qoff, fmt.Errorf("%w: offset %d", core.ErrMessageNotFound, start))
+		}
+		j := i + 1
+		end := start + int64(wants[i].e.size)
+		for j < len(wants) {
+			e := wants[j].e
+			if e.offset < end || e.offset-end > readSpanGap || e.offset+int64(e.size) > segEnd || e.offset+int64(e.size)-start > 4<<20 {
+				break
+			}
+			end = e.offset + int64(e.size)
+			j++
+		}
+		buf := make([]byte, end-start)
+		if err := s.cl.readAt(buf, start, limit); err != nil {
+			return s.partial(res, wants[i].qoff, err)
+		}
+		for k := i; k < j; k++ {
+			w := wants[k]
+			p := w.e.offset - start
+			rec := buf[p : p+int64(w.e.size)]
+			m, err := s.decodeAt(rec, w.e.offset)
+			if err == nil && (m.Topic != req.Topic || m.Queue != req.Queue || m.QueueOffset != w.qoff) {
+				err = fmt.Errorf("record at %d is %s/%d@%d, consume queue says %s/%d@%d",
+					w.e.offset, m.Topic, m.Queue, m.QueueOffset, req.Topic, req.Queue, w.qoff)
+			}
+			if err != nil {
+				cerr := &core.CorruptError{Topic: req.Topic, Queue: req.Queue, QueueOffset: w.qoff, Err: err}
+				s.log.Error().Err(err).Str("topic", req.Topic).Int("queue", req.Queue).Int64("queue_offset", w.qoff).
+					Int64("log_offset", w.e.offset).Msg("corrupt message not served")
+				return s.partial(res, w.qoff, cerr)
+			}
+			res.Messages = append(res.Messages, m)
+		}
+		i = j
+	}
+	return res, nil
+}
+
+// partial ends a Read early at queue offset stop: messages before it are
+// returned; the error is returned only when there are none.
+func (s *Store) partial(res core.ReadResult, stop int64, err error) (core.ReadResult, error) {
+	res.NextOffset = stop
+	if len(res.Messages) > 0 {
+		return res, nil
+	}
+	return res, err
+}
+
+func (s *Store) decodeAt(rec []byte, off int64) (*core.StoredMessage, error) {
+	m, err := decodeRecord(rec, s.opts.MaxMessageBytes, s.id)
+	if err != nil {
+		return nil, err
+	}
+	if m.CommitLogOffset != off {
+		return nil, fmt.Errorf("%w: record at %d claims offset %d", errBadRecord, off, m.CommitLogOffset)
+	}
+	return m, nil
+}
+
+// Get implements core.Broker: one read at the place the ID names.
+func (s *Store) Get(ctx context.Context, id core.MessageID) (*core.StoredMessage, error) {
+	if s.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	if id.Kind() != core.IDKindCommitLog || id.StoreID() != s.id {
+		return nil, fmt.Errorf("%w: %s is not an ID of this store", core.ErrMessageNotFound, id)
+	}
+	off, size := id.Offset(), id.Size()
+	if size < recordMinLen || size > s.opts.MaxMessageBytes || off < 0 {
+		return nil, fmt.Errorf("%w: %s", core.ErrMessageNotFound, id)
+	}
+	buf := make([]byte, size)
+	if err := s.cl.readAt(buf, off, s.confirmed.Load()); err != nil {
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	m, err := s.decodeAt(buf, off)
+	if err != nil {
+		s.log.Error().Err(err).Str("id", id.String()).Msg("corrupt message not served")
+		return nil, fmt.Errorf("get %s: %w: %w", id, core.ErrCorrupt, err)
+	}
+	return m, nil
+}
+
+// FindByKey implements core.Broker.
+func (s *Store) FindByKey(ctx context.Context, topicName, key string, q core.KeyQuery) ([]*core.StoredMessage, error) {
+	if s.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	if _, err := s.topic(topicName, false, 0); err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, fmt.Errorf("%w: empty key", core.ErrInvalidMessage)
+	}
+	maxN := q.Max
+	if maxN <= 0 {
+		maxN = 32
+	}
+	var begin, end int64
+	if !q.Begin.IsZero() {
+		begin = q.Begin.UnixNano()
+	}
+	if !q.End.IsZero() {
+		end = q.End.UnixNano()
+	}
+	hits, err := s.idx.lookup(keyHash(topicName, []byte(key)), begin, end, maxKeyIndexHops)
+	if err != nil {
+		return nil, err
+	}
+	limit := s.confirmed.Load()
+	logMin, _ := s.cl.bounds()
+	var out []*core.StoredMessage
+	seen := map[int64]bool{}
+	for _, h := range hits {
+		if len(out) >= maxN || ctx.Err() != nil {
+			break
+		}
+		if seen[h.offset] || h.offset < logMin || h.offset+int64(h.size) > limit {
+			continue
+		}
+		seen[h.offset] = true
+		buf := make([]byte, h.size)
+		if err := s.cl.readAt(buf, h.offset, limit); err != nil {
+			continue
+		}
+		m, err := s.decodeAt(buf, h.offset)
+		if err != nil {
+			s.log.Error().Err(err).Int64("log_offset", h.offset).Msg("corrupt message not served")
+			continue
+		}
+		if m.Topic != topicName || !hasKey(m, key) {
+			continue // a hash collision or a stale entry
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func hasKey(m *core.StoredMessage, key string) bool {
+	if m.ShardingKey == key {
+		return true
+	}
+	for _, k := range m.Keys {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// OffsetAt implements core.Broker. The consume queue is the time index:
+// store times never decrease along the commit log, so a binary search over a
+// queue's entries that reads each probe's store time from the log finds the
+// first message at or after t in O(log n) reads (as RocketMQ does).
+func (s *Store) OffsetAt(ctx context.Context, topicName string, queue int, t time.Time) (int64, error) {
+	if s.closed.Load() {
+		return 0, core.ErrClosed
+	}
+	cq, err := s.queue(topicName, queue)
+	if err != nil {
+		return 0, err
+	}
+	want := t.UnixNano()
+	limit := s.confirmed.Load()
+	logMin, _ := s.cl.bounds()
+	return cq.searchOffset(func(e cqEntry) (bool, error) {
+		if e.offset < logMin {
+			return false, nil
+		}
+		var b [8]byte
+		if err := s.cl.readAt(b[:], e.offset+offStoredAt, limit); err != nil {
+			if errors.Is(err, core.ErrMessageNotFound) {
+				return false, nil
+			}
+			return false, err
+		}
+		return int64(binary.BigEndian.Uint64(b[:])) >= want, nil
+	})
+}

@@ -1,0 +1,62 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/ferrymq/ferrymq/core/store/vfs"
+)
+
+const (
+	osCreateTrunc = os.O_CREATE | os.O_TRUNC | os.O_WRONLY
+	osReadOnly    = os.O_RDONLY
+	osReadWrite   = os.O_RDWR
+	osCreateNew   = os.O_CREATE | os.O_EXCL | os.O_RDWR
+)
+
+// segment is one commit-log file. Its name is its base offset, 20 digits,
+// zero-padded, so that names sort in offset order. Bytes [0, size) hold whole
+// records; the file is never preallocated.
+type segment struct {
+	base int64
+	file vfs.File
+	// size is the number of bytes written. Only the writer changes it (under
+	// commitLog.mu for readers' sake).
+	size int64
+}
+
+func segmentName(base int64) string { return fmt.Sprintf("%020d", base) }
+
+// parseOffsetName parses a 20-digit file name; ok is false for anything else.
+func parseOffsetName(name string) (int64, bool) {
+	if len(name) != 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(name, 10, 64)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+func openSegment(fsys vfs.FS, dir string, base int64, create bool) (*segment, error) {
+	path := filepath.Join(dir, segmentName(base))
+	flag := osReadWrite
+	if create {
+		flag = osCreateNew
+	}
+	f, err := fsys.OpenFile(path, flag, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open segment %s: %w", segmentName(base), err)
+	}
+	size, err := f.Size()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("stat segment %s: %w", segmentName(base), err)
+	}
+	return &segment{base: base, file: f, size: size}, nil
+}
+
+func (s *segment) end() int64 { return s.base + s.size }

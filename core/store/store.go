@@ -1,0 +1,792 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/store/vfs"
+)
+
+// Store is the embedded commit-log engine. It implements core.Broker.
+type Store struct {
+	opts Options
+	dir  string
+	fs   vfs.FS
+	log  zerolog.Logger
+	id   uint32
+	lock *dirLock
+
+	cl  *commitLog
+	idx *keyIndex
+
+	topicsMu sync.RWMutex // guards topics; topic creation also persists topics.meta under it
+	topics   map[string]*topic
+
+	// appendMu guards the append state below. Lock order: appendMu, then
+	// commitLog.mu / keyIndex.mu / consumeQueue.mu.
+	appendMu   sync.Mutex
+	nextOffset int64 // end of the log including pending bytes
+	activeBase int64 // base of the segment that receives pending bytes
+	lastStored int64 // store time of the last record, unix ns
+	pend       *batch
+	spare      *batch
+	failErr    error // sticky: set once a write or fsync failed
+	closing    bool
+
+	written   atomic.Int64 // bytes handed to the OS
+	synced    atomic.Int64 // bytes fsynced
+	confirmed atomic.Int64 // readable end: durable under the policy, dispatched
+
+	// arrival is closed and replaced whenever new messages become readable.
+	arrivalMu sync.Mutex
+	arrival   chan struct{}
+
+	offsetsMu    sync.Mutex
+	offsets      map[offsetKey]int64
+	offsetsDirty bool
+
+	kick   chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+	closed    atomic.Bool
+
+	lastCheckpoint int64
+	stats          stats
+}
+
+type stats struct {
+	fsyncs   atomic.Int64
+	messages atomic.Int64
+	cycles   atomic.Int64
+}
+
+// Stats are counters since Open.
+type Stats struct {
+	// Messages is the number of records appended.
+	Messages int64
+	// Fsyncs is the number of commit-log fsyncs.
+	Fsyncs int64
+	// WriteCycles is the number of writer cycles (one write call each).
+	WriteCycles int64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Messages: s.stats.messages.Load(), Fsyncs: s.stats.fsyncs.Load(), WriteCycles: s.stats.cycles.Load()}
+}
+
+type topic struct {
+	name    string
+	created time.Time
+	queues  []*consumeQueue
+	next    []int64 // next queue offset per queue; guarded by Store.appendMu
+	rr      atomic.Uint32
+}
+
+// batch is what producers have appended and the writer has not yet written.
+type batch struct {
+	chunks  []chunk
+	disp    []dispatchReq
+	waiters []*waiter
+	end     int64
+}
+
+type chunk struct {
+	off    int64 // global offset of buf[0]
+	newSeg bool  // buf starts a new segment at off
+	buf    []byte
+}
+
+type dispatchReq struct {
+	t        *topic
+	queue    int
+	qoff     int64
+	off      int64
+	size     int
+	tagHash  int64
+	storedAt int64
+	keys     []uint64
+}
+
+type waiter struct {
+	end int64
+	ch  chan error
+}
+
+func (b *batch) reset() {
+	for i := range b.chunks {
+		b.chunks[i].buf = b.chunks[i].buf[:0]
+	}
+	b.chunks = b.chunks[:0]
+	clear(b.disp)
+	b.disp = b.disp[:0]
+	clear(b.waiters)
+	b.waiters = b.waiters[:0]
+}
+
+// Names in the data directory.
+const (
+	dirCommitLog    = "commitlog"
+	dirIndex        = "index"
+	fileStoreMeta   = "store.meta"
+	fileTopics      = "topics.meta"
+	fileCheckpoint  = "checkpoint"
+	fileOffsets     = "offsets.meta"
+	fileAbort       = "abort"
+	fileLock        = "LOCK"
+	maxKeyIndexHops = 10_000
+)
+
+type storeMeta struct {
+	ID      uint32    `json:"id"`
+	Created time.Time `json:"created"`
+}
+
+type topicMeta struct {
+	Name    string    `json:"name"`
+	Queues  int       `json:"queues"`
+	Created time.Time `json:"created"`
+}
+
+type checkpointMeta struct {
+	// LogOffset: consume queues and indexes are durable for every record
+	// below it, and the commit log is durable up to it.
+	LogOffset int64     `json:"log_offset"`
+	At        time.Time `json:"at"`
+}
+
+// Open opens (creating if needed) the store in dir, recovers it if it was not
+// closed cleanly, and starts its background work. Close it when done.
+func Open(dir string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		opts:    opts,
+		dir:     dir,
+		fs:      opts.FS,
+		log:     opts.Logger.With().Str("component", "store").Logger(),
+		topics:  map[string]*topic{},
+		offsets: map[offsetKey]int64{},
+		pend:    &batch{},
+		spare:   &batch{},
+		kick:    make(chan struct{}, 1),
+		arrival: make(chan struct{}),
+	}
+	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	if s.fs == vfs.Default {
+		l, err := lockDir(filepath.Join(dir, fileLock))
+		if err != nil {
+			return nil, err
+		}
+		s.lock = l
+	}
+	if err := s.open(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Add(3)
+	go s.writeLoop(ctx)
+	go s.checkpointLoop(ctx)
+	go s.retentionLoop(ctx)
+	return s, nil
+}
+
+func (s *Store) open() error {
+	var meta storeMeta
+	found, err := readMeta(s.fs, s.dir, fileStoreMeta, &meta)
+	if err != nil {
+		return err
+	}
+	if !found {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		meta = storeMeta{ID: binary.BigEndian.Uint32(b[:]) & 0xFFFFFF, Created: s.opts.Now().UTC()}
+		if err := writeMeta(s.fs, s.dir, fileStoreMeta, meta); err != nil {
+			return err
+		}
+	}
+	s.id = meta.ID
+
+	unclean := false
+	if _, err := s.fs.Stat(filepath.Join(s.dir, fileAbort)); err == nil {
+		unclean = true
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("stat abort marker: %w", err)
+	}
+	af, err := s.fs.OpenFile(filepath.Join(s.dir, fileAbort), osCreateTrunc, 0o644)
+	if err != nil {
+		return fmt.Errorf("create abort marker: %w", err)
+	}
+	_ = af.Close()
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return fmt.Errorf("sync data dir: %w", err)
+	}
+
+	s.cl, err = openCommitLog(s.fs, filepath.Join(s.dir, dirCommitLog), s.opts.SegmentBytes, s.opts.MaxMessageBytes)
+	if err != nil {
+		return err
+	}
+	var topics []topicMeta
+	if _, err := readMeta(s.fs, s.dir, fileTopics, &topics); err != nil {
+		return err
+	}
+	for _, tm := range topics {
+		t, err := s.openTopic(tm)
+		if err != nil {
+			return err
+		}
+		s.topics[tm.Name] = t
+	}
+	var offs []offsetRecord
+	if _, err := readMeta(s.fs, s.dir, fileOffsets, &offs); err != nil {
+		return err
+	}
+	for _, o := range offs {
+		s.offsets[offsetKey{o.Group, o.Topic, o.Queue}] = o.Offset
+	}
+	return s.recover(unclean)
+}
+
+func (s *Store) openTopic(tm topicMeta) (*topic, error) {
+	if tm.Queues < 1 || tm.Queues > maxQueues {
+		return nil, fmt.Errorf("%w: topic %q has %d queues", ErrBadMetadata, tm.Name, tm.Queues)
+	}
+	t := &topic{name: tm.Name, created: tm.Created, next: make([]int64, tm.Queues)}
+	for q := 0; q < tm.Queues; q++ {
+		cq, err := openConsumeQueue(s.fs, queueDir(s.dir, tm.Name, q), s.opts.ConsumeQueueFileEntries)
+		if err != nil {
+			for _, c := range t.queues {
+				_ = c.close()
+			}
+			return nil, fmt.Errorf("topic %s queue %d: %w", tm.Name, q, err)
+		}
+		t.queues = append(t.queues, cq)
+		t.next[q] = cq.max.Load()
+	}
+	return t, nil
+}
+
+// persistTopicsLocked writes topics.meta; topicsMu must be held.
+func (s *Store) persistTopicsLocked() error {
+	list := make([]topicMeta, 0, len(s.topics))
+	for _, t := range s.topics {
+		list = append(list, topicMeta{Name: t.name, Queues: len(t.queues), Created: t.created})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	return writeMeta(s.fs, s.dir, fileTopics, list)
+}
+
+// topic returns the named topic, creating it if allowed.
+func (s *Store) topic(name string, create bool, queues int) (*topic, error) {
+	s.topicsMu.RLock()
+	t := s.topics[name]
+	s.topicsMu.RUnlock()
+	if t != nil {
+		return t, nil
+	}
+	if !create {
+		return nil, fmt.Errorf("%w: %q", core.ErrTopicNotFound, name)
+	}
+	s.topicsMu.Lock()
+	defer s.topicsMu.Unlock()
+	if t := s.topics[name]; t != nil {
+		return t, nil
+	}
+	if queues == 0 {
+		queues = s.opts.DefaultQueues
+	}
+	t, err := s.openTopic(topicMeta{Name: name, Queues: queues, Created: s.opts.Now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	s.topics[name] = t
+	if err := s.persistTopicsLocked(); err != nil {
+		delete(s.topics, name)
+		for _, c := range t.queues {
+			_ = c.close()
+		}
+		return nil, fmt.Errorf("create topic %s: %w", name, err)
+	}
+	s.log.Info().Str("topic", name).Int("queues", queues).Msg("topic created")
+	return t, nil
+}
+
+// prepared is one message encoded outside the lock.
+type prepared struct {
+	t     *topic
+	queue int
+	rec   []byte
+	keys  []uint64
+}
+
+func (s *Store) prepare(m *core.Message) (prepared, error) {
+	var p prepared
+	if m == nil {
+		return p, fmt.Errorf("%w: nil message", core.ErrInvalidMessage)
+	}
+	if err := s.checkTopicName(m.Topic); err != nil {
+		return p, err
+	}
+	n, err := encodedLen(m, s.opts.MaxPropertiesBytes)
+	if err != nil {
+		return p, err
+	}
+	if n > s.opts.MaxMessageBytes {
+		return p, fmt.Errorf("%w: %d bytes stored, limit %d", core.ErrMessageTooLarge, n, s.opts.MaxMessageBytes)
+	}
+	t, err := s.topic(m.Topic, !s.opts.DisableAutoCreate, 0)
+	if err != nil {
+		return p, err
+	}
+	p.t = t
+	if m.ShardingKey != "" {
+		p.queue = core.QueueFor(m.ShardingKey, len(t.queues))
+	} else {
+		p.queue = int((t.rr.Add(1) - 1) % uint32(len(t.queues)))
+	}
+	p.rec = appendRecord(nil, m, n, 0)
+	if m.ShardingKey != "" {
+		p.keys = append(p.keys, keyHash(m.Topic, []byte(m.ShardingKey)))
+	}
+	for _, k := range m.Keys {
+		if k != m.ShardingKey {
+			p.keys = append(p.keys, keyHash(m.Topic, []byte(k)))
+		}
+	}
+	return p, nil
+}
+
+func (s *Store) checkTopicName(name string) error {
+	if len(name) > 0 && name[0] == '%' {
+		return core.ValidateSystemTopic(name)
+	}
+	return core.ValidateTopic(name)
+}
+
+// Produce implements core.Broker.
+func (s *Store) Produce(ctx context.Context, m *core.Message) (core.SendResult, error) {
+	res, err := s.produce(ctx, []*core.Message{m})
+	if err != nil {
+		return core.SendResult{}, err
+	}
+	return res[0], nil
+}
+
+// ProduceBatch implements core.Broker.
+func (s *Store) ProduceBatch(ctx context.Context, msgs []*core.Message) ([]core.SendResult, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	return s.produce(ctx, msgs)
+}
+
+func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendResult, error) {
+	if s.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	preps := make([]prepared, len(msgs))
+	for i, m := range msgs {
+		p, err := s.prepare(m)
+		if err != nil {
+			if len(msgs) > 1 {
+				return nil, fmt.Errorf("message %d: %w", i, err)
+			}
+			return nil, err
+		}
+		preps[i] = p
+	}
+	res := make([]core.SendResult, len(msgs))
+	w := &waiter{ch: make(chan error, 1)}
+
+	s.appendMu.Lock()
+	if s.closing {
+		s.appendMu.Unlock()
+		return nil, core.ErrClosed
+	}
+	if s.failErr != nil {
+		err := s.failErr
+		s.appendMu.Unlock()
+		return nil, err
+	}
+	now := s.opts.Now().UnixNano()
+	if now <= s.lastStored {
+		now = s.lastStored // store times never go backwards along the log
+	}
+	s.lastStored = now
+	b := s.pend
+	for i := range preps {
+		p := &preps[i]
+		n := int64(len(p.rec))
+		newSeg := false
+		if s.nextOffset > s.activeBase && s.nextOffset-s.activeBase+n > s.opts.SegmentBytes {
+			s.activeBase = s.nextOffset
+			newSeg = true
+		}
+		off := s.nextOffset
+		qoff := p.t.next[p.queue]
+		p.t.next[p.queue]++
+		sealRecord(p.rec, off, qoff, now, p.queue)
+		if k := len(b.chunks); k == 0 || newSeg {
+			if k < cap(b.chunks) {
+				b.chunks = b.chunks[:k+1] // reuse the buffer of an earlier cycle
+				b.chunks[k].off, b.chunks[k].newSeg = off, newSeg
+				b.chunks[k].buf = b.chunks[k].buf[:0]
+			} else {
+				b.chunks = append(b.chunks, chunk{off: off, newSeg: newSeg})
+			}
+		}
+		c := &b.chunks[len(b.chunks)-1]
+		c.buf = append(c.buf, p.rec...)
+		b.disp = append(b.disp, dispatchReq{
+			t: p.t, queue: p.queue, qoff: qoff, off: off, size: int(n),
+			tagHash: core.TagHash(msgs[i].Tag), storedAt: now, keys: p.keys,
+		})
+		res[i] = core.SendResult{
+			ID:              core.NewCommitLogID(s.id, off, int(n)),
+			Topic:           p.t.name,
+			Queue:           p.queue,
+			QueueOffset:     qoff,
+			CommitLogOffset: off,
+			StoredAt:        time.Unix(0, now),
+		}
+		s.nextOffset += n
+	}
+	w.end = s.nextOffset
+	b.end = s.nextOffset
+	b.waiters = append(b.waiters, w)
+	s.appendMu.Unlock()
+
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-w.ch:
+		if err != nil {
+			return nil, err
+		}
+		s.stats.messages.Add(int64(len(msgs)))
+		return res, nil
+	case <-ctx.Done():
+		// The messages may still be stored; the caller was told nothing.
+		return nil, fmt.Errorf("produce: %w", ctx.Err())
+	}
+}
+
+// writeLoop is the single writer: it writes what producers appended, fsyncs
+// under the flush policy, dispatches to consume queues and indexes, and wakes
+// the producers.
+func (s *Store) writeLoop(ctx context.Context) {
+	defer s.wg.Done()
+	var tick <-chan time.Time
+	if s.opts.FlushPolicy == FlushAsync {
+		t := time.NewTicker(s.opts.FlushInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-s.kick:
+			s.cycle(false)
+		case <-tick:
+			s.cycle(true)
+		case <-ctx.Done():
+			s.cycle(true) // the last appends before Close
+			return
+		}
+	}
+}
+
+// cycle runs one round of the writer. forceSync fsyncs even in async mode.
+func (s *Store) cycle(forceSync bool) {
+	s.appendMu.Lock()
+	b := s.pend
+	s.pend, s.spare = s.spare, nil
+	failed := s.failErr
+	s.appendMu.Unlock()
+	defer func() {
+		b.reset()
+		s.appendMu.Lock()
+		s.spare = b
+		s.appendMu.Unlock()
+	}()
+
+	if failed != nil {
+		s.wake(b, failed)
+		return
+	}
+	if len(b.chunks) > 0 {
+		s.stats.cycles.Add(1)
+		if err := s.writeChunks(b); err != nil {
+			s.fail(b, err)
+			return
+		}
+		s.written.Store(b.end)
+	}
+	if s.synced.Load() < s.written.Load() && (forceSync || s.opts.FlushPolicy == FlushSync) {
+		end := s.written.Load()
+		seg, err := s.cl.active(0)
+		if err == nil {
+			err = seg.file.Sync()
+		}
+		if err != nil {
+			s.fail(b, fmt.Errorf("fsync commit log: %w", err))
+			return
+		}
+		s.stats.fsyncs.Add(1)
+		s.synced.Store(end)
+	}
+	if len(b.chunks) == 0 {
+		return
+	}
+	if err := s.dispatch(b.disp); err != nil {
+		// The log holds the data; the consume queue could not be written.
+		// Treat it like a log failure: refuse writes, do not ack.
+		s.fail(b, fmt.Errorf("dispatch: %w", err))
+		return
+	}
+	s.confirmed.Store(b.end)
+	s.announce()
+	s.wake(b, nil)
+}
+
+func (s *Store) writeChunks(b *batch) error {
+	for _, c := range b.chunks {
+		var seg *segment
+		var err error
+		if c.newSeg {
+			seg, err = s.cl.roll(c.off)
+			if err == nil {
+				s.log.Info().Int64("base", c.off).Msg("segment rolled")
+			}
+		} else {
+			seg, err = s.cl.active(c.off)
+		}
+		if err != nil {
+			return err
+		}
+		pos := c.off - seg.base
+		n, err := seg.file.WriteAt(c.buf, pos)
+		if err != nil || n != len(c.buf) {
+			if err == nil {
+				err = fmt.Errorf("short write: %d of %d bytes", n, len(c.buf))
+			}
+			// No half record may stay behind: cut back to where this write
+			// began. If even that fails, recovery cuts the torn tail.
+			if terr := seg.file.Truncate(pos); terr != nil {
+				s.log.Error().Err(terr).Str("segment", segmentName(seg.base)).Msg("truncate after failed write")
+			}
+			return fmt.Errorf("write segment %s at %d: %w", segmentName(seg.base), pos, err)
+		}
+		s.cl.mu.Lock()
+		seg.size = pos + int64(n)
+		s.cl.mu.Unlock()
+	}
+	return nil
+}
+
+// fail makes the error sticky and fails every waiter of b and of anything
+// appended since.
+func (s *Store) fail(b *batch, cause error) {
+	err := fmt.Errorf("%w: %w", core.ErrStoreFailed, cause)
+	s.appendMu.Lock()
+	if s.failErr == nil {
+		s.failErr = err
+		s.log.Error().Err(cause).Msg("store write failed; refusing further writes")
+	}
+	err = s.failErr
+	s.appendMu.Unlock()
+	s.wake(b, err)
+}
+
+func (s *Store) wake(b *batch, err error) {
+	for _, w := range b.waiters {
+		w.ch <- err
+	}
+}
+
+// dispatch writes consume-queue and index entries for a written batch.
+func (s *Store) dispatch(reqs []dispatchReq) error {
+	var dirty []*consumeQueue
+	for i := range reqs {
+		r := &reqs[i]
+		cq := r.t.queues[r.queue]
+		if len(cq.pend) > 0 && r.qoff != cq.pendStart+int64(len(cq.pend)/cqEntryLen) {
+			// Not contiguous (recovery skipped damaged records): write
+			// what is pending before starting after the gap.
+			if err := cq.flushPending(); err != nil {
+				return err
+			}
+		}
+		if len(cq.pend) == 0 {
+			dirty = append(dirty, cq)
+		}
+		cq.add(r.qoff, cqEntry{offset: r.off, size: int32(r.size), tagHash: r.tagHash})
+		for _, h := range r.keys {
+			if err := s.idx.add(h, r.off, r.size, r.storedAt); err != nil {
+				return err
+			}
+		}
+	}
+	for _, cq := range dirty {
+		if err := cq.flushPending(); err != nil {
+			return err
+		}
+	}
+	return s.idx.flush()
+}
+
+// announce wakes long-pollers waiting for new messages.
+func (s *Store) announce() {
+	s.arrivalMu.Lock()
+	close(s.arrival)
+	s.arrival = make(chan struct{})
+	s.arrivalMu.Unlock()
+}
+
+// Arrivals returns a channel that is closed when new messages become
+// readable after the call. Long-pollers re-check their queue, then wait on it.
+func (s *Store) Arrivals() <-chan struct{} {
+	s.arrivalMu.Lock()
+	defer s.arrivalMu.Unlock()
+	return s.arrival
+}
+
+func (s *Store) checkpointLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := s.checkpoint(); err != nil {
+				s.log.Error().Err(err).Msg("checkpoint")
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// checkpoint makes consume queues, indexes and consumer offsets durable and
+// records how far the commit log no longer needs to be replayed.
+func (s *Store) checkpoint() error {
+	d := s.confirmed.Load()
+	var errs []error
+	for _, t := range s.topicList() {
+		for _, cq := range t.queues {
+			if err := cq.sync(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := s.idx.sync(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.persistOffsets(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	x := min(d, s.synced.Load())
+	if x == s.lastCheckpoint {
+		return nil
+	}
+	if err := writeMeta(s.fs, s.dir, fileCheckpoint, checkpointMeta{LogOffset: x, At: s.opts.Now().UTC()}); err != nil {
+		return err
+	}
+	s.lastCheckpoint = x
+	return nil
+}
+
+func (s *Store) topicList() []*topic {
+	s.topicsMu.RLock()
+	defer s.topicsMu.RUnlock()
+	out := make([]*topic, 0, len(s.topics))
+	for _, t := range s.topics {
+		out = append(out, t)
+	}
+	return out
+}
+
+// Close implements core.Broker: it stops accepting produces, writes and
+// fsyncs what was appended, checkpoints, and releases the directory. It
+// returns only after every goroutine the store started has ended.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.appendMu.Lock()
+		s.closing = true
+		s.appendMu.Unlock()
+		s.cancel()
+		s.wg.Wait()
+		var errs []error
+		s.appendMu.Lock()
+		failed := s.failErr
+		s.appendMu.Unlock()
+		if err := s.checkpoint(); err != nil {
+			errs = append(errs, err)
+		}
+		if failed == nil && len(errs) == 0 {
+			// A clean shutdown: the next open needs no recovery scan.
+			if err := s.fs.Remove(filepath.Join(s.dir, fileAbort)); err != nil {
+				errs = append(errs, fmt.Errorf("remove abort marker: %w", err))
+			} else if err := s.fs.SyncDir(s.dir); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		errs = append(errs, s.closeFiles())
+		s.closeErr = errors.Join(errs...)
+		s.log.Info().Bool("clean", failed == nil).Msg("store closed")
+	})
+	return s.closeErr
+}
+
+func (s *Store) closeFiles() error {
+	var errs []error
+	for _, t := range s.topicList() {
+		for _, cq := range t.queues {
+			errs = append(errs, cq.close())
+		}
+	}
+	if s.idx != nil {
+		errs = append(errs, s.idx.close())
+	}
+	if s.cl != nil {
+		errs = append(errs, s.cl.close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.release())
+	}
+	return errors.Join(errs...)
+}
+
+// ID returns the store's 24-bit identity, embedded in its message IDs.
+func (s *Store) ID() uint32 { return s.id }
+
+var _ core.Broker = (*Store)(nil)

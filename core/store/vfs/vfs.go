@@ -1,0 +1,130 @@
+// Package vfs is the small filesystem interface the store writes through, so
+// that tests can put a crashable, fault-injecting layer under the real code
+// path. Default is the operating system's filesystem; NewCrashFS (crash.go) is
+// an in-memory filesystem that remembers only what was synced and can fail any
+// operation on demand.
+//
+// Paths are plain strings joined with path/filepath. Implementations are safe
+// for concurrent use; a File is safe for concurrent ReadAt calls and for one
+// writer.
+package vfs
+
+import (
+	"io"
+	"os"
+	"syscall"
+)
+
+// FS is what the store needs of a filesystem.
+type FS interface {
+	// OpenFile opens name with os.O_* flags.
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	// Remove deletes a file or an empty directory.
+	Remove(name string) error
+	// RemoveAll deletes a directory tree.
+	RemoveAll(name string) error
+	// Rename moves oldname to newname, replacing newname atomically.
+	Rename(oldname, newname string) error
+	// MkdirAll creates a directory and its parents.
+	MkdirAll(dir string, perm os.FileMode) error
+	// ReadDir lists the names in dir, sorted.
+	ReadDir(dir string) ([]string, error)
+	// Stat describes a file.
+	Stat(name string) (os.FileInfo, error)
+	// SyncDir makes the directory's entries (creations, renames, removals)
+	// durable.
+	SyncDir(dir string) error
+}
+
+// File is an open file.
+type File interface {
+	io.ReaderAt
+	io.Writer
+	io.WriterAt
+	io.Closer
+	// Sync makes the file's data durable (fdatasync).
+	Sync() error
+	// Truncate changes the file's size.
+	Truncate(size int64) error
+	// Size returns the file's current size.
+	Size() (int64, error)
+	// Name returns the name the file was opened with.
+	Name() string
+}
+
+// Default is the operating system's filesystem.
+var Default FS = osFS{}
+
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) Remove(name string) error                    { return os.Remove(name) }
+func (osFS) RemoveAll(name string) error                 { return os.RemoveAll(name) }
+func (osFS) Rename(o, n string) error                    { return os.Rename(o, n) }
+func (osFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
+func (osFS) Stat(name string) (os.FileInfo, error)       { return os.Stat(name) }
+
+func (osFS) ReadDir(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	return names, nil
+}
+
+func (osFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+type osFile struct{ *os.File }
+
+// Sync uses fdatasync: the store never depends on file timestamps, and a
+// size change is part of what fdatasync makes durable.
+func (f osFile) Sync() error {
+	rc, err := f.File.SyscallConn()
+	if err != nil {
+		return f.File.Sync()
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = syscall.Fdatasync(int(fd))
+			if serr != syscall.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.File.Name(), Err: serr}
+	}
+	return nil
+}
+
+func (f osFile) Size() (int64, error) {
+	st, err := f.File.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
