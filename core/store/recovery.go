@@ -20,8 +20,18 @@ func (s *Store) recover(unclean bool) error {
 	switch {
 	case err != nil:
 		s.log.Warn().Err(err).Msg("checkpoint unreadable; rebuilding consume queues from the whole log")
+	case found && cp.LogOffset > logEnd:
+		// The log is shorter than what the checkpoint saw durable: data
+		// the disk acknowledged is gone, or the file was cut by hand. Trust
+		// nothing in the last segment.
+		from = logMin
+		if segs := s.cl.segmentList(); len(segs) > 0 {
+			from = segs[len(segs)-1][0]
+		}
+		s.log.Error().Int64("checkpoint", cp.LogOffset).Int64("log_end", logEnd).
+			Msg("commit log shorter than its checkpoint; re-dispatching the last segment")
 	case found:
-		from = max(logMin, min(cp.LogOffset, logEnd))
+		from = max(logMin, cp.LogOffset)
 	}
 	if unclean {
 		s.log.Warn().Int64("from", from).Int64("log_end", logEnd).Msg("unclean shutdown detected; recovering")

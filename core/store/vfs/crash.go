@@ -445,3 +445,30 @@ func (i memInfo) Mode() os.FileMode {
 func (i memInfo) ModTime() time.Time { return i.mtime }
 func (i memInfo) IsDir() bool        { return i.dir }
 func (i memInfo) Sys() any           { return nil }
+
+// CrashClone returns a new CrashFS holding what would survive if power were
+// lost now: synced directory entries with their synced contents. The
+// receiver is left untouched, so a store can keep running on it (and be
+// closed normally) while a test reopens the clone.
+func (c *CrashFS) CrashClone() *CrashFS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := NewCrashFS()
+	nodes := map[*memNode]*memNode{}
+	for p, d := range c.dirs {
+		nd := &memDir{live: map[string]*memNode{}, synced: map[string]*memNode{}}
+		for name, n := range d.synced {
+			cn, ok := nodes[n]
+			if !ok {
+				n.mu.Lock()
+				cn = &memNode{data: append([]byte(nil), n.synced...), synced: append([]byte(nil), n.synced...), mtime: n.mtime}
+				n.mu.Unlock()
+				nodes[n] = cn
+			}
+			nd.live[name] = cn
+			nd.synced[name] = cn
+		}
+		out.dirs[p] = nd
+	}
+	return out
+}
