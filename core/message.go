@@ -1,9 +1,6 @@
 package core
 
-import (
-	"hash/fnv"
-	"time"
-)
+import "time"
 
 // Message is what a producer sends.
 type Message struct {
@@ -66,25 +63,38 @@ type SendResult struct {
 // contract: every engine and every client must place keys the same way, so it
 // must never change.
 func QueueFor(key string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
 }
 
 // TagHash is the 64-bit hash of a tag kept in consume-queue entries for
-// server-side filtering: FNV-1a (64-bit), 0 for no tag. Part of the on-disk
-// format.
+// server-side filtering: FNV-1a (64-bit), 0 for no tag (a tag hashing to 0
+// is stored as 1). Part of the on-disk format.
 func TagHash(tag string) int64 {
 	if tag == "" {
 		return 0
 	}
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(tag))
-	v := int64(h.Sum64())
+	v := int64(FNV64a(FNV64Offset, tag))
 	if v == 0 {
 		v = 1
 	}
 	return v
+}
+
+// FNV64Offset is the FNV-1a 64-bit offset basis, the seed for FNV64a.
+const FNV64Offset uint64 = 14695981039346656037
+
+// FNV64a continues an FNV-1a 64-bit hash h over s without allocating.
+func FNV64a(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // MaxTopicLen is the longest topic name allowed.

@@ -61,10 +61,15 @@ type consumeQueue struct {
 	min atomic.Int64 // first readable offset (retention moves it up)
 	max atomic.Int64 // one past the last readable offset
 
-	// Writer-only state: entries appended since the last flushPending.
+	// wmu guards the write side: entries added but not yet written to a
+	// file (pend, starting at queue offset pendStart; entries below
+	// pendStart are in files) and the file writes. Readers take it only to
+	// copy entries still pending.
+	wmu       sync.Mutex
 	pend      []byte
 	pendStart int64
 	dirty     atomic.Bool // written since the last checkpoint sync
+	mark      uint64      // dispatcher's scratch: last dispatch round that touched this queue
 }
 
 type cqFile struct {
@@ -142,6 +147,21 @@ func (cq *consumeQueue) read(k int64, n int, buf []byte) ([]byte, error) {
 	if int64(n) > limit-k {
 		n = int(limit - k)
 	}
+	cq.wmu.Lock()
+	if ps := cq.pendStart; k >= ps {
+		p := int(k-ps) * cqEntryLen
+		q := min(len(cq.pend), p+n*cqEntryLen)
+		if p >= q {
+			cq.wmu.Unlock()
+			return buf[:0], nil
+		}
+		buf = append(buf[:0], cq.pend[p:q]...)
+		cq.wmu.Unlock()
+		return buf, nil
+	} else if int64(n) > ps-k {
+		n = int(ps - k)
+	}
+	cq.wmu.Unlock()
 	cq.mu.RLock()
 	defer cq.mu.RUnlock()
 	f := cq.fileForLocked(k)
@@ -178,19 +198,50 @@ func (cq *consumeQueue) entry(k int64) (cqEntry, error) {
 	return getCQEntry(got), nil
 }
 
-// add appends an entry at queue offset k in the pending buffer. Writer only.
-func (cq *consumeQueue) add(k int64, e cqEntry) {
+// cqFlushBytes is how many pending entry bytes make add write them out;
+// below it they wait for the next checkpoint (readers see them from memory,
+// as they would see a page-cache mapping).
+const cqFlushBytes = 64 << 10
+
+// add appends an entry at queue offset k to the pending entries. Entries
+// become readable at publish. Dispatcher only.
+func (cq *consumeQueue) add(k int64, e cqEntry) error {
+	cq.wmu.Lock()
+	defer cq.wmu.Unlock()
+	if len(cq.pend) > 0 && k != cq.pendStart+int64(len(cq.pend)/cqEntryLen) {
+		// Not contiguous (recovery skipped damaged records): write what is
+		// pending, then start after the gap.
+		if err := cq.flushLocked(); err != nil {
+			return err
+		}
+	}
 	if len(cq.pend) == 0 {
 		cq.pendStart = k
 	}
 	var b [cqEntryLen]byte
 	putCQEntry(b[:], e)
 	cq.pend = append(cq.pend, b[:]...)
+	if len(cq.pend) >= cqFlushBytes {
+		return cq.flushLocked()
+	}
+	return nil
 }
 
-// flushPending writes pending entries to their files and makes them readable.
-// Writer only.
-func (cq *consumeQueue) flushPending() error {
+// publish makes every added entry readable.
+func (cq *consumeQueue) publish() {
+	cq.wmu.Lock()
+	cq.max.Store(cq.pendStart + int64(len(cq.pend)/cqEntryLen))
+	cq.wmu.Unlock()
+}
+
+// flush writes pending entries to their files.
+func (cq *consumeQueue) flush() error {
+	cq.wmu.Lock()
+	defer cq.wmu.Unlock()
+	return cq.flushLocked()
+}
+
+func (cq *consumeQueue) flushLocked() error {
 	for len(cq.pend) > 0 {
 		k := cq.pendStart
 		f, err := cq.fileFor(k)
@@ -207,11 +258,13 @@ func (cq *consumeQueue) flushPending() error {
 		}
 		cq.dirty.Store(true)
 		n := int64(len(chunk) / cqEntryLen)
-		cq.pend = cq.pend[len(chunk):]
 		cq.pendStart = k + n
-		cq.max.Store(k + n)
+		cq.pend = cq.pend[len(chunk):]
 	}
-	cq.pend = cq.pend[:0]
+	cq.pend = cq.pend[:0:cap(cq.pend)]
+	if cap(cq.pend) == 0 {
+		cq.pend = nil
+	}
 	return nil
 }
 
@@ -248,6 +301,9 @@ func (cq *consumeQueue) fileFor(k int64) (*cqFile, error) {
 
 // sync makes written entries durable.
 func (cq *consumeQueue) sync() error {
+	if err := cq.flush(); err != nil {
+		return err
+	}
 	if !cq.dirty.Swap(false) {
 		return nil
 	}
@@ -268,6 +324,8 @@ func (cq *consumeQueue) sync() error {
 // truncate drops entries from offset k on (recovery only, before the writer
 // starts).
 func (cq *consumeQueue) truncate(k int64) error {
+	cq.wmu.Lock()
+	defer cq.wmu.Unlock()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	for len(cq.files) > 0 {
@@ -289,7 +347,7 @@ func (cq *consumeQueue) truncate(k int64) error {
 	}
 	cq.max.Store(k)
 	cq.pendStart = k
-	cq.pend = cq.pend[:0]
+	cq.pend = nil
 	cq.dirty.Store(true)
 	return nil
 }

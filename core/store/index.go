@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"hash/fnv"
 	"io"
 	"path/filepath"
 	"sort"
 	"sync"
 
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/store/vfs"
 )
 
@@ -50,6 +50,10 @@ const (
 	indexVersion          = 1
 	indexHeaderLen        = 64
 	indexEntryLen         = 32
+
+	// indexFlushBytes is how many pending entry bytes make add write them;
+	// below it they wait for the checkpoint (lookups read them from memory).
+	indexFlushBytes = 64 << 10
 )
 
 type indexEntry struct {
@@ -60,12 +64,10 @@ type indexEntry struct {
 	size     uint32
 }
 
-func keyHash(topic string, key []byte) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(topic))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write(key)
-	return h.Sum64()
+func keyHash(topic string, key string) uint64 {
+	h := core.FNV64a(core.FNV64Offset, topic)
+	h = core.FNV64a(h, "\x00")
+	return core.FNV64a(h, key)
 }
 
 type indexFile struct {
@@ -323,6 +325,9 @@ func (ki *keyIndex) add(hash uint64, offset int64, size int, storedAt int64) err
 	x.pend = append(x.pend, b[:]...)
 	ki.linkLocked(x, e)
 	ki.dirty = true
+	if len(x.pend) >= indexFlushBytes {
+		return ki.flushLocked()
+	}
 	return nil
 }
 
@@ -357,13 +362,6 @@ func (ki *keyIndex) activeLocked(offset int64) (*indexFile, error) {
 	}
 	ki.files = append(ki.files, x)
 	return x, nil
-}
-
-// flush writes pending entries of the active file. Writer only.
-func (ki *keyIndex) flush() error {
-	ki.mu.Lock()
-	defer ki.mu.Unlock()
-	return ki.flushLocked()
 }
 
 func (ki *keyIndex) flushLocked() error {
@@ -412,6 +410,10 @@ func (ki *keyIndex) sync() error {
 	if !ki.dirty || len(ki.files) == 0 {
 		ki.mu.Unlock()
 		return nil
+	}
+	if err := ki.flushLocked(); err != nil {
+		ki.mu.Unlock()
+		return err
 	}
 	ki.dirty = false
 	x := ki.files[len(ki.files)-1]

@@ -275,7 +275,7 @@ func (s *Store) FindByKey(ctx context.Context, topicName, key string, q core.Key
 	if !q.End.IsZero() {
 		end = q.End.UnixNano()
 	}
-	hits, err := s.idx.lookup(keyHash(topicName, []byte(key)), begin, end, maxKeyIndexHops)
+	hits, err := s.idx.lookup(keyHash(topicName, key), begin, end, maxKeyIndexHops)
 	if err != nil {
 		return nil, err
 	}

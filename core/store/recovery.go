@@ -199,11 +199,11 @@ func (s *Store) replayReq(meta recordMeta) (dispatchReq, bool) {
 		size: meta.size, tagHash: meta.tagHash, storedAt: meta.storedAt,
 	}
 	if len(meta.shardingKey) > 0 {
-		r.keys = append(r.keys, keyHash(name, meta.shardingKey))
+		r.keys = append(r.keys, keyHash(name, string(meta.shardingKey)))
 	}
 	_ = walkKeys(meta.keysBlock, func(k []byte) {
 		if string(k) != string(meta.shardingKey) {
-			r.keys = append(r.keys, keyHash(name, k))
+			r.keys = append(r.keys, keyHash(name, string(k)))
 		}
 	})
 	return r, true

@@ -57,7 +57,14 @@ type Store struct {
 	offsets      map[offsetKey]int64
 	offsetsDirty bool
 
-	kick   chan struct{}
+	kick       chan struct{}
+	writerDone chan struct{} // closed when writeLoop has ended
+	syncKick   chan struct{}
+	syncMu     sync.Mutex // guards syncQ
+	syncQ      syncJob    // batches written, waiting for fsync (sync mode)
+
+	dispatchRound uint64 // owned by the dispatching goroutine
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -123,6 +130,11 @@ type dispatchReq struct {
 	keys     []uint64
 }
 
+// waiterPool recycles waiters whose producer received its answer (one that
+// gave up on its context is left to the garbage collector: the writer will
+// still send to it).
+var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan error, 1)} }}
+
 type waiter struct {
 	end int64
 	ch  chan error
@@ -178,16 +190,18 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		opts:    opts,
-		dir:     dir,
-		fs:      opts.FS,
-		log:     opts.Logger.With().Str("component", "store").Logger(),
-		topics:  map[string]*topic{},
-		offsets: map[offsetKey]int64{},
-		pend:    &batch{},
-		spare:   &batch{},
-		kick:    make(chan struct{}, 1),
-		arrival: make(chan struct{}),
+		opts:       opts,
+		dir:        dir,
+		fs:         opts.FS,
+		log:        opts.Logger.With().Str("component", "store").Logger(),
+		topics:     map[string]*topic{},
+		offsets:    map[offsetKey]int64{},
+		pend:       &batch{},
+		spare:      &batch{},
+		kick:       make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+		syncKick:   make(chan struct{}, 1),
+		arrival:    make(chan struct{}),
 	}
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -206,6 +220,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.wg.Add(3)
+	if s.opts.FlushPolicy == FlushSync {
+		s.wg.Add(1)
+		go s.syncLoop()
+	}
 	go s.writeLoop(ctx)
 	go s.checkpointLoop(ctx)
 	go s.retentionLoop(ctx)
@@ -367,11 +385,11 @@ func (s *Store) prepare(m *core.Message) (prepared, error) {
 	}
 	p.rec = appendRecord(nil, m, n, 0)
 	if m.ShardingKey != "" {
-		p.keys = append(p.keys, keyHash(m.Topic, []byte(m.ShardingKey)))
+		p.keys = append(p.keys, keyHash(m.Topic, m.ShardingKey))
 	}
 	for _, k := range m.Keys {
 		if k != m.ShardingKey {
-			p.keys = append(p.keys, keyHash(m.Topic, []byte(k)))
+			p.keys = append(p.keys, keyHash(m.Topic, k))
 		}
 	}
 	return p, nil
@@ -420,16 +438,16 @@ func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendR
 		preps[i] = p
 	}
 	res := make([]core.SendResult, len(msgs))
-	w := &waiter{ch: make(chan error, 1)}
+	w := waiterPool.Get().(*waiter)
 
 	s.appendMu.Lock()
-	if s.closing {
-		s.appendMu.Unlock()
-		return nil, core.ErrClosed
-	}
-	if s.failErr != nil {
+	if s.closing || s.failErr != nil {
 		err := s.failErr
+		if s.closing {
+			err = core.ErrClosed
+		}
 		s.appendMu.Unlock()
+		waiterPool.Put(w)
 		return nil, err
 	}
 	now := s.opts.Now().UnixNano()
@@ -486,6 +504,7 @@ func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendR
 	}
 	select {
 	case err := <-w.ch:
+		waiterPool.Put(w)
 		if err != nil {
 			return nil, err
 		}
@@ -497,11 +516,14 @@ func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendR
 	}
 }
 
-// writeLoop is the single writer: it writes what producers appended, fsyncs
-// under the flush policy, dispatches to consume queues and indexes, and wakes
-// the producers.
+// writeLoop is the single writer: it writes what producers appended to the
+// commit log (one write call for everything pending: the first half of group
+// commit). In async mode it then dispatches and acknowledges, and fsyncs every
+// FlushInterval; in sync mode it hands the batch to syncLoop and goes on
+// writing while the fsync runs.
 func (s *Store) writeLoop(ctx context.Context) {
 	defer s.wg.Done()
+	defer close(s.writerDone)
 	var tick <-chan time.Time
 	if s.opts.FlushPolicy == FlushAsync {
 		t := time.NewTicker(s.opts.FlushInterval)
@@ -536,42 +558,122 @@ func (s *Store) cycle(forceSync bool) {
 	}()
 
 	if failed != nil {
-		s.wake(b, failed)
+		wake(b.waiters, failed)
 		return
 	}
 	if len(b.chunks) > 0 {
 		s.stats.cycles.Add(1)
 		if err := s.writeChunks(b); err != nil {
-			s.fail(b, err)
+			wake(b.waiters, s.fail(err))
 			return
 		}
 		s.written.Store(b.end)
 	}
-	if s.synced.Load() < s.written.Load() && (forceSync || s.opts.FlushPolicy == FlushSync) {
-		end := s.written.Load()
-		seg, err := s.cl.active(0)
-		if err == nil {
-			err = seg.file.Sync()
+	if s.opts.FlushPolicy == FlushSync {
+		if len(b.chunks) > 0 {
+			s.syncMu.Lock()
+			s.syncQ.disp = append(s.syncQ.disp, b.disp...)
+			s.syncQ.waiters = append(s.syncQ.waiters, b.waiters...)
+			s.syncQ.end = b.end
+			s.syncMu.Unlock()
+			select {
+			case s.syncKick <- struct{}{}:
+			default:
+			}
 		}
-		if err != nil {
-			s.fail(b, fmt.Errorf("fsync commit log: %w", err))
+		return
+	}
+	if forceSync {
+		if err := s.fsync(); err != nil {
+			wake(b.waiters, s.fail(err))
 			return
 		}
-		s.stats.fsyncs.Add(1)
-		s.synced.Store(end)
 	}
 	if len(b.chunks) == 0 {
 		return
 	}
 	if err := s.dispatch(b.disp); err != nil {
-		// The log holds the data; the consume queue could not be written.
-		// Treat it like a log failure: refuse writes, do not ack.
-		s.fail(b, fmt.Errorf("dispatch: %w", err))
+		wake(b.waiters, s.fail(fmt.Errorf("dispatch: %w", err)))
 		return
 	}
 	s.confirmed.Store(b.end)
 	s.announce()
-	s.wake(b, nil)
+	wake(b.waiters, nil)
+}
+
+// syncLoop is the second half of group commit in sync mode: one fsync covers
+// every batch the writer finished before it began; then those batches are
+// dispatched and their producers acknowledged.
+func (s *Store) syncLoop() {
+	defer s.wg.Done()
+	var job syncJob
+	for {
+		select {
+		case <-s.syncKick:
+		case <-s.writerDone:
+			s.syncOnce(&job) // whatever the writer's last cycle handed over
+			return
+		}
+		s.syncOnce(&job)
+	}
+}
+
+func (s *Store) syncOnce(job *syncJob) {
+	s.syncMu.Lock()
+	*job, s.syncQ = s.syncQ, *job
+	s.syncMu.Unlock()
+	defer func() {
+		clear(job.disp)
+		clear(job.waiters)
+		job.disp, job.waiters, job.end = job.disp[:0], job.waiters[:0], 0
+	}()
+	if len(job.waiters) == 0 {
+		return
+	}
+	s.appendMu.Lock()
+	failed := s.failErr
+	s.appendMu.Unlock()
+	if failed != nil {
+		wake(job.waiters, failed)
+		return
+	}
+	if err := s.fsync(); err != nil {
+		wake(job.waiters, s.fail(err))
+		return
+	}
+	if err := s.dispatch(job.disp); err != nil {
+		wake(job.waiters, s.fail(fmt.Errorf("dispatch: %w", err)))
+		return
+	}
+	s.confirmed.Store(job.end)
+	s.announce()
+	wake(job.waiters, nil)
+}
+
+// syncJob is what the writer handed to syncLoop.
+type syncJob struct {
+	disp    []dispatchReq
+	waiters []*waiter
+	end     int64
+}
+
+// fsync makes everything written so far durable. Segments before the active
+// one were synced when they were sealed.
+func (s *Store) fsync() error {
+	end := s.written.Load()
+	if s.synced.Load() >= end {
+		return nil
+	}
+	seg, err := s.cl.active(0)
+	if err == nil {
+		err = seg.file.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("fsync commit log: %w", err)
+	}
+	s.stats.fsyncs.Add(1)
+	s.synced.Store(end)
+	return nil
 }
 
 func (s *Store) writeChunks(b *batch) error {
@@ -609,55 +711,52 @@ func (s *Store) writeChunks(b *batch) error {
 	return nil
 }
 
-// fail makes the error sticky and fails every waiter of b and of anything
-// appended since.
-func (s *Store) fail(b *batch, cause error) {
+// fail makes the error sticky and returns it; every later produce fails
+// with it.
+func (s *Store) fail(cause error) error {
 	err := fmt.Errorf("%w: %w", core.ErrStoreFailed, cause)
 	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
 	if s.failErr == nil {
 		s.failErr = err
 		s.log.Error().Err(cause).Msg("store write failed; refusing further writes")
 	}
-	err = s.failErr
-	s.appendMu.Unlock()
-	s.wake(b, err)
+	return s.failErr
 }
 
-func (s *Store) wake(b *batch, err error) {
-	for _, w := range b.waiters {
+func wake(ws []*waiter, err error) {
+	for _, w := range ws {
 		w.ch <- err
 	}
 }
 
-// dispatch writes consume-queue and index entries for a written batch.
+// dispatch adds consume-queue and index entries for durable records and
+// publishes them to readers. Only one goroutine dispatches at a time: the
+// writer in async mode, the syncer in sync mode, recovery before either runs.
 func (s *Store) dispatch(reqs []dispatchReq) error {
-	var dirty []*consumeQueue
+	s.dispatchRound++
+	round := s.dispatchRound
+	var touched []*consumeQueue
 	for i := range reqs {
 		r := &reqs[i]
 		cq := r.t.queues[r.queue]
-		if len(cq.pend) > 0 && r.qoff != cq.pendStart+int64(len(cq.pend)/cqEntryLen) {
-			// Not contiguous (recovery skipped damaged records): write
-			// what is pending before starting after the gap.
-			if err := cq.flushPending(); err != nil {
-				return err
-			}
+		if cq.mark != round {
+			cq.mark = round
+			touched = append(touched, cq)
 		}
-		if len(cq.pend) == 0 {
-			dirty = append(dirty, cq)
+		if err := cq.add(r.qoff, cqEntry{offset: r.off, size: int32(r.size), tagHash: r.tagHash}); err != nil {
+			return err
 		}
-		cq.add(r.qoff, cqEntry{offset: r.off, size: int32(r.size), tagHash: r.tagHash})
 		for _, h := range r.keys {
 			if err := s.idx.add(h, r.off, r.size, r.storedAt); err != nil {
 				return err
 			}
 		}
 	}
-	for _, cq := range dirty {
-		if err := cq.flushPending(); err != nil {
-			return err
-		}
+	for _, cq := range touched {
+		cq.publish()
 	}
-	return s.idx.flush()
+	return nil
 }
 
 // announce wakes long-pollers waiting for new messages.

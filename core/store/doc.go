@@ -1,0 +1,93 @@
+// Package store is ferrymq's embedded queue engine: a RocketMQ-style commit
+// log with consume queues and a key index, in one data directory. It
+// implements core.Broker.
+//
+// # Durability
+//
+// With FlushSync a Produce returns only after its record is fsynced, and
+// concurrent producers share each fsync (group commit): a crash or power loss
+// loses no acknowledged message. With FlushAsync a Produce returns once the
+// record is in the operating system's page cache, and a background flush
+// fsyncs every FlushInterval (500 ms): a process crash loses nothing
+// acknowledged, a power loss at most the last FlushInterval of messages.
+//
+// # Layout of the data directory
+//
+//	LOCK                                   flock held while open
+//	abort                                  present while open: its presence at Open means a crash
+//	store.meta, topics.meta, offsets.meta  metadata (JSON in a checksummed envelope, see meta.go)
+//	checkpoint                             log offset up to which consume queues and indexes are durable
+//	commitlog/<20-digit base offset>       segments, at most SegmentBytes each
+//	consumequeue/<topic>/<queue>/<20-digit first queue offset>  consume-queue files
+//	index/<20-digit first log offset>      key-index files
+//
+// # Commit-log record (all integers big-endian)
+//
+//	off  size  field
+//	0    4     magic 0x464D5152 ("FMQR")
+//	4    1     version (1)
+//	5    1     flags (0; reserved for delayed and transactional kinds)
+//	6    2     reserved (0)
+//	8    4     record length L in bytes, header included; recordMinLen ≤ L ≤ limit
+//	12   4     CRC-32C (Castagnoli) of bytes [0,12) followed by [16,L)
+//	16   8     commit-log offset of this record (self-check for resync)
+//	24   8     queue offset
+//	32   8     born time, unix ns
+//	40   8     store time, unix ns; never decreases along the log
+//	48   8     deliver-at, unix ns; 0 = immediate
+//	56   8     tag hash (core.TagHash)
+//	64   4     queue number
+//	68   4     reconsume count
+//	72   1+n   topic: u8 length, bytes
+//	     2+n   sharding key: u16 length, bytes
+//	     2+n   tag: u16 length, bytes
+//	     2+n   properties: u16 block length, then (u16 len, name, u16 len, value)*
+//	     2+n   keys: u16 block length, then (u16 len, key)*
+//	     4+n   body: u32 length, bytes
+//
+// Decoders validate magic, then version, then length bounds, then the CRC,
+// and check every inner length against the record before slicing: a length
+// field of 0x7FFFFFFF is refused without allocating. The field offsets and
+// constants in record.go are part of the format.
+//
+// A record never spans segments. Segments abut: each new segment starts at
+// the offset where the previous one ended, and its file name is that offset.
+// Only the active (last) segment is ever written; a segment is fsynced when
+// it is sealed, so only the active one can have a torn tail.
+//
+// # Consume queues and the key index
+//
+// A consume queue holds one 20-byte entry per message of one (topic, queue):
+// commit-log offset (8), record size (4), tag hash (8). Entry k describes the
+// message at queue offset k, so reading from an offset is one seek. The key
+// index (index.go) is a chain of hash files mapping (topic, key) to log
+// offsets; every hit is confirmed against the log. Both are derived data,
+// rebuilt from the log after a crash. Store times never decrease along the
+// log, so a binary search over a consume queue finds the first message at or
+// after a time (OffsetAt): the consume queue doubles as the time index.
+//
+// # Crash recovery
+//
+// Open finds the abort marker after a crash. Recovery starts from the
+// checkpoint: consume-queue entries at or after it are dropped and rebuilt by
+// replaying the log from there. A record that fails its checks at the end of
+// the active segment with nothing valid after it is a torn tail and is cut
+// off; a damaged record followed by valid ones is corruption: it is logged
+// and skipped, and the records after it are kept. Reads never serve a damaged
+// record: they return a *core.CorruptError for it.
+//
+// # Faults
+//
+// After a failed write or fsync (a full disk, an I/O error) the store
+// refuses every further write with core.ErrStoreFailed, never acknowledges
+// the failed batch, and cuts a partial write back off the file. Reads of
+// acknowledged data go on. Reopen the store once the cause is fixed.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Open starts a writer goroutine (one
+// write call for everything producers appended since the last one), in
+// FlushSync mode a syncer goroutine (one fsync for everything written before
+// it began), a checkpointer and a retention worker; Close stops them all and
+// returns after they have ended.
+package store
