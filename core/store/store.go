@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -57,11 +58,7 @@ type Store struct {
 	offsets      map[offsetKey]int64
 	offsetsDirty bool
 
-	kick       chan struct{}
-	writerDone chan struct{} // closed when writeLoop has ended
-	syncKick   chan struct{}
-	syncMu     sync.Mutex // guards syncQ
-	syncQ      syncJob    // batches written, waiting for fsync (sync mode)
+	kick chan struct{}
 
 	dispatchRound uint64 // owned by the dispatching goroutine
 
@@ -190,18 +187,16 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		opts:       opts,
-		dir:        dir,
-		fs:         opts.FS,
-		log:        opts.Logger.With().Str("component", "store").Logger(),
-		topics:     map[string]*topic{},
-		offsets:    map[offsetKey]int64{},
-		pend:       &batch{},
-		spare:      &batch{},
-		kick:       make(chan struct{}, 1),
-		writerDone: make(chan struct{}),
-		syncKick:   make(chan struct{}, 1),
-		arrival:    make(chan struct{}),
+		opts:    opts,
+		dir:     dir,
+		fs:      opts.FS,
+		log:     opts.Logger.With().Str("component", "store").Logger(),
+		topics:  map[string]*topic{},
+		offsets: map[offsetKey]int64{},
+		pend:    &batch{},
+		spare:   &batch{},
+		kick:    make(chan struct{}, 1),
+		arrival: make(chan struct{}),
 	}
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -220,10 +215,6 @@ func Open(dir string, opts Options) (*Store, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.wg.Add(3)
-	if s.opts.FlushPolicy == FlushSync {
-		s.wg.Add(1)
-		go s.syncLoop()
-	}
 	go s.writeLoop(ctx)
 	go s.checkpointLoop(ctx)
 	go s.retentionLoop(ctx)
@@ -516,14 +507,17 @@ func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendR
 	}
 }
 
-// writeLoop is the single writer: it writes what producers appended to the
-// commit log (one write call for everything pending: the first half of group
-// commit). In async mode it then dispatches and acknowledges, and fsyncs every
-// FlushInterval; in sync mode it hands the batch to syncLoop and goes on
-// writing while the fsync runs.
+// writeLoop is the single writer and the heart of group commit: each cycle
+// takes everything producers appended since the last one, writes it with one
+// write call, fsyncs it with one fsync (in sync mode; in async mode every
+// FlushInterval), dispatches it to consume queues and indexes, and wakes the
+// producers. While a cycle runs, the next batch gathers.
+//
+// Write and fsync are deliberately not pipelined: a write into a page that
+// is under writeback waits for that I/O to finish (stable pages), so
+// overlapping them only moves the wait.
 func (s *Store) writeLoop(ctx context.Context) {
 	defer s.wg.Done()
-	defer close(s.writerDone)
 	var tick <-chan time.Time
 	if s.opts.FlushPolicy == FlushAsync {
 		t := time.NewTicker(s.opts.FlushInterval)
@@ -533,6 +527,9 @@ func (s *Store) writeLoop(ctx context.Context) {
 	for {
 		select {
 		case <-s.kick:
+			// Let producers that are ready to append do so first: on a
+			// machine with few cores this is what fills a batch.
+			runtime.Gosched()
 			s.cycle(false)
 		case <-tick:
 			s.cycle(true)
@@ -569,21 +566,7 @@ func (s *Store) cycle(forceSync bool) {
 		}
 		s.written.Store(b.end)
 	}
-	if s.opts.FlushPolicy == FlushSync {
-		if len(b.chunks) > 0 {
-			s.syncMu.Lock()
-			s.syncQ.disp = append(s.syncQ.disp, b.disp...)
-			s.syncQ.waiters = append(s.syncQ.waiters, b.waiters...)
-			s.syncQ.end = b.end
-			s.syncMu.Unlock()
-			select {
-			case s.syncKick <- struct{}{}:
-			default:
-			}
-		}
-		return
-	}
-	if forceSync {
+	if forceSync || s.opts.FlushPolicy == FlushSync {
 		if err := s.fsync(); err != nil {
 			wake(b.waiters, s.fail(err))
 			return
@@ -599,62 +582,6 @@ func (s *Store) cycle(forceSync bool) {
 	s.confirmed.Store(b.end)
 	s.announce()
 	wake(b.waiters, nil)
-}
-
-// syncLoop is the second half of group commit in sync mode: one fsync covers
-// every batch the writer finished before it began; then those batches are
-// dispatched and their producers acknowledged.
-func (s *Store) syncLoop() {
-	defer s.wg.Done()
-	var job syncJob
-	for {
-		select {
-		case <-s.syncKick:
-		case <-s.writerDone:
-			s.syncOnce(&job) // whatever the writer's last cycle handed over
-			return
-		}
-		s.syncOnce(&job)
-	}
-}
-
-func (s *Store) syncOnce(job *syncJob) {
-	s.syncMu.Lock()
-	*job, s.syncQ = s.syncQ, *job
-	s.syncMu.Unlock()
-	defer func() {
-		clear(job.disp)
-		clear(job.waiters)
-		job.disp, job.waiters, job.end = job.disp[:0], job.waiters[:0], 0
-	}()
-	if len(job.waiters) == 0 {
-		return
-	}
-	s.appendMu.Lock()
-	failed := s.failErr
-	s.appendMu.Unlock()
-	if failed != nil {
-		wake(job.waiters, failed)
-		return
-	}
-	if err := s.fsync(); err != nil {
-		wake(job.waiters, s.fail(err))
-		return
-	}
-	if err := s.dispatch(job.disp); err != nil {
-		wake(job.waiters, s.fail(fmt.Errorf("dispatch: %w", err)))
-		return
-	}
-	s.confirmed.Store(job.end)
-	s.announce()
-	wake(job.waiters, nil)
-}
-
-// syncJob is what the writer handed to syncLoop.
-type syncJob struct {
-	disp    []dispatchReq
-	waiters []*waiter
-	end     int64
 }
 
 // fsync makes everything written so far durable. Segments before the active
@@ -732,7 +659,7 @@ func wake(ws []*waiter, err error) {
 
 // dispatch adds consume-queue and index entries for durable records and
 // publishes them to readers. Only one goroutine dispatches at a time: the
-// writer in async mode, the syncer in sync mode, recovery before either runs.
+// writer, or recovery before the writer starts.
 func (s *Store) dispatch(reqs []dispatchReq) error {
 	s.dispatchRound++
 	round := s.dispatchRound
