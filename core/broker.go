@@ -52,6 +52,11 @@ type Broker interface {
 	// ErrNoCommittedOffset.
 	CommittedOffset(ctx context.Context, group, topic string, queue int) (int64, error)
 
+	// Arrivals returns a channel that is closed as soon as new messages
+	// become readable after the call. Long-pollers check their queue, then
+	// wait on it (and on their deadline), then check again.
+	Arrivals() <-chan struct{}
+
 	// Close stops the engine after making acknowledged data durable.
 	Close() error
 }

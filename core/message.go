@@ -25,6 +25,9 @@ type Message struct {
 	DeliverAt time.Time
 	// BornAt is when the producer created the message; zero means "now".
 	BornAt time.Time
+	// ReconsumeCount is set by an engine's retry path when it stores a
+	// message again for redelivery; producers leave it 0.
+	ReconsumeCount int
 }
 
 // StoredMessage is a message as the store holds it.
@@ -44,8 +47,6 @@ type StoredMessage struct {
 	// StoredAt is when the store appended the message. Store times never
 	// decrease along the commit log.
 	StoredAt time.Time
-	// ReconsumeCount counts how many times the message was redelivered.
-	ReconsumeCount int
 }
 
 // SendResult is what a successful Produce returns.

@@ -93,7 +93,7 @@ func encodedLen(m *core.Message, maxPropsBytes int) (int, error) {
 // appendRecord appends m's record to dst with placeholders for what only the
 // appender knows (offsets, store time, queue, CRC); sealRecord fills them in.
 // n must be encodedLen(m).
-func appendRecord(dst []byte, m *core.Message, n int, reconsume int) []byte {
+func appendRecord(dst []byte, m *core.Message, n int) []byte {
 	start := len(dst)
 	if cap(dst)-start < n {
 		nd := make([]byte, start, start+n)
@@ -119,7 +119,7 @@ func appendRecord(dst []byte, m *core.Message, n int, reconsume int) []byte {
 	}
 	be.PutUint64(b[offDeliverAt:], uint64(deliver))
 	be.PutUint64(b[offTagHash:], uint64(core.TagHash(m.Tag)))
-	be.PutUint32(b[offReconsume:], uint32(reconsume))
+	be.PutUint32(b[offReconsume:], uint32(max(0, m.ReconsumeCount)))
 
 	p := recordHeaderLen
 	b[p] = byte(len(m.Topic))
@@ -276,8 +276,8 @@ func decodeRecord(rec []byte, maxLen int, storeID uint32) (*core.StoredMessage, 
 		CommitLogOffset: meta.clOffset,
 		Size:            meta.size,
 		StoredAt:        time.Unix(0, meta.storedAt),
-		ReconsumeCount:  int(be.Uint32(rec[offReconsume:])),
 	}
+	m.ReconsumeCount = int(be.Uint32(rec[offReconsume:]))
 	m.BornAt = time.Unix(0, int64(be.Uint64(rec[offBornAt:])))
 	if meta.deliverAt != 0 {
 		m.DeliverAt = time.Unix(0, meta.deliverAt)

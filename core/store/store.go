@@ -374,7 +374,7 @@ func (s *Store) prepare(m *core.Message) (prepared, error) {
 	} else {
 		p.queue = int((t.rr.Add(1) - 1) % uint32(len(t.queues)))
 	}
-	p.rec = appendRecord(nil, m, n, 0)
+	p.rec = appendRecord(nil, m, n)
 	if m.ShardingKey != "" {
 		p.keys = append(p.keys, keyHash(m.Topic, m.ShardingKey))
 	}
