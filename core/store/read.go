@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -80,6 +81,10 @@ func (s *Store) queue(topicName string, q int) (*consumeQueue, error) {
 	}
 	return t.queues[q], nil
 }
+
+// spanPool recycles the buffers Read reads log spans into; message bodies
+// are copied out, so no buffer outlives its Read.
+var spanPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
 // readSpanGap is the largest gap between two records of a queue that Read
 // still covers with one read call: reading a few kilobytes of other queues'
@@ -182,8 +187,13 @@ func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult
 			end = e.offset + int64(e.size)
 			j++
 		}
-		buf := make([]byte, end-start)
+		bp := spanPool.Get().(*[]byte)
+		if int64(cap(*bp)) < end-start {
+			*bp = make([]byte, end-start)
+		}
+		buf := (*bp)[:end-start]
 		if err := s.cl.readAt(buf, start, limit); err != nil {
+			spanPool.Put(bp)
 			return s.partial(res, wants[i].qoff, err)
 		}
 		for k := i; k < j; k++ {
@@ -191,11 +201,15 @@ func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult
 			p := w.e.offset - start
 			rec := buf[p : p+int64(w.e.size)]
 			m, err := s.decodeAt(rec, w.e.offset)
+			if err == nil {
+				m.Body = append([]byte(nil), m.Body...) // buf goes back to the pool
+			}
 			if err == nil && (m.Topic != req.Topic || m.Queue != req.Queue || m.QueueOffset != w.qoff) {
 				err = fmt.Errorf("record at %d is %s/%d@%d, consume queue says %s/%d@%d",
 					w.e.offset, m.Topic, m.Queue, m.QueueOffset, req.Topic, req.Queue, w.qoff)
 			}
 			if err != nil {
+				spanPool.Put(bp)
 				cerr := &core.CorruptError{Topic: req.Topic, Queue: req.Queue, QueueOffset: w.qoff, Err: err}
 				s.log.Error().Err(err).Str("topic", req.Topic).Int("queue", req.Queue).Int64("queue_offset", w.qoff).
 					Int64("log_offset", w.e.offset).Msg("corrupt message not served")
@@ -203,6 +217,7 @@ func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult
 			}
 			res.Messages = append(res.Messages, m)
 		}
+		spanPool.Put(bp)
 		i = j
 	}
 	return res, nil
