@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/retry"
 )
 
 // Mode is how a group's members share its messages.
@@ -52,7 +53,7 @@ func (q QueueRef) String() string { return fmt.Sprintf("%s/%d", q.Topic, q.Queue
 
 // RetryTopic is the topic a group's failed messages come back on; every
 // clustering member subscribes to it implicitly.
-func RetryTopic(group string) string { return "%RETRY%" + group }
+func RetryTopic(group string) string { return retry.RetryTopic(group) }
 
 // Options configure a Coordinator. A zero field means its default.
 type Options struct {
