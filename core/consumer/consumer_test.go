@@ -433,3 +433,31 @@ func (a *atomic32) add() int {
 	a.v++
 	return a.v
 }
+
+func TestTagFilteredSubscription(t *testing.T) {
+	e := newEnv(t, "")
+	_, err := e.store.CreateTopic(t.Context(), core.TopicConfig{Name: "tagged", Queues: 2})
+	require.NoError(t, err)
+	got := newSeen()
+	var want []core.SendResult
+	for i := 0; i < 100; i++ {
+		tag := []string{"alarm", "telemetry"}[i%2]
+		r, err := e.store.Produce(t.Context(), &core.Message{Topic: "tagged", Tag: tag, Body: []byte(tag)})
+		require.NoError(t, err)
+		if tag == "alarm" {
+			want = append(want, r)
+		}
+	}
+	c := e.consumer("c1", Options{Subscriptions: []group.Subscription{{Topic: "tagged", Tags: []string{"alarm"}}},
+		Listener: func(ctx context.Context, m *core.StoredMessage) Result {
+			if m.Tag != "alarm" {
+				t.Errorf("got a %q message through an alarm-only subscription", m.Tag)
+			}
+			got.add(m.ID, "c1")
+			return Success
+		}})
+	require.Eventually(t, func() bool { return got.has(want) }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, c.Close(t.Context()))
+	require.Equal(t, 50, got.count)
+	committedEqualsMax(t, e, "g", "tagged") // filtered messages count as consumed
+}

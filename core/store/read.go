@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -214,6 +215,9 @@ func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult
 				s.log.Error().Err(err).Str("topic", req.Topic).Int("queue", req.Queue).Int64("queue_offset", w.qoff).
 					Int64("log_offset", w.e.offset).Msg("corrupt message not served")
 				return s.partial(res, w.qoff, cerr)
+			}
+			if tags != nil && !slices.Contains(req.Tags, m.Tag) {
+				continue // a tag-hash collision: the tag itself decides
 			}
 			res.Messages = append(res.Messages, m)
 		}

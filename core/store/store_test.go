@@ -296,3 +296,23 @@ func TestClosed(t *testing.T) {
 	_, err = s.Read(t.Context(), core.ReadRequest{Topic: "t"})
 	require.ErrorIs(t, err, core.ErrClosed)
 }
+
+func TestReadFiltersByTag(t *testing.T) {
+	ctx := t.Context()
+	s := openT(t, "", Options{DefaultQueues: 1})
+	for i := 0; i < 30; i++ {
+		_, err := s.Produce(ctx, &core.Message{Topic: "tg", Tag: fmt.Sprintf("t%d", i%3), Body: []byte(fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+	res, err := s.Read(ctx, core.ReadRequest{Topic: "tg", Tags: []string{"t1", "t2"}, MaxCount: 100})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 20)
+	for _, m := range res.Messages {
+		require.NotEqual(t, "t0", m.Tag)
+	}
+	require.Equal(t, int64(30), res.NextOffset, "filtered messages still advance the offset")
+	res, err = s.Read(ctx, core.ReadRequest{Topic: "tg", Tags: []string{"none"}, MaxCount: 100})
+	require.NoError(t, err)
+	require.Empty(t, res.Messages)
+	require.Equal(t, int64(30), res.NextOffset)
+}
