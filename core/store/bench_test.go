@@ -79,6 +79,7 @@ func BenchmarkProduce(b *testing.B) {
 		{"async/producers=1/batch=64/size=1KiB", FlushAsync, 1, 1024, 64},
 		{"async/producers=4/batch=64/size=1KiB", FlushAsync, 4, 1024, 64},
 		{"async/producers=16/size=100B", FlushAsync, 16, 100, 1},
+		{"async/producers=16/batch=16/size=100B", FlushAsync, 16, 100, 16},
 		{"async/producers=16/size=1KiB", FlushAsync, 16, 1024, 1},
 		{"sync/producers=1/size=1KiB", FlushSync, 1, 1024, 1},
 		{"sync/producers=64/size=1KiB", FlushSync, 64, 1024, 1},
