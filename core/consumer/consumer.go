@@ -208,11 +208,14 @@ func (p *PushConsumer) Start(ctx context.Context) error {
 	return nil
 }
 
-// task is one message for a listener goroutine.
+// task is a run of messages of one queue for a listener goroutine, which
+// handles them one after another. A pulled batch is cut into at most
+// ConsumeGoroutines runs: as parallel as single-message tasks whenever
+// there are idle listeners, without a hand-off per message.
 type task struct {
-	w   *worker
-	gen uint64
-	m   *core.StoredMessage
+	w    *worker
+	gen  uint64
+	msgs []*core.StoredMessage
 }
 
 // listenLoop is one of the ConsumeGoroutines listener goroutines of a
@@ -226,8 +229,11 @@ func (p *PushConsumer) listenLoop() {
 			if !ok {
 				return
 			}
-			if t.w.consumeConcurrently(t.m) {
-				t.w.complete(t.gen, t.m.QueueOffset)
+			for _, m := range t.msgs {
+				if !t.w.consumeConcurrently(m) {
+					break // aborted
+				}
+				t.w.complete(t.gen, m.QueueOffset)
 			}
 		case <-p.runCtx.Done():
 			return

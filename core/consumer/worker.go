@@ -178,10 +178,14 @@ func (w *worker) run() {
 				w.maybeCommit(false)
 			}
 		} else {
-			for _, m := range res.Messages {
-				if !w.dispatch(gen, m) {
+			msgs := res.Messages
+			run := (len(msgs) + o.ConsumeGoroutines - 1) / o.ConsumeGoroutines
+			for len(msgs) > 0 {
+				k := min(run, len(msgs))
+				if !w.dispatch(gen, msgs[:k]) {
 					return // aborted
 				}
+				msgs = msgs[k:]
 			}
 		}
 		w.maybeCommit(len(res.Messages) == 0)
@@ -232,12 +236,12 @@ func (w *worker) maybeCommit(force bool) {
 	w.mu.Unlock()
 }
 
-// dispatch hands m to a listener goroutine. It returns false if the
+// dispatch hands msgs to a listener goroutine. It returns false if the
 // consumer was aborted while waiting for one.
-func (w *worker) dispatch(gen uint64, m *core.StoredMessage) bool {
+func (w *worker) dispatch(gen uint64, msgs []*core.StoredMessage) bool {
 	for {
 		select {
-		case w.p.tasks <- task{w: w, gen: gen, m: m}:
+		case w.p.tasks <- task{w: w, gen: gen, msgs: msgs}:
 			return true
 		case <-w.p.runCtx.Done():
 			return false
