@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,9 +16,12 @@ import (
 	"github.com/ferrymq/ferrymq/core/store"
 )
 
-// BenchmarkConsume measures in-process consumption end to end: b.N 1 KiB
-// messages are stored first (untimed), then the members consume them all
-// with commits. Real store, real coordinator, real goroutines.
+// BenchmarkConsume measures steady-state in-process consumption: the members
+// join and settle their assignment on a warm-up set first (untimed), then
+// b.N 1 KiB messages are stored while the listeners are held at a gate
+// (untimed; each queue prefetches at most one pull batch), and the timer runs
+// from opening the gate until every message was handled and committed.
+// Real store, real coordinator, real goroutines.
 func BenchmarkConsume(b *testing.B) {
 	cases := []struct {
 		name    string
@@ -37,14 +41,16 @@ func BenchmarkConsume(b *testing.B) {
 			_, err = s.CreateTopic(ctx, core.TopicConfig{Name: "bench", Queues: 8})
 			require.NoError(b, err)
 			body := make([]byte, 1024)
-			batch := make([]*core.Message, 256)
-			for i := 0; i < b.N; i += len(batch) {
-				n := min(len(batch), b.N-i)
-				for k := 0; k < n; k++ {
-					batch[k] = &core.Message{Topic: "bench", ShardingKey: fmt.Sprintf("key-%d", (i+k)%c.keys), Body: body}
+			produce := func(n int) {
+				batch := make([]*core.Message, 256)
+				for i := 0; i < n; i += len(batch) {
+					k := min(len(batch), n-i)
+					for j := 0; j < k; j++ {
+						batch[j] = &core.Message{Topic: "bench", ShardingKey: fmt.Sprintf("key-%d", (i+j)%c.keys), Body: body}
+					}
+					_, err := s.ProduceBatch(ctx, batch[:k])
+					require.NoError(b, err)
 				}
-				_, err := s.ProduceBatch(ctx, batch[:n])
-				require.NoError(b, err)
 			}
 			coord, err := group.New(s, group.Options{})
 			require.NoError(b, err)
@@ -55,17 +61,20 @@ func BenchmarkConsume(b *testing.B) {
 			r.Start()
 			defer r.Close()
 
+			const warm = 8_000
 			var got atomic.Int64
+			total := int64(warm + b.N)
 			done := make(chan struct{})
-			b.SetBytes(1024)
-			b.ReportAllocs()
-			b.ResetTimer()
+			var gate sync.RWMutex
 			var cs []*PushConsumer
 			for m := 0; m < c.members; m++ {
 				p, err := NewPushConsumer(coord, r, Options{Group: "bench", ClientID: fmt.Sprintf("m%d", m),
-					Orderly: c.orderly, Subscriptions: []group.Subscription{{Topic: "bench"}}, PullBatch: 64,
+					Orderly: c.orderly, Subscriptions: []group.Subscription{{Topic: "bench"}},
+					PullBatch: 64, MaxInflightPerQueue: 64,
 					Listener: func(ctx context.Context, m *core.StoredMessage) Result {
-						if got.Add(1) == int64(b.N) {
+						gate.RLock()
+						gate.RUnlock()
+						if got.Add(1) == total {
 							close(done)
 						}
 						return Success
@@ -74,6 +83,31 @@ func BenchmarkConsume(b *testing.B) {
 				require.NoError(b, p.Start(ctx))
 				cs = append(cs, p)
 			}
+			produce(warm)
+			require.Eventually(b, func() bool {
+				if got.Load() < warm {
+					return false
+				}
+				members := coord.Members("bench")
+				for _, m := range members {
+					n := 0
+					for _, q := range m.Queues {
+						if q.Topic == "bench" {
+							n++
+						}
+					}
+					if n != 8/c.members {
+						return false
+					}
+				}
+				return len(members) == c.members
+			}, time.Minute, time.Millisecond)
+			gate.Lock()
+			produce(b.N)
+			b.SetBytes(1024)
+			b.ReportAllocs()
+			b.ResetTimer()
+			gate.Unlock()
 			select {
 			case <-done:
 			case <-time.After(5 * time.Minute):

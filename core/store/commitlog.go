@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"sync"
 
@@ -47,6 +48,7 @@ func openCommitLog(fsys vfs.FS, dir string, segBytes int64, maxRec int) (*commit
 			cl.close()
 			return nil, err
 		}
+		seg.mapFor(segBytes)
 		cl.segs = append(cl.segs, seg)
 	}
 	sort.Slice(cl.segs, func(i, j int) bool { return cl.segs[i].base < cl.segs[j].base })
@@ -64,7 +66,7 @@ func (cl *commitLog) close() error {
 	defer cl.mu.Unlock()
 	var errs []error
 	for _, s := range cl.segs {
-		if err := s.file.Close(); err != nil {
+		if err := s.close(); err != nil {
 			errs = append(errs, fmt.Errorf("close segment %s: %w", segmentName(s.base), err))
 		}
 	}
@@ -118,6 +120,12 @@ func (cl *commitLog) readAt(p []byte, off, limit int64) error {
 	if off+int64(len(p)) > s.end() {
 		return fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, len(p), off, segmentName(s.base))
 	}
+	if pos := off - s.base; s.mem != nil && pos+int64(len(p)) <= int64(len(s.mem)) {
+		if err := copyMapped(p, s.mem[pos:]); err != nil {
+			return fmt.Errorf("read segment %s at %d: %w", segmentName(s.base), pos, err)
+		}
+		return nil
+	}
 	n, err := s.file.ReadAt(p, off-s.base)
 	if n == len(p) {
 		return nil
@@ -126,6 +134,42 @@ func (cl *commitLog) readAt(p []byte, off, limit int64) error {
 		err = io.ErrUnexpectedEOF
 	}
 	return fmt.Errorf("read segment %s at %d: %w", segmentName(s.base), off-s.base, err)
+}
+
+// view calls fn with the n bytes at global offset off (within one segment,
+// below limit). On a mapped segment fn sees the mapping itself, under the
+// read lock and with faults turned into errors, so it must not keep the
+// slice; otherwise the bytes are read into a buffer first.
+func (cl *commitLog) view(off int64, n int, limit int64, fn func([]byte) error) error {
+	if off < 0 || n < 0 || off+int64(n) > limit {
+		return fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, n, off, limit)
+	}
+	cl.mu.RLock()
+	if i := cl.findLocked(off); i >= 0 {
+		s := cl.segs[i]
+		if pos := off - s.base; s.mem != nil && off+int64(n) <= s.end() && pos+int64(n) <= int64(len(s.mem)) {
+			err := viewMapped(s.mem[pos:pos+int64(n)], fn)
+			cl.mu.RUnlock()
+			return err
+		}
+	}
+	cl.mu.RUnlock()
+	buf := make([]byte, n)
+	if err := cl.readAt(buf, off, limit); err != nil {
+		return err
+	}
+	return fn(buf)
+}
+
+func viewMapped(b []byte, fn func([]byte) error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = fmt.Errorf("fault reading mapped segment: %v", r)
+		}
+	}()
+	return fn(b)
 }
 
 // segmentBounds returns (base, end) of the segment that holds off, or ok false.
@@ -175,9 +219,10 @@ func (cl *commitLog) rollLocked(base int64) (*segment, error) {
 		return nil, err
 	}
 	if err := cl.fs.SyncDir(cl.dir); err != nil {
-		_ = seg.file.Close()
+		_ = seg.close()
 		return nil, fmt.Errorf("sync commit log dir: %w", err)
 	}
+	seg.mapFor(cl.segBytes)
 	cl.segs = append(cl.segs, seg)
 	return seg, nil
 }
@@ -193,7 +238,7 @@ func (cl *commitLog) truncate(off int64) error {
 			break
 		}
 		// Entire segment beyond the cut.
-		_ = s.file.Close()
+		_ = s.close()
 		if err := cl.fs.Remove(filepath.Join(cl.dir, segmentName(s.base))); err != nil {
 			return fmt.Errorf("remove segment %s past the cut: %w", segmentName(s.base), err)
 		}

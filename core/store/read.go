@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -82,15 +81,6 @@ func (s *Store) queue(topicName string, q int) (*consumeQueue, error) {
 	}
 	return t.queues[q], nil
 }
-
-// spanPool recycles the buffers Read reads log spans into; message bodies
-// are copied out, so no buffer outlives its Read.
-var spanPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
-
-// readSpanGap is the largest gap between two records of a queue that Read
-// still covers with one read call: reading a few kilobytes of other queues'
-// records is cheaper than another system call.
-const readSpanGap = 8 << 10
 
 // Read implements core.Broker.
 func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult, error) {
@@ -171,58 +161,37 @@ func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult
 	if len(wants) == 0 {
 		return res, nil
 	}
-	for i := 0; i < len(wants); {
-		// Cover as many following wants as one read reasonably can.
-		start := wants[i].e.offset
-		_, segEnd, ok := s.cl.segmentBounds(start)
-		if !ok {
-			return s.partial(res, wants[i].qoff, fmt.Errorf("%w: offset %d", core.ErrMessageNotFound, start))
+	for _, w := range wants {
+		var m *core.StoredMessage
+		if w.e.size < recordMinLen || int(w.e.size) > s.opts.MaxMessageBytes {
+			err := fmt.Errorf("%w: consume queue entry of %d bytes", errBadRecord, w.e.size)
+			return s.partial(res, w.qoff, &core.CorruptError{Topic: req.Topic, Queue: req.Queue, QueueOffset: w.qoff, Err: err})
 		}
-		j := i + 1
-		end := start + int64(wants[i].e.size)
-		for j < len(wants) {
-			e := wants[j].e
-			if e.offset < end || e.offset-end > readSpanGap || e.offset+int64(e.size) > segEnd || e.offset+int64(e.size)-start > 4<<20 {
-				break
+		err := s.cl.view(w.e.offset, int(w.e.size), limit, func(rec []byte) error {
+			var derr error
+			m, derr = s.decodeAt(rec, w.e.offset)
+			if derr == nil {
+				m.Body = append([]byte(nil), m.Body...) // rec may be a mapping
 			}
-			end = e.offset + int64(e.size)
-			j++
+			return derr
+		})
+		if err == nil && (m.Topic != req.Topic || m.Queue != req.Queue || m.QueueOffset != w.qoff) {
+			err = fmt.Errorf("record at %d is %s/%d@%d, consume queue says %s/%d@%d",
+				w.e.offset, m.Topic, m.Queue, m.QueueOffset, req.Topic, req.Queue, w.qoff)
 		}
-		bp := spanPool.Get().(*[]byte)
-		if int64(cap(*bp)) < end-start {
-			*bp = make([]byte, end-start)
+		if errors.Is(err, core.ErrMessageNotFound) {
+			return s.partial(res, w.qoff, err)
 		}
-		buf := (*bp)[:end-start]
-		if err := s.cl.readAt(buf, start, limit); err != nil {
-			spanPool.Put(bp)
-			return s.partial(res, wants[i].qoff, err)
+		if err != nil {
+			cerr := &core.CorruptError{Topic: req.Topic, Queue: req.Queue, QueueOffset: w.qoff, Err: err}
+			s.log.Error().Err(err).Str("topic", req.Topic).Int("queue", req.Queue).Int64("queue_offset", w.qoff).
+				Int64("log_offset", w.e.offset).Msg("corrupt message not served")
+			return s.partial(res, w.qoff, cerr)
 		}
-		for k := i; k < j; k++ {
-			w := wants[k]
-			p := w.e.offset - start
-			rec := buf[p : p+int64(w.e.size)]
-			m, err := s.decodeAt(rec, w.e.offset)
-			if err == nil {
-				m.Body = append([]byte(nil), m.Body...) // buf goes back to the pool
-			}
-			if err == nil && (m.Topic != req.Topic || m.Queue != req.Queue || m.QueueOffset != w.qoff) {
-				err = fmt.Errorf("record at %d is %s/%d@%d, consume queue says %s/%d@%d",
-					w.e.offset, m.Topic, m.Queue, m.QueueOffset, req.Topic, req.Queue, w.qoff)
-			}
-			if err != nil {
-				spanPool.Put(bp)
-				cerr := &core.CorruptError{Topic: req.Topic, Queue: req.Queue, QueueOffset: w.qoff, Err: err}
-				s.log.Error().Err(err).Str("topic", req.Topic).Int("queue", req.Queue).Int64("queue_offset", w.qoff).
-					Int64("log_offset", w.e.offset).Msg("corrupt message not served")
-				return s.partial(res, w.qoff, cerr)
-			}
-			if tags != nil && !slices.Contains(req.Tags, m.Tag) {
-				continue // a tag-hash collision: the tag itself decides
-			}
-			res.Messages = append(res.Messages, m)
+		if tags != nil && !slices.Contains(req.Tags, m.Tag) {
+			continue // a tag-hash collision: the tag itself decides
 		}
-		spanPool.Put(bp)
-		i = j
+		res.Messages = append(res.Messages, m)
 	}
 	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/ferrymq/ferrymq/core/store/vfs"
@@ -25,6 +26,46 @@ type segment struct {
 	// size is the number of bytes written. Only the writer changes it (under
 	// commitLog.mu for readers' sake).
 	size int64
+	// mem maps the segment read-only when the filesystem allows it (nil
+	// otherwise). Readers copy from it under commitLog.mu held shared, and
+	// only below the confirmed end of the log, which the file covers.
+	mem []byte
+}
+
+// mapSegment maps s for reading if its file supports it. Failure to map is
+// not an error: reads fall back to pread.
+func (s *segment) mapFor(segBytes int64) {
+	m, ok := s.file.(vfs.Mapper)
+	if !ok {
+		return
+	}
+	size := max(segBytes, s.size)
+	if b, err := m.MapRead(size); err == nil {
+		s.mem = b
+	}
+}
+
+// close unmaps and closes the segment's file.
+func (s *segment) close() error {
+	if s.mem != nil {
+		_ = vfs.Unmap(s.mem)
+		s.mem = nil
+	}
+	return s.file.Close()
+}
+
+// copyMapped copies from a mapping with faults turned into errors: an I/O
+// error under a mapped page raises SIGBUS, which must not kill the process.
+func copyMapped(dst, src []byte) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = fmt.Errorf("fault reading mapped segment: %v", r)
+		}
+	}()
+	copy(dst, src)
+	return nil
 }
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d", base) }

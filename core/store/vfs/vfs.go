@@ -128,3 +128,34 @@ func (f osFile) Size() (int64, error) {
 	}
 	return st.Size(), nil
 }
+
+// Mapper is implemented by files that can be mapped into memory for
+// reading. The store maps commit-log segments so that reads copy straight
+// from the page cache, without a system call per read.
+type Mapper interface {
+	// MapRead maps the first size bytes of the file read-only and shared,
+	// so writes through the file are visible. size may exceed the file's
+	// current length; reading past the end of the file faults.
+	MapRead(size int64) ([]byte, error)
+}
+
+// Unmap releases a mapping returned by MapRead.
+func Unmap(b []byte) error { return syscall.Munmap(b) }
+
+func (f osFile) MapRead(size int64) ([]byte, error) {
+	rc, err := f.File.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var b []byte
+	var merr error
+	if err := rc.Control(func(fd uintptr) {
+		b, merr = syscall.Mmap(int(fd), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	}); err != nil {
+		return nil, err
+	}
+	if merr != nil {
+		return nil, &os.PathError{Op: "mmap", Path: f.File.Name(), Err: merr}
+	}
+	return b, nil
+}
