@@ -83,6 +83,14 @@
 // the failed batch, and cuts a partial write back off the file. Reads of
 // acknowledged data go on. Reopen the store once the cause is fixed.
 //
+// # Reads
+//
+// Segments are mapped read-only (mmap, shared) and records are decoded
+// straight from the page cache; a fault under a mapping (an I/O error, a
+// file cut behind the store's back) is turned into an error for that read,
+// never a crash. Reads never go past the confirmed end of the log. On a
+// filesystem without mappings (CrashFS) reads use pread.
+//
 // # Concurrency
 //
 // A Store is safe for concurrent use. Open starts a writer goroutine (one

@@ -448,3 +448,24 @@ func lastSegmentPathFS(t testing.TB, fsys vfs.FS) string {
 }
 
 var _ = errors.Is
+
+// TestMappedReadFaultIsAnError cuts a segment file under a running store (as
+// a failing disk or a careless operator would): reading the vanished bytes
+// through the mapping raises SIGBUS, which must come back as an error, not
+// kill the process.
+func TestMappedReadFaultIsAnError(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	s := openT(t, dir, Options{DefaultQueues: 1})
+	r, err := s.Produce(ctx, &core.Message{Topic: "f", Body: make([]byte, 8192)})
+	require.NoError(t, err)
+	_, err = s.Get(ctx, r.ID)
+	require.NoError(t, err)
+	require.NotNil(t, s.cl.segs[0].mem, "the segment is mapped")
+	require.NoError(t, os.Truncate(lastSegmentPath(t, dir), 0))
+	_, err = s.Get(ctx, r.ID)
+	require.Error(t, err)
+	require.ErrorContains(t, err, "fault")
+	_, err = s.Read(ctx, core.ReadRequest{Topic: "f"})
+	require.ErrorIs(t, err, core.ErrCorrupt)
+}
