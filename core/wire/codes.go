@@ -1,0 +1,154 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/pop"
+	"github.com/ferrymq/ferrymq/core/retry"
+)
+
+// Code is a stable numeric error code carried by error frames. These values
+// are part of the protocol and never change meaning.
+type Code uint16
+
+const (
+	CodeBadFrame      Code = 1 // the frame could not be decoded; the connection is closed
+	CodeVersion       Code = 2 // unsupported protocol version; closed
+	CodeUnauthorized  Code = 3 // bad or missing token; closed
+	CodeUnknownOp     Code = 4 // op not known to this server
+	CodeFrameTooLarge Code = 5 // frame over the limit; closed
+	CodeBadRequest    Code = 6 // the payload does not decode or a field is invalid
+	CodeHandshake     Code = 7 // a request before hello; closed
+
+	CodeTopicNotFound       Code = 10
+	CodeInvalidTopic        Code = 11
+	CodeMessageTooLarge     Code = 12
+	CodeInvalidMessage      Code = 13
+	CodeMessageNotFound     Code = 14
+	CodeStoreFailed         Code = 15 // the store refuses writes (disk full, I/O error)
+	CodeCorrupt             Code = 16
+	CodeQueueNotFound       Code = 17
+	CodeTopicExists         Code = 18
+	CodePropertiesTooLarge  Code = 19
+	CodeNoCommittedOffset   Code = 20
+	CodeUnknownMember       Code = 30
+	CodeNotAssigned         Code = 31
+	CodeQueueBusy           Code = 32 // retry shortly
+	CodeModeMismatch        Code = 33
+	CodeInvalidGroup        Code = 34
+	CodeNotSubscribed       Code = 35
+	CodeInvalidHandle       Code = 40
+	CodeHandleExpired       Code = 41
+	CodeInvisibleTime       Code = 42
+	CodeInternal            Code = 50
+	CodeShuttingDown        Code = 51 // retry on another connection
+	CodeOverloaded          Code = 52 // retry later
+	CodeTimeout             Code = 53 // the server gave up waiting (e.g. for durability); the outcome is unknown
+)
+
+// sentinels maps codes to the errors they stand for, in both directions.
+var sentinels = []struct {
+	code Code
+	err  error
+}{
+	{CodeTopicNotFound, core.ErrTopicNotFound},
+	{CodeInvalidTopic, core.ErrInvalidTopic},
+	{CodeMessageTooLarge, core.ErrMessageTooLarge},
+	{CodePropertiesTooLarge, core.ErrPropertiesTooLarge},
+	{CodeInvalidMessage, core.ErrInvalidMessage},
+	{CodeMessageNotFound, core.ErrMessageNotFound},
+	{CodeStoreFailed, core.ErrStoreFailed},
+	{CodeCorrupt, core.ErrCorrupt},
+	{CodeQueueNotFound, core.ErrQueueNotFound},
+	{CodeTopicExists, core.ErrTopicExists},
+	{CodeNoCommittedOffset, core.ErrNoCommittedOffset},
+	{CodeShuttingDown, core.ErrClosed},
+	{CodeUnknownMember, group.ErrUnknownMember},
+	{CodeNotAssigned, group.ErrNotAssigned},
+	{CodeQueueBusy, group.ErrQueueBusy},
+	{CodeModeMismatch, group.ErrModeMismatch},
+	{CodeInvalidGroup, group.ErrInvalidGroup},
+	{CodeInvalidGroup, retry.ErrInvalidGroup},
+	{CodeNotSubscribed, group.ErrNotSubscribed},
+	{CodeInvalidHandle, pop.ErrInvalidHandle},
+	{CodeHandleExpired, pop.ErrHandleExpired},
+	{CodeInvisibleTime, pop.ErrInvisibleTime},
+	{CodeBadRequest, pop.ErrInvalidRequest},
+	{CodeBadRequest, retry.ErrInvalidMax},
+	{CodeBadRequest, ErrBadPayload},
+	{CodeFrameTooLarge, ErrFrameTooLarge},
+	{CodeBadFrame, ErrBadFrame},
+}
+
+// Error is an error frame's content. It wraps the sentinel error its code
+// stands for, so errors.Is(err, core.ErrTopicNotFound) works across the wire.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("ferrymq: %s (code %d)", e.Message, e.Code) }
+
+// Unwrap returns the sentinel of the code, if any.
+func (e *Error) Unwrap() error {
+	for _, s := range sentinels {
+		if s.code == e.Code {
+			return s.err
+		}
+	}
+	return nil
+}
+
+// Retryable reports whether the same request may succeed if sent again
+// (on this or another connection).
+func (e *Error) Retryable() bool {
+	switch e.Code {
+	case CodeShuttingDown, CodeOverloaded, CodeQueueBusy:
+		return true
+	}
+	return false
+}
+
+// CodeOf picks the code for an error returned by the core.
+func CodeOf(err error) Code {
+	var we *Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return s.code
+		}
+	}
+	return CodeInternal
+}
+
+// maxErrorText bounds the message of an error frame.
+const maxErrorText = 1024
+
+// EncodeError is the payload of an error frame.
+func EncodeError(code Code, msg string) []byte {
+	if len(msg) > maxErrorText {
+		msg = msg[:maxErrorText]
+		for !utf8.ValidString(msg) {
+			msg = msg[:len(msg)-1]
+		}
+	}
+	b := make([]byte, 2+len(msg))
+	binary.BigEndian.PutUint16(b, uint16(code))
+	copy(b[2:], msg)
+	return b
+}
+
+// DecodeError parses an error frame's payload.
+func DecodeError(p []byte) *Error {
+	if len(p) < 2 {
+		return &Error{Code: CodeBadFrame, Message: "error frame without a code"}
+	}
+	return &Error{Code: Code(binary.BigEndian.Uint16(p)), Message: string(p[2:])}
+}

@@ -1,0 +1,146 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// HeaderLen is the size of a frame header, length field included.
+const HeaderLen = 16
+
+// DefaultMaxFrame bounds a frame unless the peers agree otherwise.
+const DefaultMaxFrame = 8 << 20
+
+// Op is an operation code. These values are part of the protocol.
+type Op uint8
+
+const (
+	OpHello   Op = 0x01 // JSON {version, token, client_id} → JSON {version, server, max_frame}
+	OpPing    Op = 0x02 // empty → empty (either side may send it)
+	OpProduce Op = 0x10 // binary messages → binary send results
+	OpPull    Op = 0x20 // JSON {topic, queue, offset, max, wait_ms, tags} → binary pull result (no group)
+
+	OpHeartbeat    Op = 0x21 // JSON group.HeartbeatRequest → JSON assignment
+	OpGroupPull    Op = 0x22 // JSON {group, client_id, topic, queue, offset, max, wait_ms} → binary pull result
+	OpCommit       Op = 0x23 // JSON {group, client_id, topic, queue, offset} → empty
+	OpRelease      Op = 0x24 // JSON {group, client_id, topic, queue} → empty
+	OpLeave        Op = 0x25 // JSON {group, client_id} → empty
+	OpSendBack     Op = 0x26 // JSON {group, id, reason} → JSON {outcome}   (nack: retry later)
+	OpDeadLetter   Op = 0x27 // JSON {group, id, reason, reconsume} → empty
+	OpPop          Op = 0x30 // JSON {group, topic, max, invisible_ms, wait_ms, orderly, tags} → binary popped
+	OpAck          Op = 0x31 // JSON {handle} → empty
+	OpChangeInvis  Op = 0x32 // JSON {handle, invisible_ms} → JSON {handle}
+	OpLag          Op = 0x40 // JSON {group, member} → JSON [queue lag]
+	OpReset        Op = 0x41 // JSON {group, topic, time, latest} → JSON {offsets}
+	OpGroups       Op = 0x42 // JSON {} → JSON [group info]
+	OpTopicCreate  Op = 0x50 // JSON {name, queues} → JSON topic info
+	OpTopicList    Op = 0x51 // JSON {} → JSON [topic info]
+	OpTopicGet     Op = 0x52 // JSON {name} → JSON topic info
+	OpGet          Op = 0x60 // 16-byte message ID → binary messages (one)
+	OpFindByKey    Op = 0x61 // JSON {topic, key, max, begin, end} → binary messages
+	OpCheckTxn     Op = 0x70 // push, reserved for transaction check-backs
+)
+
+// Flags of a frame.
+const (
+	FlagResponse byte = 0x01
+	FlagError    byte = 0x02
+	FlagPush     byte = 0x04
+	FlagNoReply  byte = 0x08
+)
+
+// Frame is one protocol frame.
+type Frame struct {
+	Op      Op
+	Flags   byte
+	ID      uint64
+	Payload []byte
+}
+
+// Errors of the frame codec.
+var (
+	// ErrFrameTooLarge is returned when a frame's length exceeds the limit;
+	// the connection cannot be resynchronised and must be closed.
+	ErrFrameTooLarge = errors.New("wire: frame too large")
+	// ErrBadFrame is returned for a frame whose header is malformed.
+	ErrBadFrame = errors.New("wire: malformed frame")
+	// ErrBadPayload is returned when a payload does not decode.
+	ErrBadPayload = errors.New("wire: malformed payload")
+)
+
+// AppendFrame appends f's encoding to dst.
+func AppendFrame(dst []byte, f Frame) []byte {
+	var h [HeaderLen]byte
+	binary.BigEndian.PutUint32(h[0:], uint32(HeaderLen-4+len(f.Payload)))
+	h[4] = byte(f.Op)
+	h[5] = f.Flags
+	binary.BigEndian.PutUint64(h[8:], f.ID)
+	dst = append(dst, h[:]...)
+	return append(dst, f.Payload...)
+}
+
+// ReadFrame reads one frame from r, refusing frames longer than max before
+// allocating anything. The payload is freshly allocated (the caller owns it).
+func ReadFrame(r io.Reader, max int) (Frame, error) {
+	var h [HeaderLen]byte
+	if _, err := io.ReadFull(r, h[:4]); err != nil {
+		return Frame{}, err
+	}
+	n := int(binary.BigEndian.Uint32(h[:4]))
+	if n < HeaderLen-4 {
+		return Frame{}, fmt.Errorf("%w: length %d shorter than a header", ErrBadFrame, n)
+	}
+	if n > max {
+		return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, max)
+	}
+	if _, err := io.ReadFull(r, h[4:]); err != nil {
+		return Frame{}, unexpected(err)
+	}
+	if h[6] != 0 || h[7] != 0 {
+		return Frame{}, fmt.Errorf("%w: reserved bytes set", ErrBadFrame)
+	}
+	f := Frame{Op: Op(h[4]), Flags: h[5], ID: binary.BigEndian.Uint64(h[8:])}
+	if p := n - (HeaderLen - 4); p > 0 {
+		f.Payload = make([]byte, p)
+		if _, err := io.ReadFull(r, f.Payload); err != nil {
+			return Frame{}, unexpected(err)
+		}
+	}
+	return f, nil
+}
+
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Known reports whether op is an operation of this protocol version.
+func (op Op) Known() bool {
+	switch op {
+	case OpHello, OpPing, OpProduce, OpPull, OpHeartbeat, OpGroupPull, OpCommit, OpRelease, OpLeave,
+		OpSendBack, OpDeadLetter, OpPop, OpAck, OpChangeInvis, OpLag, OpReset, OpGroups,
+		OpTopicCreate, OpTopicList, OpTopicGet, OpGet, OpFindByKey, OpCheckTxn:
+		return true
+	}
+	return false
+}
+
+func (op Op) String() string {
+	names := map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produce", OpPull: "pull",
+		OpHeartbeat: "heartbeat", OpGroupPull: "group-pull", OpCommit: "commit", OpRelease: "release",
+		OpLeave: "leave", OpSendBack: "send-back", OpDeadLetter: "dead-letter", OpPop: "pop", OpAck: "ack",
+		OpChangeInvis: "change-invisible", OpLag: "lag", OpReset: "reset", OpGroups: "groups",
+		OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpGet: "get",
+		OpFindByKey: "find-by-key", OpCheckTxn: "check-transaction"}
+	if s, ok := names[op]; ok {
+		return s
+	}
+	return fmt.Sprintf("op(%#02x)", byte(op))
+}

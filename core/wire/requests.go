@@ -1,0 +1,191 @@
+package wire
+
+import "time"
+
+// JSON payloads of the control operations. Field names are the protocol's;
+// times are RFC 3339 strings, durations milliseconds.
+
+// Hello opens a connection (OpHello).
+type Hello struct {
+	Version  int    `json:"version"`
+	Token    string `json:"token,omitempty"`
+	ClientID string `json:"client_id,omitempty"`
+}
+
+// HelloReply answers Hello.
+type HelloReply struct {
+	Version  int    `json:"version"`
+	Server   string `json:"server"`
+	MaxFrame int    `json:"max_frame"`
+	// KeepaliveMS is how often the server expects to hear from the client
+	// (any frame; OpPing when idle). Silence for three times as long closes
+	// the connection.
+	KeepaliveMS int64 `json:"keepalive_ms"`
+}
+
+// PullReq reads a queue without a group (OpPull).
+type PullReq struct {
+	Topic  string   `json:"topic"`
+	Queue  int      `json:"queue"`
+	Offset int64    `json:"offset"`
+	Max    int      `json:"max,omitempty"`
+	WaitMS int64    `json:"wait_ms,omitempty"`
+	Tags   []string `json:"tags,omitempty"`
+}
+
+// Subscription is one topic of a heartbeat.
+type Subscription struct {
+	Topic string   `json:"topic"`
+	Tags  []string `json:"tags,omitempty"`
+}
+
+// HeartbeatReq registers or refreshes a group member (OpHeartbeat).
+type HeartbeatReq struct {
+	Group         string         `json:"group"`
+	ClientID      string         `json:"client_id"`
+	Mode          string         `json:"mode,omitempty"` // "clustering" (default) or "broadcast"
+	From          string         `json:"from,omitempty"` // "earliest" (default) or "latest"
+	Subscriptions []Subscription `json:"subscriptions"`
+}
+
+// QueueRef names a queue.
+type QueueRef struct {
+	Topic string `json:"topic"`
+	Queue int    `json:"queue"`
+}
+
+// Assignment answers a heartbeat.
+type Assignment struct {
+	Version uint64     `json:"version"`
+	Queues  []QueueRef `json:"queues"`
+}
+
+// GroupPullReq pulls a queue for a group member (OpGroupPull). Offset -1
+// starts from the group's committed offset.
+type GroupPullReq struct {
+	Group    string `json:"group"`
+	ClientID string `json:"client_id"`
+	Topic    string `json:"topic"`
+	Queue    int    `json:"queue"`
+	Offset   int64  `json:"offset"`
+	Max      int    `json:"max,omitempty"`
+	WaitMS   int64  `json:"wait_ms,omitempty"`
+}
+
+// CommitReq commits a member's progress (OpCommit); also OpRelease (offset
+// unused) and OpLeave (topic, queue, offset unused).
+type CommitReq struct {
+	Group    string `json:"group"`
+	ClientID string `json:"client_id"`
+	Topic    string `json:"topic,omitempty"`
+	Queue    int    `json:"queue,omitempty"`
+	Offset   int64  `json:"offset,omitempty"`
+}
+
+// SendBackReq asks for a message to be redelivered later (OpSendBack) or
+// dead-lettered (OpDeadLetter, with its reconsume count).
+type SendBackReq struct {
+	Group     string `json:"group"`
+	ID        string `json:"id"`
+	Reason    string `json:"reason,omitempty"`
+	Reconsume int    `json:"reconsume,omitempty"`
+}
+
+// SendBackReply says where a sent-back message went: "scheduled" or
+// "dead-lettered".
+type SendBackReply struct {
+	Outcome string `json:"outcome"`
+}
+
+// PopReq pops messages (OpPop).
+type PopReq struct {
+	Group       string   `json:"group"`
+	Topic       string   `json:"topic"`
+	Max         int      `json:"max,omitempty"`
+	InvisibleMS int64    `json:"invisible_ms,omitempty"`
+	WaitMS      int64    `json:"wait_ms,omitempty"`
+	Orderly     bool     `json:"orderly,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
+}
+
+// HandleReq acknowledges (OpAck) or changes the invisibility of
+// (OpChangeInvis) a popped message.
+type HandleReq struct {
+	Handle      string `json:"handle"`
+	InvisibleMS int64  `json:"invisible_ms,omitempty"`
+}
+
+// LagReq asks for a group's progress (OpLag).
+type LagReq struct {
+	Group  string `json:"group"`
+	Member string `json:"member,omitempty"`
+}
+
+// QueueLag is one queue's progress.
+type QueueLag struct {
+	Topic        string    `json:"topic"`
+	Queue        int       `json:"queue"`
+	Committed    int64     `json:"committed"`
+	Min          int64     `json:"min"`
+	Max          int64     `json:"max"`
+	Lag          int64     `json:"lag"`
+	LastConsumed time.Time `json:"last_consumed,omitzero"`
+	Owner        string    `json:"owner,omitempty"`
+}
+
+// ResetReq moves a group's offsets (OpReset): to Time if set, else to the
+// latest if Latest, else to the earliest.
+type ResetReq struct {
+	Group  string    `json:"group"`
+	Topic  string    `json:"topic"`
+	Time   time.Time `json:"time,omitzero"`
+	Latest bool      `json:"latest,omitempty"`
+}
+
+// ResetReply has the new offset of each queue.
+type ResetReply struct {
+	Offsets []int64 `json:"offsets"`
+}
+
+// GroupInfo describes a group with live members (OpGroups).
+type GroupInfo struct {
+	Group   string       `json:"group"`
+	Mode    string       `json:"mode"`
+	Members []MemberInfo `json:"members"`
+}
+
+// MemberInfo describes a live member.
+type MemberInfo struct {
+	ClientID      string     `json:"client_id"`
+	LastHeartbeat time.Time  `json:"last_heartbeat"`
+	Queues        []QueueRef `json:"queues"`
+}
+
+// TopicReq names a topic (OpTopicGet) or creates one (OpTopicCreate).
+type TopicReq struct {
+	Name   string `json:"name"`
+	Queues int    `json:"queues,omitempty"`
+}
+
+// TopicInfo describes a topic.
+type TopicInfo struct {
+	Name      string       `json:"name"`
+	Queues    int          `json:"queues"`
+	CreatedAt time.Time    `json:"created_at"`
+	Ranges    []QueueRange `json:"ranges"`
+}
+
+// QueueRange is a queue's readable offsets [min, max).
+type QueueRange struct {
+	Min int64 `json:"min"`
+	Max int64 `json:"max"`
+}
+
+// FindReq finds messages by key (OpFindByKey).
+type FindReq struct {
+	Topic string    `json:"topic"`
+	Key   string    `json:"key"`
+	Max   int       `json:"max,omitempty"`
+	Begin time.Time `json:"begin,omitzero"`
+	End   time.Time `json:"end,omitzero"`
+}
