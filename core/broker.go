@@ -23,6 +23,13 @@ type Broker interface {
 	// them has been acknowledged (some may still be stored, as with any
 	// failed produce: at-least-once).
 	ProduceBatch(ctx context.Context, msgs []*Message) ([]SendResult, error)
+	// ProduceAsync stores msgs like ProduceBatch without waiting: the
+	// messages are appended before it returns, in call order, so pipelined
+	// calls keep per-key order; done is called exactly once, when they are
+	// durable under the flush policy or with the error (possibly before
+	// ProduceAsync returns). done runs on an engine goroutine and must not
+	// block.
+	ProduceAsync(msgs []*Message, done func([]SendResult, error))
 
 	// CreateTopic creates a topic, or returns the existing one when its
 	// configuration matches (ErrTopicExists otherwise).

@@ -135,6 +135,7 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan error,
 type waiter struct {
 	end int64
 	ch  chan error
+	cb  func(error) // set instead of ch by ProduceAsync; runs on the writer goroutine
 }
 
 func (b *batch) reset() {
@@ -410,27 +411,69 @@ func (s *Store) ProduceBatch(ctx context.Context, msgs []*core.Message) ([]core.
 	return s.produce(ctx, msgs)
 }
 
-func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendResult, error) {
-	if s.closed.Load() {
-		return nil, core.ErrClosed
+// ProduceAsync implements core.Broker.
+func (s *Store) ProduceAsync(msgs []*core.Message, done func([]core.SendResult, error)) {
+	if len(msgs) == 0 {
+		done(nil, nil)
+		return
 	}
+	res := make([]core.SendResult, len(msgs)) // filled before w can run
+	w := &waiter{}
+	w.cb = func(err error) {
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		s.stats.messages.Add(int64(len(msgs)))
+		done(res, nil)
+	}
+	if err := s.appendAll(msgs, w, res); err != nil {
+		done(nil, err)
+	}
+}
+
+func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	w := waiterPool.Get().(*waiter)
+	res := make([]core.SendResult, len(msgs))
+	if err := s.appendAll(msgs, w, res); err != nil {
+		waiterPool.Put(w)
+		return nil, err
+	}
+	select {
+	case err := <-w.ch:
+		waiterPool.Put(w)
+		if err != nil {
+			return nil, err
+		}
+		s.stats.messages.Add(int64(len(msgs)))
+		return res, nil
+	case <-ctx.Done():
+		// The messages may still be stored; the caller was told nothing.
+		return nil, fmt.Errorf("produce: %w", ctx.Err())
+	}
+}
+
+// appendAll validates and encodes msgs, then appends them in one critical
+// section, fills res (one per message) and queues w to be woken when they
+// are durable. On error nothing was appended and w will not be woken.
+func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult) error {
+	if s.closed.Load() {
+		return core.ErrClosed
 	}
 	preps := make([]prepared, len(msgs))
 	for i, m := range msgs {
 		p, err := s.prepare(m)
 		if err != nil {
 			if len(msgs) > 1 {
-				return nil, fmt.Errorf("message %d: %w", i, err)
+				return fmt.Errorf("message %d: %w", i, err)
 			}
-			return nil, err
+			return err
 		}
 		preps[i] = p
 	}
-	res := make([]core.SendResult, len(msgs))
-	w := waiterPool.Get().(*waiter)
-
 	s.appendMu.Lock()
 	if s.closing || s.failErr != nil {
 		err := s.failErr
@@ -438,8 +481,7 @@ func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendR
 			err = core.ErrClosed
 		}
 		s.appendMu.Unlock()
-		waiterPool.Put(w)
-		return nil, err
+		return err
 	}
 	now := s.opts.Now().UnixNano()
 	if now <= s.lastStored {
@@ -493,18 +535,7 @@ func (s *Store) produce(ctx context.Context, msgs []*core.Message) ([]core.SendR
 	case s.kick <- struct{}{}:
 	default:
 	}
-	select {
-	case err := <-w.ch:
-		waiterPool.Put(w)
-		if err != nil {
-			return nil, err
-		}
-		s.stats.messages.Add(int64(len(msgs)))
-		return res, nil
-	case <-ctx.Done():
-		// The messages may still be stored; the caller was told nothing.
-		return nil, fmt.Errorf("produce: %w", ctx.Err())
-	}
+	return nil
 }
 
 // writeLoop is the single writer and the heart of group commit: each cycle
@@ -653,6 +684,10 @@ func (s *Store) fail(cause error) error {
 
 func wake(ws []*waiter, err error) {
 	for _, w := range ws {
+		if w.cb != nil {
+			w.cb(err)
+			continue
+		}
 		w.ch <- err
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -315,4 +317,48 @@ func TestReadFiltersByTag(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.Messages)
 	require.Equal(t, int64(30), res.NextOffset)
+}
+
+func TestProduceAsyncKeepsCallOrder(t *testing.T) {
+	for _, policy := range []FlushPolicy{FlushAsync, FlushSync} {
+		t.Run(string(policy), func(t *testing.T) {
+			s := openT(t, "", Options{FlushPolicy: policy, DefaultQueues: 4})
+			const n = 2000
+			var wg sync.WaitGroup
+			wg.Add(n)
+			var mu sync.Mutex
+			calls := map[int]int{}
+			for i := 0; i < n; i++ {
+				m := &core.Message{Topic: "a", ShardingKey: fmt.Sprintf("k%d", i%5), Body: []byte(strconv.Itoa(i))}
+				s.ProduceAsync([]*core.Message{m}, func(res []core.SendResult, err error) {
+					defer wg.Done()
+					require.NoError(t, err)
+					require.Len(t, res, 1)
+					mu.Lock()
+					calls[i]++
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			for i := 0; i < n; i++ {
+				require.Equal(t, 1, calls[i], "done called exactly once")
+			}
+			for q := 0; q < 4; q++ {
+				last := map[string]int{}
+				for _, m := range readAll(t, s, "a", q) {
+					v, _ := strconv.Atoi(string(m.Body))
+					if p, ok := last[m.ShardingKey]; ok {
+						require.Less(t, p, v, "per-key order is call order")
+					}
+					last[m.ShardingKey] = v
+				}
+			}
+			require.NoError(t, s.Close())
+			errc := make(chan error, 1)
+			s.ProduceAsync([]*core.Message{{Topic: "a"}}, func(_ []core.SendResult, err error) { errc <- err })
+			require.ErrorIs(t, <-errc, core.ErrClosed)
+			s.ProduceAsync([]*core.Message{{Topic: "bad/topic"}}, func(_ []core.SendResult, err error) { errc <- err })
+			require.Error(t, <-errc)
+		})
+	}
 }

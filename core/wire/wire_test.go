@@ -48,7 +48,7 @@ func TestReadFrameRejects(t *testing.T) {
 		"huge length":      {[]byte{0x7F, 0xFF, 0xFF, 0xFF}, ErrFrameTooLarge},
 		"short length":     {[]byte{0, 0, 0, 3, 1, 2, 3}, ErrBadFrame},
 		"truncated header": {[]byte{0, 0, 0, 12, 1}, io.ErrUnexpectedEOF},
-		"truncated body":   {append(AppendFrame(nil, Frame{Op: OpPing, Payload: []byte("abcdef")})[:18]), io.ErrUnexpectedEOF},
+		"truncated body":   {AppendFrame(nil, Frame{Op: OpPing, Payload: []byte("abcdef")})[:18], io.ErrUnexpectedEOF},
 		"reserved set":     {[]byte{0, 0, 0, 12, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, ErrBadFrame},
 	}
 	for name, c := range cases {
