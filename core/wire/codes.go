@@ -25,30 +25,30 @@ const (
 	CodeBadRequest    Code = 6 // the payload does not decode or a field is invalid
 	CodeHandshake     Code = 7 // a request before hello; closed
 
-	CodeTopicNotFound       Code = 10
-	CodeInvalidTopic        Code = 11
-	CodeMessageTooLarge     Code = 12
-	CodeInvalidMessage      Code = 13
-	CodeMessageNotFound     Code = 14
-	CodeStoreFailed         Code = 15 // the store refuses writes (disk full, I/O error)
-	CodeCorrupt             Code = 16
-	CodeQueueNotFound       Code = 17
-	CodeTopicExists         Code = 18
-	CodePropertiesTooLarge  Code = 19
-	CodeNoCommittedOffset   Code = 20
-	CodeUnknownMember       Code = 30
-	CodeNotAssigned         Code = 31
-	CodeQueueBusy           Code = 32 // retry shortly
-	CodeModeMismatch        Code = 33
-	CodeInvalidGroup        Code = 34
-	CodeNotSubscribed       Code = 35
-	CodeInvalidHandle       Code = 40
-	CodeHandleExpired       Code = 41
-	CodeInvisibleTime       Code = 42
-	CodeInternal            Code = 50
-	CodeShuttingDown        Code = 51 // retry on another connection
-	CodeOverloaded          Code = 52 // retry later
-	CodeTimeout             Code = 53 // the server gave up waiting (e.g. for durability); the outcome is unknown
+	CodeTopicNotFound      Code = 10
+	CodeInvalidTopic       Code = 11
+	CodeMessageTooLarge    Code = 12
+	CodeInvalidMessage     Code = 13
+	CodeMessageNotFound    Code = 14
+	CodeStoreFailed        Code = 15 // the store refuses writes (disk full, I/O error)
+	CodeCorrupt            Code = 16
+	CodeQueueNotFound      Code = 17
+	CodeTopicExists        Code = 18
+	CodePropertiesTooLarge Code = 19
+	CodeNoCommittedOffset  Code = 20
+	CodeUnknownMember      Code = 30
+	CodeNotAssigned        Code = 31
+	CodeQueueBusy          Code = 32 // retry shortly
+	CodeModeMismatch       Code = 33
+	CodeInvalidGroup       Code = 34
+	CodeNotSubscribed      Code = 35
+	CodeInvalidHandle      Code = 40
+	CodeHandleExpired      Code = 41
+	CodeInvisibleTime      Code = 42
+	CodeInternal           Code = 50
+	CodeShuttingDown       Code = 51 // retry on another connection
+	CodeOverloaded         Code = 52 // retry later
+	CodeTimeout            Code = 53 // the server gave up waiting (e.g. for durability); the outcome is unknown
 )
 
 // sentinels maps codes to the errors they stand for, in both directions.

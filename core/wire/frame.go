@@ -25,25 +25,25 @@ const (
 	OpProduce Op = 0x10 // binary messages → binary send results
 	OpPull    Op = 0x20 // JSON {topic, queue, offset, max, wait_ms, tags} → binary pull result (no group)
 
-	OpHeartbeat    Op = 0x21 // JSON group.HeartbeatRequest → JSON assignment
-	OpGroupPull    Op = 0x22 // JSON {group, client_id, topic, queue, offset, max, wait_ms} → binary pull result
-	OpCommit       Op = 0x23 // JSON {group, client_id, topic, queue, offset} → empty
-	OpRelease      Op = 0x24 // JSON {group, client_id, topic, queue} → empty
-	OpLeave        Op = 0x25 // JSON {group, client_id} → empty
-	OpSendBack     Op = 0x26 // JSON {group, id, reason} → JSON {outcome}   (nack: retry later)
-	OpDeadLetter   Op = 0x27 // JSON {group, id, reason, reconsume} → empty
-	OpPop          Op = 0x30 // JSON {group, topic, max, invisible_ms, wait_ms, orderly, tags} → binary popped
-	OpAck          Op = 0x31 // JSON {handle} → empty
-	OpChangeInvis  Op = 0x32 // JSON {handle, invisible_ms} → JSON {handle}
-	OpLag          Op = 0x40 // JSON {group, member} → JSON [queue lag]
-	OpReset        Op = 0x41 // JSON {group, topic, time, latest} → JSON {offsets}
-	OpGroups       Op = 0x42 // JSON {} → JSON [group info]
-	OpTopicCreate  Op = 0x50 // JSON {name, queues} → JSON topic info
-	OpTopicList    Op = 0x51 // JSON {} → JSON [topic info]
-	OpTopicGet     Op = 0x52 // JSON {name} → JSON topic info
-	OpGet          Op = 0x60 // 16-byte message ID → binary messages (one)
-	OpFindByKey    Op = 0x61 // JSON {topic, key, max, begin, end} → binary messages
-	OpCheckTxn     Op = 0x70 // push, reserved for transaction check-backs
+	OpHeartbeat   Op = 0x21 // JSON group.HeartbeatRequest → JSON assignment
+	OpGroupPull   Op = 0x22 // JSON {group, client_id, topic, queue, offset, max, wait_ms} → binary pull result
+	OpCommit      Op = 0x23 // JSON {group, client_id, topic, queue, offset} → empty
+	OpRelease     Op = 0x24 // JSON {group, client_id, topic, queue} → empty
+	OpLeave       Op = 0x25 // JSON {group, client_id} → empty
+	OpSendBack    Op = 0x26 // JSON {group, id, reason} → JSON {outcome}   (nack: retry later)
+	OpDeadLetter  Op = 0x27 // JSON {group, id, reason, reconsume} → empty
+	OpPop         Op = 0x30 // JSON {group, topic, max, invisible_ms, wait_ms, orderly, tags} → binary popped
+	OpAck         Op = 0x31 // JSON {handle} → empty
+	OpChangeInvis Op = 0x32 // JSON {handle, invisible_ms} → JSON {handle}
+	OpLag         Op = 0x40 // JSON {group, member} → JSON [queue lag]
+	OpReset       Op = 0x41 // JSON {group, topic, time, latest} → JSON {offsets}
+	OpGroups      Op = 0x42 // JSON {} → JSON [group info]
+	OpTopicCreate Op = 0x50 // JSON {name, queues} → JSON topic info
+	OpTopicList   Op = 0x51 // JSON {} → JSON [topic info]
+	OpTopicGet    Op = 0x52 // JSON {name} → JSON topic info
+	OpGet         Op = 0x60 // 16-byte message ID → binary messages (one)
+	OpFindByKey   Op = 0x61 // JSON {topic, key, max, begin, end} → binary messages
+	OpCheckTxn    Op = 0x70 // push, reserved for transaction check-backs
 )
 
 // Flags of a frame.
