@@ -552,3 +552,30 @@ type MemberInfo struct {
 	LastHeartbeat time.Time
 	Queues        []QueueRef
 }
+
+// GroupInfo describes a group with live members.
+type GroupInfo struct {
+	Name    string
+	Mode    Mode
+	Members []MemberInfo
+}
+
+// Groups lists the groups that have live members, sorted by name.
+func (c *Coordinator) Groups() []GroupInfo {
+	c.mu.Lock()
+	names := make([]string, 0, len(c.groups))
+	modes := map[string]Mode{}
+	for name, g := range c.groups {
+		if len(g.members) > 0 {
+			names = append(names, name)
+			modes[name] = g.mode
+		}
+	}
+	c.mu.Unlock()
+	sort.Strings(names)
+	out := make([]GroupInfo, 0, len(names))
+	for _, n := range names {
+		out = append(out, GroupInfo{Name: n, Mode: modes[n], Members: c.Members(n)})
+	}
+	return out
+}

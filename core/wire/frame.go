@@ -75,13 +75,18 @@ var (
 
 // AppendFrame appends f's encoding to dst.
 func AppendFrame(dst []byte, f Frame) []byte {
+	return append(AppendHeader(dst, f, len(f.Payload)), f.Payload...)
+}
+
+// AppendHeader appends the header of a frame whose payload of payloadLen
+// bytes the caller writes next (to avoid copying large payloads).
+func AppendHeader(dst []byte, f Frame, payloadLen int) []byte {
 	var h [HeaderLen]byte
-	binary.BigEndian.PutUint32(h[0:], uint32(HeaderLen-4+len(f.Payload)))
+	binary.BigEndian.PutUint32(h[0:], uint32(HeaderLen-4+payloadLen))
 	h[4] = byte(f.Op)
 	h[5] = f.Flags
 	binary.BigEndian.PutUint64(h[8:], f.ID)
-	dst = append(dst, h[:]...)
-	return append(dst, f.Payload...)
+	return append(dst, h[:]...)
 }
 
 // ReadFrame reads one frame from r, refusing frames longer than max before

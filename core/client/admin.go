@@ -1,0 +1,98 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// CreateTopic creates a topic (or returns it if it exists with the same
+// queue count).
+func (c *Client) CreateTopic(ctx context.Context, name string, queues int) (wire.TopicInfo, error) {
+	var out wire.TopicInfo
+	err := c.callJSON(ctx, wire.OpTopicCreate, wire.TopicReq{Name: name, Queues: queues}, &out)
+	return out, err
+}
+
+// Topic describes a topic.
+func (c *Client) Topic(ctx context.Context, name string) (wire.TopicInfo, error) {
+	var out wire.TopicInfo
+	err := c.callJSON(ctx, wire.OpTopicGet, wire.TopicReq{Name: name}, &out)
+	return out, err
+}
+
+// Topics lists topics.
+func (c *Client) Topics(ctx context.Context) ([]wire.TopicInfo, error) {
+	var out []wire.TopicInfo
+	err := c.callJSON(ctx, wire.OpTopicList, struct{}{}, &out)
+	return out, err
+}
+
+// Groups lists groups with live members.
+func (c *Client) Groups(ctx context.Context) ([]wire.GroupInfo, error) {
+	var out []wire.GroupInfo
+	err := c.callJSON(ctx, wire.OpGroups, struct{}{}, &out)
+	return out, err
+}
+
+// Lag reports a group's progress per queue (member: a broadcast member's
+// own progress; empty otherwise).
+func (c *Client) Lag(ctx context.Context, group, member string) ([]wire.QueueLag, error) {
+	var out []wire.QueueLag
+	err := c.callJSON(ctx, wire.OpLag, wire.LagReq{Group: group, Member: member}, &out)
+	return out, err
+}
+
+// ResetOffsets moves a group's offsets on topic to the first message at or
+// after t (zero: the earliest, or the latest if latest is set).
+func (c *Client) ResetOffsets(ctx context.Context, group, topic string, t time.Time, latest bool) ([]int64, error) {
+	var out wire.ResetReply
+	err := c.callJSON(ctx, wire.OpReset, wire.ResetReq{Group: group, Topic: topic, Time: t, Latest: latest}, &out)
+	return out.Offsets, err
+}
+
+// Get returns the message with the given ID.
+func (c *Client) Get(ctx context.Context, id core.MessageID) (*core.StoredMessage, error) {
+	b, err := c.call(ctx, wire.OpGet, id[:])
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := wire.DecodeStored(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) != 1 {
+		return nil, core.ErrMessageNotFound
+	}
+	return msgs[0], nil
+}
+
+// FindByKey returns messages of topic with the given key.
+func (c *Client) FindByKey(ctx context.Context, topic, key string, q core.KeyQuery) ([]*core.StoredMessage, error) {
+	b, err := jsonBytes(wire.FindReq{Topic: topic, Key: key, Max: q.Max, Begin: q.Begin, End: q.End})
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.call(ctx, wire.OpFindByKey, b)
+	if err != nil {
+		return nil, err
+	}
+	return wire.DecodeStored(p)
+}
+
+// Pull reads a queue without a group, waiting up to wait for messages.
+func (c *Client) Pull(ctx context.Context, topic string, queue int, offset int64, max int, wait time.Duration) (wire.PullResult, error) {
+	b, err := jsonBytes(wire.PullReq{Topic: topic, Queue: queue, Offset: offset, Max: max, WaitMS: wait.Milliseconds()})
+	if err != nil {
+		return wire.PullResult{}, err
+	}
+	ctx, cancel := withWait(ctx, c, wait)
+	defer cancel()
+	p, err := c.call(ctx, wire.OpPull, b)
+	if err != nil {
+		return wire.PullResult{}, err
+	}
+	return wire.DecodePull(p)
+}

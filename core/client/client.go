@@ -1,0 +1,501 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// Errors of the client itself; errors from the server arrive as
+// *wire.Error, which unwraps to the core's sentinels (errors.Is works).
+var (
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("client: closed")
+	// ErrConnLost is returned for a request whose connection broke before
+	// it was answered; the request may or may not have taken effect.
+	ErrConnLost = errors.New("client: connection lost")
+)
+
+// Options configure a Client. A zero field means its default.
+type Options struct {
+	// Addr is the server's core address, host:port.
+	Addr string
+	// Token is presented in the handshake when the server requires one.
+	Token string
+	// ClientID names this client to the server; default host-pid-random.
+	ClientID string
+	// DialTimeout bounds one connection attempt; default 5 s.
+	DialTimeout time.Duration
+	// RequestTimeout applies to calls whose context has no deadline;
+	// default 30 s (long polls add their wait).
+	RequestTimeout time.Duration
+	// MaxBackoff caps the pause between reconnection attempts; default 5 s.
+	MaxBackoff time.Duration
+	// MaxFrame bounds frames from the server; default wire.DefaultMaxFrame.
+	MaxFrame int
+	// MaxInflight bounds unanswered requests; further calls wait. Default
+	// 256 (the server's default).
+	MaxInflight int
+	Logger      *zerolog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.ClientID == "" {
+		h, _ := os.Hostname()
+		if h == "" {
+			h = "client"
+		}
+		o.ClientID = fmt.Sprintf("%s-%d-%04x", sanitize(h), os.Getpid(), rand.IntN(1<<16))
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 30 * time.Second
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	if o.MaxFrame == 0 {
+		o.MaxFrame = wire.DefaultMaxFrame
+	}
+	if o.MaxInflight == 0 {
+		o.MaxInflight = 256
+	}
+	if o.Logger == nil {
+		l := zerolog.Nop()
+		o.Logger = &l
+	}
+	return o
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+// Client is one connection to a ferrymq core server that reconnects by
+// itself with backoff. Requests are pipelined: many may be in flight at once.
+// It is safe for concurrent use.
+type Client struct {
+	opts Options
+	log  zerolog.Logger
+	slot chan struct{} // in-flight bound
+
+	nextID atomic.Uint64
+
+	mu     sync.Mutex
+	sess   *session
+	ready  chan struct{} // closed while sess is usable
+	closed bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Dial connects to the server (the first connection must succeed) and keeps
+// the client connected until Close.
+func Dial(ctx context.Context, opts Options) (*Client, error) {
+	opts = opts.withDefaults()
+	if opts.Addr == "" {
+		return nil, errors.New("client: no server address")
+	}
+	c := &Client{opts: opts, log: opts.Logger.With().Str("component", "client").Str("server", opts.Addr).Logger(),
+		slot: make(chan struct{}, opts.MaxInflight), ready: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	s, err := c.connect(ctx)
+	if err != nil {
+		c.cancel()
+		return nil, err
+	}
+	c.install(s)
+	c.wg.Add(1)
+	go c.maintain()
+	return c, nil
+}
+
+// ClientID is the ID this client presents.
+func (c *Client) ClientID() string { return c.opts.ClientID }
+
+// Close ends the connection; calls in flight fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	s := c.sess
+	c.mu.Unlock()
+	c.cancel()
+	if s != nil {
+		s.shutdown(ErrClosed)
+	}
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Client) install(s *session) {
+	c.mu.Lock()
+	c.sess = s
+	close(c.ready)
+	c.mu.Unlock()
+}
+
+// maintain reconnects whenever the session ends.
+func (c *Client) maintain() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		s := c.sess
+		c.mu.Unlock()
+		select {
+		case <-s.done:
+		case <-c.ctx.Done():
+			return
+		}
+		c.mu.Lock()
+		c.ready = make(chan struct{})
+		c.mu.Unlock()
+		c.log.Warn().Err(s.err).Msg("connection lost; reconnecting")
+		backoff := 50 * time.Millisecond
+		for {
+			ns, err := c.connect(c.ctx)
+			if err == nil {
+				c.install(ns)
+				c.log.Info().Msg("reconnected")
+				break
+			}
+			if c.ctx.Err() != nil {
+				return
+			}
+			t := time.NewTimer(backoff + time.Duration(rand.Int64N(int64(backoff)/2+1)))
+			select {
+			case <-t.C:
+			case <-c.ctx.Done():
+				t.Stop()
+				return
+			}
+			backoff = min(2*backoff, c.opts.MaxBackoff)
+		}
+	}
+}
+
+// session returns the live session, waiting for a reconnect if needed.
+func (c *Client) session(ctx context.Context) (*session, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		ready, s := c.ready, c.sess
+		c.mu.Unlock()
+		select {
+		case <-ready:
+			select {
+			case <-s.done:
+				// dead but not yet replaced: wait for maintain
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-c.ctx.Done():
+					return nil, ErrClosed
+				case <-time.After(10 * time.Millisecond):
+				}
+				continue
+			default:
+				return s, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrConnLost, ctx.Err())
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// result is a response or an error.
+type result struct {
+	payload []byte
+	err     error
+}
+
+// call sends a request and waits for its response.
+func (c *Client) call(ctx context.Context, op wire.Op, payload []byte) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+	}
+	ch := make(chan result, 1)
+	if err := c.start(ctx, op, payload, 0, func(r result) { ch <- r }); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.payload, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// start sends a request; done is called exactly once with its outcome (not
+// called if start returns an error). flags may ask for no reply, in which
+// case done is called once the frame is queued.
+func (c *Client) start(ctx context.Context, op wire.Op, payload []byte, flags byte, done func(result)) error {
+	select {
+	case c.slot <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+	release := func(r result) {
+		<-c.slot
+		done(r)
+	}
+	s, err := c.session(ctx)
+	if err != nil {
+		<-c.slot
+		return err
+	}
+	id := c.nextID.Add(1)
+	if flags&wire.FlagNoReply == 0 {
+		if !s.register(id, release) {
+			<-c.slot
+			return fmt.Errorf("%w: %v", ErrConnLost, s.err)
+		}
+	}
+	f := wire.Frame{Op: op, Flags: flags, ID: id, Payload: payload}
+	select {
+	case s.out <- f:
+	case <-s.done:
+		if flags&wire.FlagNoReply != 0 {
+			<-c.slot
+			return fmt.Errorf("%w: %v", ErrConnLost, s.err)
+		}
+		return nil // the session's shutdown answers the registered call
+	case <-ctx.Done():
+		if flags&wire.FlagNoReply != 0 {
+			<-c.slot
+			return ctx.Err()
+		}
+		s.cancelCall(id)
+		return ctx.Err()
+	}
+	if flags&wire.FlagNoReply != 0 {
+		release(result{})
+	}
+	return nil
+}
+
+// callJSON marshals req, calls op and unmarshals the response into resp (if
+// not nil).
+func (c *Client) callJSON(ctx context.Context, op wire.Op, req, resp any) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	p, err := c.call(ctx, op, b)
+	if err != nil {
+		return err
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := json.Unmarshal(p, resp); err != nil {
+		return fmt.Errorf("%w: %s response: %v", wire.ErrBadPayload, op, err)
+	}
+	return nil
+}
+
+// session is one connection's worth of state.
+type session struct {
+	c    *Client
+	nc   net.Conn
+	out  chan wire.Frame
+	done chan struct{}
+	err  error
+
+	mu      sync.Mutex
+	pending map[uint64]func(result)
+	ended   bool
+	once    sync.Once
+}
+
+func (c *Client) connect(ctx context.Context) (*session, error) {
+	d := net.Dialer{Timeout: c.opts.DialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", c.opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", c.opts.Addr, err)
+	}
+	hello, _ := json.Marshal(wire.Hello{Version: wire.Version, Token: c.opts.Token, ClientID: c.opts.ClientID})
+	_ = nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
+	if _, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpHello, ID: 0, Payload: hello})); err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	f, err := wire.ReadFrame(nc, c.opts.MaxFrame)
+	if err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	if f.Flags&wire.FlagError != 0 {
+		_ = nc.Close()
+		return nil, wire.DecodeError(f.Payload)
+	}
+	var reply wire.HelloReply
+	if err := json.Unmarshal(f.Payload, &reply); err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("hello reply: %w", err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	s := &session{c: c, nc: nc, out: make(chan wire.Frame, c.opts.MaxInflight), done: make(chan struct{}), pending: map[uint64]func(result){}}
+	keepalive := time.Duration(reply.KeepaliveMS) * time.Millisecond
+	if keepalive <= 0 {
+		keepalive = 30 * time.Second
+	}
+	c.wg.Add(2) // Close waits for every session's goroutines
+	go s.readLoop()
+	go s.writeLoop(keepalive)
+	return s, nil
+}
+
+func (s *session) register(id uint64, done func(result)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return false
+	}
+	s.pending[id] = done
+	return true
+}
+
+// cancelCall forgets a call whose caller gave up; its answer is dropped.
+func (s *session) cancelCall(id uint64) {
+	s.mu.Lock()
+	done := s.pending[id]
+	delete(s.pending, id)
+	s.mu.Unlock()
+	if done != nil {
+		done(result{err: context.Canceled})
+	}
+}
+
+func (s *session) readLoop() {
+	defer s.c.wg.Done()
+	r := bufio.NewReaderSize(s.nc, 64<<10)
+	for {
+		f, err := wire.ReadFrame(r, s.c.opts.MaxFrame)
+		if err != nil {
+			s.shutdown(err)
+			return
+		}
+		if f.Flags&wire.FlagResponse == 0 {
+			continue // server pushes: none are handled yet
+		}
+		s.mu.Lock()
+		done := s.pending[f.ID]
+		delete(s.pending, f.ID)
+		s.mu.Unlock()
+		if done == nil {
+			if f.Flags&wire.FlagError != 0 && f.ID == 0 {
+				s.shutdown(wire.DecodeError(f.Payload))
+				return
+			}
+			continue
+		}
+		if f.Flags&wire.FlagError != 0 {
+			done(result{err: wire.DecodeError(f.Payload)})
+		} else {
+			done(result{payload: f.Payload})
+		}
+	}
+}
+
+func (s *session) writeLoop(keepalive time.Duration) {
+	defer s.c.wg.Done()
+	w := bufio.NewWriterSize(s.nc, 64<<10)
+	ping := time.NewTicker(keepalive)
+	defer ping.Stop()
+	var h [wire.HeaderLen]byte
+	write := func(f wire.Frame) bool {
+		if _, err := w.Write(wire.AppendHeader(h[:0], f, len(f.Payload))); err != nil {
+			return false
+		}
+		_, err := w.Write(f.Payload)
+		return err == nil
+	}
+	for {
+		select {
+		case f := <-s.out:
+			ok := write(f)
+		more:
+			for ok && w.Buffered() < 256<<10 {
+				select {
+				case f = <-s.out:
+					ok = write(f)
+				default:
+					break more
+				}
+			}
+			if ok {
+				_ = s.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				ok = w.Flush() == nil
+			}
+			if !ok {
+				s.shutdown(errors.New("write failed"))
+				return
+			}
+		case <-ping.C:
+			// Keepalive: an unanswered ping (NoReply) keeps the server's
+			// idle timer from firing on a quiet connection.
+			if !write(wire.Frame{Op: wire.OpPing, Flags: wire.FlagNoReply}) || w.Flush() != nil {
+				s.shutdown(errors.New("write failed"))
+				return
+			}
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// shutdown ends the session and fails every pending call.
+func (s *session) shutdown(cause error) {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.ended = true
+		s.err = cause
+		pending := s.pending
+		s.pending = nil
+		s.mu.Unlock()
+		close(s.done)
+		_ = s.nc.Close()
+		err := cause
+		if !errors.Is(cause, ErrClosed) {
+			err = fmt.Errorf("%w: %v", ErrConnLost, cause)
+		}
+		for _, done := range pending {
+			done(result{err: err})
+		}
+	})
+}

@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/pop"
+)
+
+// Defaults.
+const (
+	// DefaultMaxBodyBytes is Options.MaxBodyBytes's default.
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultMaxWait is Options.MaxWait's default.
+	DefaultMaxWait = 30 * time.Second
+	// DefaultMaxBatch is Options.MaxBatch's default.
+	DefaultMaxBatch = 1024
+)
+
+// Options configure the handler New returns. A zero field means its default.
+type Options struct {
+	// Broker stores produced messages and checks topics; required.
+	Broker core.Broker
+	// Pop serves the consume endpoints (GET …/messages, POST …/ack,
+	// POST …/invisible). When nil they answer 501 consume_disabled. Start it
+	// (pop.Service.Start): without its reviver unacknowledged messages never
+	// come back.
+	Pop *pop.Service
+	// Logger receives one line per failed request; default: discard.
+	Logger *zerolog.Logger
+	// MaxBodyBytes bounds a request body; larger ones are answered 413
+	// body_too_large without being read further. Default 4 MiB.
+	MaxBodyBytes int64
+	// MaxWait caps the ?wait= of a long poll; longer waits are cut to it.
+	// Default 30 s. The server's WriteTimeout must be longer.
+	MaxWait time.Duration
+	// MaxBatch bounds the messages of one produce batch and the handles of
+	// one ack request; more are answered 413 batch_too_large. Default 1024.
+	MaxBatch int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		l := zerolog.Nop()
+		o.Logger = &l
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxWait == 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if o.Broker == nil {
+		bad("broker is required")
+	}
+	if o.MaxBodyBytes < 0 {
+		bad("max body bytes %d: must be positive", o.MaxBodyBytes)
+	}
+	if o.MaxWait < 0 {
+		bad("max wait %v: must be positive", o.MaxWait)
+	}
+	if o.MaxBatch < 0 {
+		bad("max batch %d: must be positive", o.MaxBatch)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+// Headers of a raw-body produce. Names are matched case-insensitively.
+const (
+	headerPrefix    = "x-ferrymq-"
+	headerKey       = "x-ferrymq-key"        // sharding key
+	headerTag       = "x-ferrymq-tag"        // tag
+	headerKeys      = "x-ferrymq-keys"       // index keys, comma-separated; may repeat
+	headerDeliverAt = "x-ferrymq-deliver-at" // RFC 3339 time
+	headerProp      = "x-ferrymq-prop-"      // + property name, lower-cased
+)
+
+// produceMessage is one message of a JSON produce.
+type produceMessage struct {
+	Key        string            `json:"key"`
+	Tag        string            `json:"tag"`
+	Keys       []string          `json:"keys"`
+	Properties map[string]string `json:"properties"`
+	Body       *string           `json:"body"`
+	BodyBase64 *string           `json:"body_base64"`
+	DeliverAt  *time.Time        `json:"deliver_at"`
+}
+
+// sendResult is the answer for one stored message.
+type sendResult struct {
+	ID          core.MessageID `json:"id"`
+	Topic       string         `json:"topic"`
+	Queue       int            `json:"queue"`
+	QueueOffset int64          `json:"queue_offset"`
+	StoredAt    time.Time      `json:"stored_at"`
+}
+
+func toSendResult(r core.SendResult) sendResult {
+	return sendResult{ID: r.ID, Topic: r.Topic, Queue: r.Queue, QueueOffset: r.QueueOffset, StoredAt: r.StoredAt.UTC()}
+}
+
+// produce serves POST /api/v1/topics/{topic}/messages.
+func (a *api) produce(w http.ResponseWriter, r *http.Request) error {
+	topic := r.PathValue("topic")
+	if err := core.ValidateTopic(topic); err != nil {
+		return err // system topics ('%…') belong to the engine
+	}
+	if !isJSON(r.Header.Get("Content-Type")) {
+		return a.produceRaw(w, r, topic)
+	}
+	for name := range r.Header {
+		if strings.HasPrefix(strings.ToLower(name), headerPrefix) {
+			return badRequest("header %s applies only to raw bodies; put key, tag, keys and properties in the JSON", name)
+		}
+	}
+	body, err := a.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	msgs, batch, err := a.decodeMessages(topic, body)
+	if err != nil {
+		return err
+	}
+	if !batch {
+		res, err := a.b.Produce(r.Context(), msgs[0])
+		if err != nil {
+			return err
+		}
+		a.writeJSON(w, r, http.StatusCreated, toSendResult(res))
+		return nil
+	}
+	res, err := a.b.ProduceBatch(r.Context(), msgs)
+	if err != nil {
+		return err
+	}
+	out := make([]sendResult, len(res))
+	for i, sr := range res {
+		out[i] = toSendResult(sr)
+	}
+	a.writeJSON(w, r, http.StatusCreated, out)
+	return nil
+}
+
+// isJSON reports whether a Content-Type is application/json (parameters
+// such as charset ignored).
+func isJSON(contentType string) bool {
+	if contentType == "" {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
+
+// decodeMessages decodes a JSON produce body: one object, or an array of
+// 1 to MaxBatch objects (batch true).
+func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, batch bool, err error) {
+	dec := newDecoder(body)
+	switch firstByte(body) {
+	case '{':
+		var m produceMessage
+		if err := dec.Decode(&m); err != nil {
+			return nil, false, jsonError("", err)
+		}
+		if err := expectEnd(dec); err != nil {
+			return nil, false, err
+		}
+		msg, err := m.message(topic, "")
+		if err != nil {
+			return nil, false, err
+		}
+		return []*core.Message{msg}, false, nil
+	case '[':
+		if _, err := dec.Token(); err != nil {
+			return nil, true, jsonError("", err)
+		}
+		for dec.More() {
+			i := len(msgs)
+			if i == a.opts.MaxBatch {
+				return nil, true, newError(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "batch of more than %d messages", a.opts.MaxBatch)
+			}
+			at := fmt.Sprintf("message %d: ", i)
+			var m *produceMessage
+			if err := dec.Decode(&m); err != nil {
+				return nil, true, jsonError(at, err)
+			}
+			if m == nil {
+				return nil, true, &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: " + at + "want an object, got null"}
+			}
+			msg, err := m.message(topic, at)
+			if err != nil {
+				return nil, true, err
+			}
+			msgs = append(msgs, msg)
+		}
+		if _, err := dec.Token(); err != nil { // the closing ']'
+			return nil, true, jsonError("", err)
+		}
+		if err := expectEnd(dec); err != nil {
+			return nil, true, err
+		}
+		if len(msgs) == 0 {
+			return nil, true, badRequest("empty batch: want at least one message")
+		}
+		return msgs, true, nil
+	default:
+		return nil, false, &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: want an object or an array of objects"}
+	}
+}
+
+// message turns a decoded message into a core.Message; at prefixes errors.
+// Everything else (empty property names, sizes) the broker checks.
+func (m *produceMessage) message(topic, at string) (*core.Message, error) {
+	msg := &core.Message{
+		Topic:       topic,
+		ShardingKey: m.Key,
+		Tag:         m.Tag,
+		Keys:        m.Keys,
+		Properties:  m.Properties,
+	}
+	switch {
+	case m.Body != nil && m.BodyBase64 != nil:
+		return nil, badRequest("%sgive body or body_base64, not both", at)
+	case m.Body != nil:
+		msg.Body = []byte(*m.Body)
+	case m.BodyBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*m.BodyBase64)
+		if err != nil {
+			return nil, badRequest("%sbody_base64: %v", at, err)
+		}
+		msg.Body = b
+	}
+	if m.DeliverAt != nil {
+		msg.DeliverAt = *m.DeliverAt
+	}
+	return msg, nil
+}
+
+// produceRaw stores the request body as one message, described by the
+// X-Ferrymq-* headers.
+func (a *api) produceRaw(w http.ResponseWriter, r *http.Request, topic string) error {
+	msg, err := headerMessage(topic, r.Header) // before the body: a bad header costs no read
+	if err != nil {
+		return err
+	}
+	if msg.Body, err = a.readBody(w, r); err != nil {
+		return err
+	}
+	res, err := a.b.Produce(r.Context(), msg)
+	if err != nil {
+		return err
+	}
+	a.writeJSON(w, r, http.StatusCreated, toSendResult(res))
+	return nil
+}
+
+// headerMessage builds a message from the X-Ferrymq-* headers. Unknown
+// X-Ferrymq-* headers are refused, as unknown JSON fields are. Error
+// messages name headers, never their values.
+func headerMessage(topic string, h http.Header) (*core.Message, error) {
+	msg := &core.Message{Topic: topic}
+	for _, name := range slices.Sorted(maps.Keys(h)) { // sorted: the same request, the same error
+		lower := strings.ToLower(name)
+		if !strings.HasPrefix(lower, headerPrefix) {
+			continue
+		}
+		vals := h[name]
+		for _, v := range vals {
+			if !utf8.ValidString(v) {
+				return nil, badRequest("header %s: not valid UTF-8", name)
+			}
+		}
+		if lower == headerKeys {
+			for _, v := range vals {
+				for k := range strings.SplitSeq(v, ",") {
+					if k = strings.TrimSpace(k); k != "" {
+						msg.Keys = append(msg.Keys, k)
+					}
+				}
+			}
+			continue
+		}
+		if len(vals) != 1 {
+			return nil, badRequest("header %s given %d times, want once", name, len(vals))
+		}
+		v := vals[0]
+		switch {
+		case lower == headerKey:
+			msg.ShardingKey = v
+		case lower == headerTag:
+			msg.Tag = v
+		case lower == headerDeliverAt:
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return nil, badRequest("header %s: want an RFC 3339 time such as 2030-01-02T15:04:05Z", name)
+			}
+			msg.DeliverAt = t
+		case strings.HasPrefix(lower, headerProp):
+			prop := lower[len(headerProp):]
+			if prop == "" {
+				return nil, badRequest("header %s: property name missing", name)
+			}
+			if msg.Properties == nil {
+				msg.Properties = map[string]string{}
+			}
+			msg.Properties[prop] = v
+		default:
+			return nil, badRequest("unknown header %s", name)
+		}
+	}
+	return msg, nil
+}

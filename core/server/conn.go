@@ -1,0 +1,270 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// conn is one client connection. Goroutines: serve (the reader), the
+// writer, and opts.Handlers handlers; nothing else runs per connection.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	log zerolog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// inflight is a semaphore of unanswered requests; a slot is freed when
+	// the writer has written the response. Because of it, out and work never
+	// hold more than MaxInflight frames and sends to them never block.
+	inflight chan struct{}
+	out      chan outFrame
+	work     chan wire.Frame
+
+	draining atomic.Bool
+	wg       sync.WaitGroup // writer and handlers
+
+	mu     sync.Mutex // orders starting goroutines against close
+	closed bool
+}
+
+type outFrame struct {
+	f       wire.Frame
+	release bool // frees an in-flight slot once written
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, log: s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
+		inflight: make(chan struct{}, s.opts.MaxInflight),
+		out:      make(chan outFrame, s.opts.MaxInflight+1),
+		work:     make(chan wire.Frame, s.opts.MaxInflight)}
+	c.ctx, c.cancel = context.WithCancel(s.ctx)
+	return c
+}
+
+// serve runs the connection until it ends.
+func (c *conn) serve() {
+	defer c.close()
+	if !c.handshake() {
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.wg.Add(1 + c.s.opts.Handlers)
+	c.mu.Unlock()
+	go c.writeLoop()
+	for i := 0; i < c.s.opts.Handlers; i++ {
+		go c.handleLoop()
+	}
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	idle := 3 * c.s.opts.Keepalive
+	for {
+		_ = c.nc.SetReadDeadline(time.Now().Add(idle))
+		f, err := wire.ReadFrame(r, c.s.opts.MaxFrame)
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		if f.Flags&wire.FlagResponse != 0 {
+			continue // answers to server pushes: none are sent yet
+		}
+		select {
+		case c.inflight <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
+		if c.draining.Load() {
+			c.fail(f, &wire.Error{Code: wire.CodeShuttingDown, Message: "server shutting down"})
+			continue
+		}
+		switch {
+		case f.Op == wire.OpPing:
+			c.reply(f, nil)
+		case f.Op == wire.OpProduce:
+			c.produce(f)
+		case !f.Op.Known() || f.Op == wire.OpHello || f.Op == wire.OpCheckTxn:
+			c.fail(f, &wire.Error{Code: wire.CodeUnknownOp, Message: "unknown or unexpected op " + f.Op.String()})
+		default:
+			c.work <- f
+		}
+	}
+}
+
+// readFailed answers what can be answered about a broken stream; the
+// connection is closed after it in any case.
+func (c *conn) readFailed(err error) {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), c.ctx.Err() != nil:
+	case errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, wire.ErrBadFrame):
+		c.log.Debug().Err(err).Msg("bad frame; closing")
+		c.writeNow(wire.Frame{Flags: wire.FlagResponse | wire.FlagError, Payload: wire.EncodeError(wire.CodeOf(err), err.Error())})
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.log.Debug().Msg("connection idle; closing")
+			return
+		}
+		c.log.Debug().Err(err).Msg("read failed; closing")
+	}
+}
+
+// handshake reads and answers OpHello.
+func (c *conn) handshake() bool {
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
+	f, err := wire.ReadFrame(c.nc, 64<<10)
+	if err != nil {
+		c.readFailed(err)
+		return false
+	}
+	refuse := func(code wire.Code, msg string) bool {
+		c.log.Info().Str("reason", msg).Msg("handshake refused")
+		c.writeNow(wire.Frame{Op: f.Op, Flags: wire.FlagResponse | wire.FlagError, ID: f.ID, Payload: wire.EncodeError(code, msg)})
+		return false
+	}
+	if f.Op != wire.OpHello {
+		return refuse(wire.CodeHandshake, "the first frame must be hello")
+	}
+	var h wire.Hello
+	if err := json.Unmarshal(f.Payload, &h); err != nil {
+		return refuse(wire.CodeBadRequest, "hello does not decode: "+err.Error())
+	}
+	if h.Version != wire.Version {
+		return refuse(wire.CodeVersion, "unsupported protocol version")
+	}
+	if tok := c.s.opts.Token; tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(h.Token)) != 1 {
+		return refuse(wire.CodeUnauthorized, "bad token")
+	}
+	reply, _ := json.Marshal(wire.HelloReply{Version: wire.Version, Server: c.s.opts.Version,
+		MaxFrame: c.s.opts.MaxFrame, KeepaliveMS: c.s.opts.Keepalive.Milliseconds()})
+	if h.ClientID != "" {
+		c.log = c.log.With().Str("client", h.ClientID).Logger()
+	}
+	return c.writeNow(wire.Frame{Op: wire.OpHello, Flags: wire.FlagResponse, ID: f.ID, Payload: reply})
+}
+
+// writeNow writes a frame directly (before the writer runs, or as the last
+// word on a broken stream).
+func (c *conn) writeNow(f wire.Frame) bool {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	_, err := c.nc.Write(wire.AppendFrame(nil, f))
+	return err == nil
+}
+
+// reply queues the response to request f.
+func (c *conn) reply(f wire.Frame, payload []byte) {
+	if f.Flags&wire.FlagNoReply != 0 {
+		<-c.inflight
+		return
+	}
+	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse, ID: f.ID, Payload: payload}, release: true}
+}
+
+// fail queues an error response to request f.
+func (c *conn) fail(f wire.Frame, err error) {
+	code := wire.CodeOf(err)
+	if code == wire.CodeInternal {
+		c.log.Error().Err(err).Str("op", f.Op.String()).Msg("request failed")
+	}
+	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse | wire.FlagError, ID: f.ID,
+		Payload: wire.EncodeError(code, err.Error())}, release: true}
+}
+
+// writeLoop batches queued frames into few write calls.
+func (c *conn) writeLoop() {
+	defer c.wg.Done()
+	buf := make([]byte, 0, 64<<10)
+	for {
+		var of outFrame
+		select {
+		case of = <-c.out:
+		case <-c.ctx.Done():
+			return
+		}
+		buf = wire.AppendFrame(buf[:0], of.f)
+		released := 0
+		if of.release {
+			released++
+		}
+	more:
+		for len(buf) < 256<<10 {
+			select {
+			case of = <-c.out:
+				buf = wire.AppendFrame(buf, of.f)
+				if of.release {
+					released++
+				}
+			default:
+				break more
+			}
+		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+		if _, err := c.nc.Write(buf); err != nil {
+			c.log.Debug().Err(err).Msg("write failed; closing")
+			c.cancel()
+			_ = c.nc.Close()
+			return
+		}
+		for ; released > 0; released-- {
+			<-c.inflight
+		}
+		if cap(buf) > 1<<20 {
+			buf = make([]byte, 0, 64<<10)
+		}
+	}
+}
+
+func (c *conn) handleLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case f := <-c.work:
+			c.handle(f)
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// drain makes the connection answer new requests with CodeShuttingDown.
+func (c *conn) drain() { c.draining.Store(true) }
+
+// waitIdle waits until no request is in flight, or ctx ends.
+func (c *conn) waitIdle(ctx context.Context) {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for len(c.inflight) > 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// close ends the connection and waits for its goroutines.
+func (c *conn) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	_ = c.nc.Close()
+	c.wg.Wait()
+}

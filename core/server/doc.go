@@ -1,0 +1,25 @@
+// Package server serves the core wire protocol (core/wire) over TCP: it
+// is how backend services produce, consume and administer the core queue.
+//
+// Each connection has a fixed goroutine budget that does not grow with the
+// requests in flight: a reader, a writer and a small pool of handlers.
+// Produces are appended from the reader itself, in arrival order (so
+// pipelined sends keep per-key order), and answered when the engine calls
+// back; long polls (pull, group pull, pop with a wait) are parked in one
+// server-wide holder that retries them when messages arrive, so they hold no
+// goroutine. Requests in flight per connection are bounded: when a client
+// has MaxInflight unanswered requests, the server stops reading from it, so
+// a client that floods is slowed, and one that never reads its responses is
+// disconnected after WriteTimeout — memory per connection stays bounded.
+// Responses are batched into few write calls.
+//
+// A client must open with OpHello within HandshakeTimeout; a connection
+// silent for three keepalive intervals is closed. Malformed frames, unknown
+// ops, oversized frames and bad tokens get an error frame (and, where the
+// stream cannot be trusted any more, a closed connection); nothing a client
+// sends can panic the server or affect other connections.
+//
+// Shutdown stops accepting, answers requests still arriving with
+// CodeShuttingDown, waits for in-flight requests (bounded by its context)
+// and closes every connection; it returns after every goroutine has ended.
+package server

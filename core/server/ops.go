@@ -1,0 +1,346 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/pop"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// produce appends on the reader goroutine, in arrival order, and answers
+// from the engine's callback.
+func (c *conn) produce(f wire.Frame) {
+	msgs, err := wire.DecodeProduce(f.Payload)
+	if err != nil {
+		c.fail(f, err)
+		return
+	}
+	c.s.opts.Broker.ProduceAsync(msgs, func(res []core.SendResult, err error) {
+		if err != nil {
+			c.fail(f, err)
+			return
+		}
+		c.reply(f, wire.EncodeSendResults(res))
+	})
+}
+
+func decode(f wire.Frame, v any) error {
+	if err := json.Unmarshal(f.Payload, v); err != nil {
+		return fmt.Errorf("%w: %s: %v", wire.ErrBadPayload, f.Op, err)
+	}
+	return nil
+}
+
+func (c *conn) waitFor(ms int64) time.Duration {
+	return min(time.Duration(max(ms, 0))*time.Millisecond, c.s.opts.MaxWait)
+}
+
+// handle runs one request on a handler goroutine.
+func (c *conn) handle(f wire.Frame) {
+	payload, err := c.dispatch(f)
+	switch {
+	case err == errParked:
+		// the holder answers
+	case err != nil:
+		c.fail(f, err)
+	default:
+		c.reply(f, payload)
+	}
+}
+
+// errParked is returned by dispatch for a long poll handed to the holder.
+var errParked = errors.New("parked")
+
+func marshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
+	ctx := c.ctx
+	o := &c.s.opts
+	switch f.Op {
+	case wire.OpPull:
+		var r wire.PullReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		try := func(ctx context.Context, off int64) (wire.PullResult, error) {
+			res, err := o.Broker.Read(ctx, core.ReadRequest{Topic: r.Topic, Queue: r.Queue, Offset: off, MaxCount: r.Max, Tags: r.Tags})
+			if err != nil {
+				return wire.PullResult{}, err
+			}
+			start := off
+			if len(res.Messages) > 0 {
+				start = res.Messages[0].QueueOffset
+			}
+			return wire.PullResult{NextOffset: res.NextOffset, Offset: start, Range: res.Range, Clamped: res.Clamped, Messages: res.Messages}, nil
+		}
+		first, err := try(ctx, r.Offset)
+		if err != nil {
+			return nil, err
+		}
+		if len(first.Messages) > 0 || first.NextOffset != r.Offset || r.WaitMS <= 0 {
+			return wire.EncodePull(first)
+		}
+		empty, _ := wire.EncodePull(first)
+		c.s.hold.park(&held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
+			try: func(ctx context.Context) ([]byte, bool, error) {
+				res, err := try(ctx, first.NextOffset)
+				if err != nil || (len(res.Messages) == 0 && res.NextOffset == first.NextOffset) {
+					return nil, false, err
+				}
+				res.Clamped = res.Clamped || first.Clamped
+				b, err := wire.EncodePull(res)
+				return b, err == nil, err
+			}})
+		return nil, errParked
+
+	case wire.OpHeartbeat:
+		var r wire.HeartbeatReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		req := group.HeartbeatRequest{Group: r.Group, ClientID: r.ClientID, Mode: group.Mode(r.Mode), From: group.ConsumeFrom(r.From)}
+		for _, s := range r.Subscriptions {
+			req.Subscriptions = append(req.Subscriptions, group.Subscription{Topic: s.Topic, Tags: s.Tags})
+		}
+		a, err := o.Groups.Heartbeat(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out := wire.Assignment{Version: a.Version, Queues: []wire.QueueRef{}}
+		for _, q := range a.Queues {
+			out.Queues = append(out.Queues, wire.QueueRef{Topic: q.Topic, Queue: q.Queue})
+		}
+		return marshal(out)
+
+	case wire.OpGroupPull:
+		var r wire.GroupPullReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		req := group.PullRequest{Group: r.Group, ClientID: r.ClientID, Queue: group.QueueRef{Topic: r.Topic, Queue: r.Queue}, Offset: r.Offset, Max: r.Max}
+		first, err := o.Groups.Pull(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		conv := func(p group.PullResult, reset bool, start int64) wire.PullResult {
+			return wire.PullResult{NextOffset: p.NextOffset, Offset: start, Range: p.Range, Reset: reset, Messages: p.Messages}
+		}
+		if len(first.Messages) > 0 || r.WaitMS <= 0 || (r.Offset >= 0 && first.NextOffset != r.Offset) {
+			return wire.EncodePull(conv(first, first.Reset, first.Offset))
+		}
+		empty, _ := wire.EncodePull(conv(first, first.Reset, first.Offset))
+		c.s.hold.park(&held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
+			try: func(ctx context.Context) ([]byte, bool, error) {
+				req.Offset = first.NextOffset
+				p, err := o.Groups.Pull(ctx, req)
+				if err != nil {
+					return nil, false, err
+				}
+				if len(p.Messages) == 0 && p.NextOffset == first.NextOffset && !p.Reset {
+					return nil, false, nil
+				}
+				start := p.Offset
+				if first.Reset && !p.Reset {
+					start = first.Offset
+				}
+				b, err := wire.EncodePull(conv(p, p.Reset || first.Reset, start))
+				return b, err == nil, err
+			}})
+		return nil, errParked
+
+	case wire.OpCommit, wire.OpRelease, wire.OpLeave:
+		var r wire.CommitReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		ref := group.QueueRef{Topic: r.Topic, Queue: r.Queue}
+		var err error
+		switch f.Op {
+		case wire.OpCommit:
+			err = o.Groups.Commit(ctx, r.Group, r.ClientID, ref, r.Offset)
+		case wire.OpRelease:
+			err = o.Groups.Release(ctx, r.Group, r.ClientID, ref)
+		default:
+			err = o.Groups.Leave(ctx, r.Group, r.ClientID)
+		}
+		return nil, err
+
+	case wire.OpSendBack, wire.OpDeadLetter:
+		var r wire.SendBackReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		id, err := core.ParseMessageID(r.ID)
+		if err != nil {
+			return nil, err
+		}
+		m, err := o.Broker.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if f.Op == wire.OpDeadLetter {
+			m.ReconsumeCount = max(m.ReconsumeCount, r.Reconsume)
+			return nil, o.Retry.DeadLetter(ctx, r.Group, m, r.Reason)
+		}
+		out, err := o.Retry.SendBack(ctx, r.Group, m, r.Reason)
+		if err != nil {
+			return nil, err
+		}
+		return marshal(wire.SendBackReply{Outcome: out.String()})
+
+	case wire.OpPop:
+		var r wire.PopReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		req := pop.Request{Group: r.Group, Topic: r.Topic, Max: r.Max, Invisible: time.Duration(r.InvisibleMS) * time.Millisecond,
+			Orderly: r.Orderly, Tags: r.Tags}
+		encode := func(ps []pop.Popped) ([]byte, error) {
+			out := make([]wire.Popped, len(ps))
+			for i, p := range ps {
+				out[i] = wire.Popped{Message: p.Message, Handle: p.Handle, Attempt: p.Attempt}
+			}
+			return wire.EncodePopped(out)
+		}
+		ps, err := o.Pop.Pop(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if len(ps) > 0 || r.WaitMS <= 0 {
+			return encode(ps)
+		}
+		empty, _ := encode(nil)
+		c.s.hold.park(&held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
+			try: func(ctx context.Context) ([]byte, bool, error) {
+				ps, err := o.Pop.Pop(ctx, req)
+				if err != nil || len(ps) == 0 {
+					return nil, false, err
+				}
+				b, err := encode(ps)
+				return b, err == nil, err
+			}})
+		return nil, errParked
+
+	case wire.OpAck, wire.OpChangeInvis:
+		var r wire.HandleReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		if f.Op == wire.OpAck {
+			return nil, o.Pop.Ack(ctx, r.Handle)
+		}
+		h, err := o.Pop.ChangeInvisibleTime(ctx, r.Handle, time.Duration(r.InvisibleMS)*time.Millisecond)
+		if err != nil {
+			return nil, err
+		}
+		return marshal(wire.HandleReq{Handle: h})
+
+	case wire.OpLag:
+		var r wire.LagReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		lags, err := o.Groups.Lag(ctx, r.Group, r.Member)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]wire.QueueLag, 0, len(lags))
+		for _, l := range lags {
+			out = append(out, wire.QueueLag{Topic: l.Queue.Topic, Queue: l.Queue.Queue, Committed: l.Committed, Min: l.Range.Min,
+				Max: l.Range.Max, Lag: l.Lag, LastConsumed: l.LastConsumed, Owner: l.Owner})
+		}
+		return marshal(out)
+
+	case wire.OpReset:
+		var r wire.ResetReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		offs, err := o.Groups.ResetOffsets(ctx, r.Group, r.Topic, group.ResetTarget{Time: r.Time, Latest: r.Latest})
+		if err != nil {
+			return nil, err
+		}
+		return marshal(wire.ResetReply{Offsets: offs})
+
+	case wire.OpGroups:
+		out := []wire.GroupInfo{}
+		for _, g := range o.Groups.Groups() {
+			gi := wire.GroupInfo{Group: g.Name, Mode: string(g.Mode), Members: []wire.MemberInfo{}}
+			for _, m := range g.Members {
+				mi := wire.MemberInfo{ClientID: m.ClientID, LastHeartbeat: m.LastHeartbeat, Queues: []wire.QueueRef{}}
+				for _, q := range m.Queues {
+					mi.Queues = append(mi.Queues, wire.QueueRef{Topic: q.Topic, Queue: q.Queue})
+				}
+				gi.Members = append(gi.Members, mi)
+			}
+			out = append(out, gi)
+		}
+		return marshal(out)
+
+	case wire.OpTopicCreate, wire.OpTopicGet:
+		var r wire.TopicReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		var info core.TopicInfo
+		var err error
+		if f.Op == wire.OpTopicCreate {
+			info, err = o.Broker.CreateTopic(ctx, core.TopicConfig{Name: r.Name, Queues: r.Queues})
+		} else {
+			info, err = o.Broker.Topic(ctx, r.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return marshal(topicInfo(info))
+
+	case wire.OpTopicList:
+		list, err := o.Broker.Topics(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]wire.TopicInfo, 0, len(list))
+		for _, t := range list {
+			out = append(out, topicInfo(t))
+		}
+		return marshal(out)
+
+	case wire.OpGet:
+		if len(f.Payload) != len(core.MessageID{}) {
+			return nil, fmt.Errorf("%w: a message id is 16 bytes, got %d", wire.ErrBadPayload, len(f.Payload))
+		}
+		var id core.MessageID
+		copy(id[:], f.Payload)
+		m, err := o.Broker.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return wire.EncodeStored([]*core.StoredMessage{m})
+
+	case wire.OpFindByKey:
+		var r wire.FindReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		msgs, err := o.Broker.FindByKey(ctx, r.Topic, r.Key, core.KeyQuery{Begin: r.Begin, End: r.End, Max: r.Max})
+		if err != nil {
+			return nil, err
+		}
+		return wire.EncodeStored(msgs)
+	}
+	return nil, &wire.Error{Code: wire.CodeUnknownOp, Message: "unknown op " + f.Op.String()}
+}
+
+func topicInfo(t core.TopicInfo) wire.TopicInfo {
+	out := wire.TopicInfo{Name: t.Name, Queues: t.Queues, CreatedAt: t.CreatedAt, Ranges: []wire.QueueRange{}}
+	for _, r := range t.Ranges {
+		out.Ranges = append(out.Ranges, wire.QueueRange{Min: r.Min, Max: r.Max})
+	}
+	return out
+}

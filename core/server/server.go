@@ -1,0 +1,230 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/pop"
+	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// Options configure a Server. A zero field means its default.
+type Options struct {
+	// Addr is the TCP address to listen on; default ":10911".
+	Addr   string
+	Broker core.Broker
+	Groups *group.Coordinator
+	Retry  *retry.Service
+	Pop    *pop.Service
+	// Token, when set, must be presented in OpHello.
+	Token string
+	// MaxFrame bounds a frame; default wire.DefaultMaxFrame (8 MiB).
+	MaxFrame int
+	// MaxInflight bounds unanswered requests per connection; default 256.
+	MaxInflight int
+	// Handlers is the number of handler goroutines per connection; default 4.
+	Handlers int
+	// MaxConns bounds connections; default 10,000.
+	MaxConns int
+	// HandshakeTimeout bounds the wait for OpHello; default 10 s.
+	HandshakeTimeout time.Duration
+	// Keepalive is announced to clients; a connection silent for three of
+	// them is closed. Default 30 s.
+	Keepalive time.Duration
+	// WriteTimeout closes a connection whose client does not read; default 30 s.
+	WriteTimeout time.Duration
+	// MaxWait caps a long poll; default 30 s.
+	MaxWait time.Duration
+	// Version is reported in OpHello; default "ferrymq".
+	Version string
+	Logger  *zerolog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Addr == "" {
+		o.Addr = ":10911"
+	}
+	if o.MaxFrame == 0 {
+		o.MaxFrame = wire.DefaultMaxFrame
+	}
+	if o.MaxInflight == 0 {
+		o.MaxInflight = 256
+	}
+	if o.Handlers == 0 {
+		o.Handlers = 4
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = 10_000
+	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.Keepalive == 0 {
+		o.Keepalive = 30 * time.Second
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+	if o.MaxWait == 0 {
+		o.MaxWait = 30 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = "ferrymq"
+	}
+	if o.Logger == nil {
+		l := zerolog.Nop()
+		o.Logger = &l
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	var errs []error
+	if o.Broker == nil || o.Groups == nil || o.Retry == nil || o.Pop == nil {
+		errs = append(errs, errors.New("broker, groups, retry and pop are required"))
+	}
+	if o.MaxFrame < 1<<16 || o.MaxInflight < 1 || o.Handlers < 1 || o.MaxConns < 1 {
+		errs = append(errs, errors.New("max frame (≥ 64 KiB), max in-flight, handlers and max conns must be positive"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("server: invalid options: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Server is a core wire-protocol server.
+type Server struct {
+	opts Options
+	log  zerolog.Logger
+	ln   net.Listener
+	hold *holder
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	draining bool
+
+	wg sync.WaitGroup // accept loop, holder, connections
+}
+
+// New returns a server; Start it.
+func New(opts Options) (*Server, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger.With().Str("component", "core-server").Logger(), conns: map[*conn]struct{}{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.hold = newHolder(opts.Broker)
+	return s, nil
+}
+
+// Start listens on Addr and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.opts.Addr, err)
+	}
+	s.ln = ln
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.hold.run(s.ctx)
+	}()
+	go s.acceptLoop()
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("core server listening")
+	return nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn().Err(err).Msg("accept")
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-s.ctx.Done():
+				return
+			}
+			continue
+		}
+		s.mu.Lock()
+		if s.draining || len(s.conns) >= s.opts.MaxConns {
+			draining := s.draining
+			s.mu.Unlock()
+			code, msg := wire.CodeOverloaded, "too many connections"
+			if draining {
+				code, msg = wire.CodeShuttingDown, "server shutting down"
+			}
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpHello, Flags: wire.FlagResponse | wire.FlagError, Payload: wire.EncodeError(code, msg)}))
+			_ = nc.Close()
+			continue
+		}
+		c := newConn(s, nc)
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Shutdown stops accepting, lets in-flight requests finish until ctx ends,
+// closes every connection and waits for every goroutine.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	for _, c := range conns {
+		c.drain()
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, c := range conns {
+			c.waitIdle(ctx)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	s.cancel() // ends the holder, and every connection
+	for _, c := range conns {
+		c.close()
+	}
+	s.wg.Wait()
+	<-done
+	return nil
+}
