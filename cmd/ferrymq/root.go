@@ -34,3 +34,5 @@ func newLogger(w io.Writer, pretty bool, level string) (zerolog.Logger, error) {
 }
 
 var stderr io.Writer = os.Stderr
+
+var getenv = os.Getenv

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/pop"
+	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/store"
 )
 
@@ -14,6 +20,8 @@ type serveOptions struct {
 	flush     string
 	segment   int64
 	retention time.Duration
+	coreAddr  string
+	token     string
 	logLevel  string
 	logPretty bool
 }
@@ -24,6 +32,8 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.flush, "flush", "async", "flush policy: async (ack in page cache, fsync every 500 ms) or sync (ack after fsync)")
 	f.Int64Var(&o.segment, "segment-bytes", 1<<30, "commit-log segment size in bytes")
 	f.DurationVar(&o.retention, "retention", 72*time.Hour, "delete commit-log segments older than this")
+	f.StringVar(&o.coreAddr, "core", ":10911", "address of the core wire protocol (TCP) for backend services")
+	f.StringVar(&o.token, "token", "", "token core clients must present (default: none); also read from FERRYMQ_TOKEN")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logPretty, "log-pretty", false, "human-readable logs instead of JSON lines")
 }
@@ -32,8 +42,10 @@ func newServeCmd() *cobra.Command {
 	o := &serveOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the server (today: the embedded store; listeners come with the TCP and gateway work)",
-		Args:  cobra.NoArgs,
+		Short: "Run the server: the embedded store and the core TCP protocol",
+		Example: `  ferrymq serve
+  ferrymq serve --data /var/lib/ferrymq --flush sync --core 127.0.0.1:10911`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd)
 		},
@@ -42,12 +54,26 @@ func newServeCmd() *cobra.Command {
 	return cmd
 }
 
+// node is everything serve runs, in start order.
+type node struct {
+	store  *store.Store
+	groups *group.Coordinator
+	retry  *retry.Service
+	pop    *pop.Service
+	core   *server.Server
+}
+
 func (o *serveOptions) run(cmd *cobra.Command) error {
 	log, err := newLogger(stderr, o.logPretty, o.logLevel)
 	if err != nil {
 		return fmt.Errorf("log level: %w", err)
 	}
-	st, err := store.Open(o.dataDir, store.Options{
+	if o.token == "" {
+		o.token = getenv("FERRYMQ_TOKEN")
+	}
+	n := &node{}
+	defer n.close(context.Background())
+	n.store, err = store.Open(o.dataDir, store.Options{
 		Logger:       &log,
 		FlushPolicy:  store.FlushPolicy(o.flush),
 		SegmentBytes: o.segment,
@@ -56,12 +82,61 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", o.dataDir, err)
 	}
-	log.Info().Str("data", o.dataDir).Str("flush", o.flush).
-		Msg("embedded store open; MQTT, core TCP and HTTP listeners are not built yet")
+	if n.groups, err = group.New(n.store, group.Options{Logger: &log}); err != nil {
+		return err
+	}
+	n.groups.Start()
+	if n.retry, err = retry.New(n.store, retry.Options{Logger: &log}); err != nil {
+		return err
+	}
+	n.retry.Start()
+	if n.pop, err = pop.New(n.store, n.retry, pop.Options{Logger: &log}); err != nil {
+		return err
+	}
+	n.pop.Start()
+	n.core, err = server.New(server.Options{Addr: o.coreAddr, Broker: n.store, Groups: n.groups, Retry: n.retry, Pop: n.pop,
+		Token: o.token, Version: "ferrymq " + buildVersion(), Logger: &log})
+	if err != nil {
+		return err
+	}
+	if err := n.core.Start(); err != nil {
+		n.core = nil
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "ferrymq %s\ncore  %s\ndata  %s (flush %s)\n", buildVersion(), n.core.Addr(), o.dataDir, o.flush)
+	log.Info().Str("data", o.dataDir).Str("flush", o.flush).Str("core", n.core.Addr().String()).Msg("serving")
+
 	<-cmd.Context().Done()
 	log.Info().Msg("shutting down")
-	if err := st.Close(); err != nil {
-		return fmt.Errorf("close store: %w", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return n.close(ctx)
+}
+
+// close stops what started, in reverse order; safe to call twice.
+func (n *node) close(ctx context.Context) error {
+	var errs []error
+	if n.core != nil {
+		errs = append(errs, n.core.Shutdown(ctx))
+		n.core = nil
 	}
-	return nil
+	if n.pop != nil {
+		errs = append(errs, n.pop.Close())
+		n.pop = nil
+	}
+	if n.retry != nil {
+		errs = append(errs, n.retry.Close())
+		n.retry = nil
+	}
+	if n.groups != nil {
+		errs = append(errs, n.groups.Close())
+		n.groups = nil
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+		n.store = nil
+	}
+	return errors.Join(errs...)
 }

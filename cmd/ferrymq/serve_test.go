@@ -25,7 +25,9 @@ func TestServeOpensAndClosesStore(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cmd := newRootCmd()
-	cmd.SetArgs([]string{"serve", "--data", dir, "--flush", "sync"})
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"serve", "--data", dir, "--flush", "sync", "--core", "127.0.0.1:0"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 

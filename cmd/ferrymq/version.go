@@ -16,16 +16,21 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := version
-			if info, ok := debug.ReadBuildInfo(); ok && v == "dev" {
-				for _, s := range info.Settings {
-					if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-						v = "dev-" + s.Value[:12]
-					}
-				}
-			}
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "ferrymq", v)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "ferrymq", buildVersion())
 			return err
 		},
 	}
+}
+
+// buildVersion is the release version, or dev plus the VCS revision.
+func buildVersion() string {
+	v := version
+	if info, ok := debug.ReadBuildInfo(); ok && v == "dev" {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v = "dev-" + s.Value[:12]
+			}
+		}
+	}
+	return v
 }

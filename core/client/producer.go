@@ -25,7 +25,9 @@ type Producer struct {
 }
 
 // NewProducer returns a producer over c.
-func (c *Client) NewProducer() *Producer { return &Producer{c: c, Retries: 3, Backoff: 100 * time.Millisecond} }
+func (c *Client) NewProducer() *Producer {
+	return &Producer{c: c, Retries: 3, Backoff: 100 * time.Millisecond}
+}
 
 // retryable reports whether another attempt may succeed.
 func retryable(err error) bool {
