@@ -159,3 +159,15 @@ func FuzzDecodeMessages(f *testing.F) {
 		_ = DecodeError(b)
 	})
 }
+
+// The example in docs/wire-protocol.md: producing one message {topic
+// "hello", body "hi"} is a frame of length 0x2c.
+func TestDocumentedProduceExample(t *testing.T) {
+	p, err := EncodeProduce([]*core.Message{{Topic: "hello", Body: []byte("hi")}})
+	require.NoError(t, err)
+	f := AppendFrame(nil, Frame{Op: OpProduce, ID: 2, Payload: p})
+	require.Equal(t, []byte{0, 0, 0, 0x2c, 0x10, 0, 0, 0}, f[:8])
+	require.Equal(t, []byte{0, 0, 0, 1, 5, 'h', 'e', 'l', 'l', 'o'}, f[16:26])
+	r := EncodeSendResults([]core.SendResult{{}})
+	require.Len(t, AppendFrame(nil, Frame{Payload: r}), 4+0x34)
+}
