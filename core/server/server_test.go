@@ -1,0 +1,87 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/ferrymq/ferrymq/core/server/servertest"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func helloConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nc.Close() })
+	_, err = nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpHello, ID: 1, Payload: []byte(`{"version":1}`)}))
+	require.NoError(t, err)
+	f, err := wire.ReadFrame(nc, 1<<20)
+	require.NoError(t, err)
+	require.Zero(t, f.Flags&wire.FlagError)
+	return nc
+}
+
+// TestShutdownEndsParkedLongPolls: Shutdown returns, with every goroutine
+// ended (goleak), while a client holds a long poll and another is mid-handshake.
+func TestShutdownEndsParkedLongPolls(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("lp", 1))
+	require.NoError(t, err)
+	nc := helloConn(t, env.Addr)
+	_, err = nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpPull, ID: 2,
+		Payload: []byte(`{"topic":"lp","queue":0,"offset":0,"wait_ms":30000}`)}))
+	require.NoError(t, err)
+	half, err := net.Dial("tcp", env.Addr)
+	require.NoError(t, err)
+	defer half.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, env.Server.Shutdown(ctx))
+	require.Less(t, time.Since(start), 30*time.Second, "did not wait for the long poll's deadline")
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		if _, err := wire.ReadFrame(nc, 1<<20); err != nil {
+			var ne net.Error
+			require.False(t, isTimeout(err, &ne), "connection closed by shutdown")
+			break
+		}
+	}
+}
+
+// TestLongPollAnsweredOnArrival: a parked pull is answered as soon as a
+// message is stored, long before its wait.
+func TestLongPollAnsweredOnArrival(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("lp", 1))
+	require.NoError(t, err)
+	nc := helloConn(t, env.Addr)
+	_, err = nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpPull, ID: 2,
+		Payload: []byte(`{"topic":"lp","queue":0,"offset":0,"wait_ms":30000}`)}))
+	require.NoError(t, err)
+	// A ping sent after the pull is answered first: the poll holds nothing up.
+	_, err = nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpPing, ID: 3}))
+	require.NoError(t, err)
+	f, err := wire.ReadFrame(nc, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), f.ID)
+	start := time.Now()
+	_, err = env.Store.Produce(t.Context(), coreMsg("lp", "x"))
+	require.NoError(t, err)
+	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	f, err = wire.ReadFrame(nc, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), f.ID)
+	res, err := wire.DecodePull(f.Payload)
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	require.Less(t, time.Since(start), 20*time.Second)
+}
