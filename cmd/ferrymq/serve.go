@@ -16,23 +16,28 @@ import (
 )
 
 type serveOptions struct {
+	config    string
 	dataDir   string
 	flush     string
 	segment   int64
 	retention time.Duration
 	coreAddr  string
+	httpAddr  string
 	token     string
+	file      fileConfig // from --config; flags win
 	logLevel  string
 	logPretty bool
 }
 
 func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
+	f.StringVar(&o.config, "config", "", "YAML config file (unknown keys are errors); flags override it")
 	f.StringVar(&o.dataDir, "data", "./data", "data directory")
 	f.StringVar(&o.flush, "flush", "async", "flush policy: async (ack in page cache, fsync every 500 ms) or sync (ack after fsync)")
 	f.Int64Var(&o.segment, "segment-bytes", 1<<30, "commit-log segment size in bytes")
 	f.DurationVar(&o.retention, "retention", 72*time.Hour, "delete commit-log segments older than this")
 	f.StringVar(&o.coreAddr, "core", ":10911", "address of the core wire protocol (TCP) for backend services")
+	f.StringVar(&o.httpAddr, "http", ":18083", "address of the HTTP API (produce, POP consume)")
 	f.StringVar(&o.token, "token", "", "token core clients must present (default: none); also read from FERRYMQ_TOKEN")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logPretty, "log-pretty", false, "human-readable logs instead of JSON lines")
@@ -63,7 +68,56 @@ type node struct {
 	core   *server.Server
 }
 
+// applyConfig takes from the config file every setting whose flag was not
+// given.
+func (o *serveOptions) applyConfig(cmd *cobra.Command) error {
+	if o.config == "" {
+		return nil
+	}
+	cfg, err := loadConfig(o.config)
+	if err != nil {
+		return err
+	}
+	o.file = cfg
+	set := func(flag string, apply func()) {
+		if !cmd.Flags().Changed(flag) {
+			apply()
+		}
+	}
+	if cfg.Data != "" {
+		set("data", func() { o.dataDir = cfg.Data })
+	}
+	if cfg.Flush != "" {
+		set("flush", func() { o.flush = cfg.Flush })
+	}
+	if cfg.Log.Level != "" {
+		set("log-level", func() { o.logLevel = cfg.Log.Level })
+	}
+	if cfg.Log.Pretty {
+		set("log-pretty", func() { o.logPretty = true })
+	}
+	if cfg.Store.SegmentBytes != 0 {
+		set("segment-bytes", func() { o.segment = cfg.Store.SegmentBytes })
+	}
+	if cfg.Store.Retention != 0 {
+		set("retention", func() { o.retention = time.Duration(cfg.Store.Retention) })
+	}
+	if cfg.Core.Addr != "" {
+		set("core", func() { o.coreAddr = cfg.Core.Addr })
+	}
+	if cfg.Core.Token != "" {
+		set("token", func() { o.token = cfg.Core.Token })
+	}
+	if cfg.HTTP.Addr != "" {
+		set("http", func() { o.httpAddr = cfg.HTTP.Addr })
+	}
+	return nil
+}
+
 func (o *serveOptions) run(cmd *cobra.Command) error {
+	if err := o.applyConfig(cmd); err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, o.logPretty, o.logLevel)
 	if err != nil {
 		return fmt.Errorf("log level: %w", err)
@@ -73,11 +127,16 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	n := &node{}
 	defer n.close(context.Background())
+	st := o.file.Store
 	n.store, err = store.Open(o.dataDir, store.Options{
-		Logger:       &log,
-		FlushPolicy:  store.FlushPolicy(o.flush),
-		SegmentBytes: o.segment,
-		Retention:    o.retention,
+		Logger:            &log,
+		FlushPolicy:       store.FlushPolicy(o.flush),
+		SegmentBytes:      o.segment,
+		Retention:         o.retention,
+		MaxDiskBytes:      st.MaxDiskBytes,
+		MaxMessageBytes:   st.MaxMessageBytes,
+		DefaultQueues:     st.DefaultQueues,
+		DisableAutoCreate: st.AutoCreateTopics != nil && !*st.AutoCreateTopics,
 	})
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", o.dataDir, err)

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// fileConfig is the YAML configuration file of `ferrymq serve --config`.
+// Unknown keys are errors. Command-line flags override what it says.
+//
+//	data: ./data
+//	flush: sync                # or async
+//	log: {level: info, pretty: false}
+//	store:
+//	  segment_bytes: 1073741824
+//	  retention: 72h
+//	  max_disk_bytes: 0        # 0: no ceiling
+//	  max_message_bytes: 4194304
+//	  default_queues: 8
+//	  auto_create_topics: true
+//	core: {addr: ":10911", token: ""}
+//	http: {addr: ":18083"}
+type fileConfig struct {
+	Data  string `yaml:"data"`
+	Flush string `yaml:"flush"`
+	Log   struct {
+		Level  string `yaml:"level"`
+		Pretty bool   `yaml:"pretty"`
+	} `yaml:"log"`
+	Store struct {
+		SegmentBytes     int64    `yaml:"segment_bytes"`
+		Retention        duration `yaml:"retention"`
+		MaxDiskBytes     int64    `yaml:"max_disk_bytes"`
+		MaxMessageBytes  int      `yaml:"max_message_bytes"`
+		DefaultQueues    int      `yaml:"default_queues"`
+		AutoCreateTopics *bool    `yaml:"auto_create_topics"`
+	} `yaml:"store"`
+	Core struct {
+		Addr  string `yaml:"addr"`
+		Token string `yaml:"token"`
+	} `yaml:"core"`
+	HTTP struct {
+		Addr string `yaml:"addr"`
+	} `yaml:"http"`
+}
+
+// duration is a time.Duration written as "90s", "72h".
+type duration time.Duration
+
+func (d *duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a duration like 30s or 72h", n.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: bad duration %q", n.Line, s)
+	}
+	*d = duration(v)
+	return nil
+}
+
+// maxConfigBytes bounds a config file.
+const maxConfigBytes = 1 << 20
+
+// loadConfig reads and strictly decodes a config file.
+func loadConfig(path string) (fileConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return fileConfig{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return fileConfig{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(b) > maxConfigBytes {
+		return fileConfig{}, fmt.Errorf("config %s: larger than %d bytes", path, maxConfigBytes)
+	}
+	cfg, err := parseConfig(b)
+	if err != nil {
+		return fileConfig{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// parseConfig decodes YAML strictly: unknown keys, wrong types and more
+// than one document are errors.
+func parseConfig(b []byte) (fileConfig, error) {
+	var cfg fileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fileConfig{}, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return fileConfig{}, errors.New("more than one YAML document")
+	}
+	if cfg.Flush != "" && cfg.Flush != "sync" && cfg.Flush != "async" {
+		return fileConfig{}, fmt.Errorf("flush %q: want sync or async", cfg.Flush)
+	}
+	if cfg.Store.SegmentBytes < 0 || cfg.Store.MaxDiskBytes < 0 || cfg.Store.MaxMessageBytes < 0 || cfg.Store.DefaultQueues < 0 {
+		return fileConfig{}, errors.New("store sizes and counts must not be negative")
+	}
+	return cfg, nil
+}
