@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	stdlog "log"
+	"net"
+	"net/http"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/httpapi"
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
@@ -47,7 +53,7 @@ func newServeCmd() *cobra.Command {
 	o := &serveOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the server: the embedded store and the core TCP protocol",
+		Short: "Run the server: the embedded store, the core TCP protocol and the HTTP API",
 		Example: `  ferrymq serve
   ferrymq serve --data /var/lib/ferrymq --flush sync --core 127.0.0.1:10911`,
 		Args: cobra.NoArgs,
@@ -61,11 +67,14 @@ func newServeCmd() *cobra.Command {
 
 // node is everything serve runs, in start order.
 type node struct {
-	store  *store.Store
-	groups *group.Coordinator
-	retry  *retry.Service
-	pop    *pop.Service
-	core   *server.Server
+	store      *store.Store
+	groups     *group.Coordinator
+	retry      *retry.Service
+	pop        *pop.Service
+	core       *server.Server
+	http       *http.Server
+	httpCancel context.CancelFunc // ends long polls in flight at shutdown
+	httpDone   chan struct{}
 }
 
 // applyConfig takes from the config file every setting whose flag was not
@@ -162,8 +171,12 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		n.core = nil
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "ferrymq %s\ncore  %s\ndata  %s (flush %s)\n", buildVersion(), n.core.Addr(), o.dataDir, o.flush)
-	log.Info().Str("data", o.dataDir).Str("flush", o.flush).Str("core", n.core.Addr().String()).Msg("serving")
+	httpAddr, err := n.startHTTP(o.httpAddr, &log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "ferrymq %s\ncore  %s\nhttp  %s\ndata  %s (flush %s)\n", buildVersion(), n.core.Addr(), httpAddr, o.dataDir, o.flush)
+	log.Info().Str("data", o.dataDir).Str("flush", o.flush).Str("core", n.core.Addr().String()).Str("http", httpAddr.String()).Msg("serving")
 
 	<-cmd.Context().Done()
 	log.Info().Msg("shutting down")
@@ -172,9 +185,47 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	return n.close(ctx)
 }
 
+// startHTTP serves the HTTP API (produce and POP consume) on addr.
+func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
+	const maxWait = 30 * time.Second
+	h, err := httpapi.New(httpapi.Options{Broker: n.store, Pop: n.pop, Logger: log, MaxWait: maxWait})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen http %s: %w", addr, err)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	n.httpCancel = cancel
+	n.http = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		WriteTimeout:      maxWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          stdlog.New(io.Discard, "", 0),
+	}
+	n.httpDone = make(chan struct{})
+	go func() {
+		defer close(n.httpDone)
+		if err := n.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server")
+		}
+	}()
+	return ln.Addr(), nil
+}
+
 // close stops what started, in reverse order; safe to call twice.
 func (n *node) close(ctx context.Context) error {
 	var errs []error
+	if n.http != nil {
+		n.httpCancel() // long polls return at once
+		errs = append(errs, n.http.Shutdown(ctx))
+		<-n.httpDone
+		n.http = nil
+	}
 	if n.core != nil {
 		errs = append(errs, n.core.Shutdown(ctx))
 		n.core = nil

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"path/filepath"
 	"testing"
 	"time"
@@ -27,7 +31,7 @@ func TestServeOpensAndClosesStore(t *testing.T) {
 	cmd := newRootCmd()
 	var out bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetArgs([]string{"serve", "--data", dir, "--flush", "sync", "--core", "127.0.0.1:0"})
+	cmd.SetArgs([]string{"serve", "--data", dir, "--flush", "sync", "--core", "127.0.0.1:0", "--http", "127.0.0.1:0"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 
@@ -46,7 +50,7 @@ func TestServeRejectsBadFlushPolicy(t *testing.T) {
 	cmd := newRootCmd()
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&bytes.Buffer{})
-	cmd.SetArgs([]string{"serve", "--data", t.TempDir(), "--flush", "sometimes"})
+	cmd.SetArgs([]string{"serve", "--data", t.TempDir(), "--flush", "sometimes", "--core", "127.0.0.1:0", "--http", "127.0.0.1:0"})
 	err := cmd.ExecuteContext(t.Context())
 	require.ErrorContains(t, err, "flush policy")
 }
@@ -58,4 +62,38 @@ func TestVersion(t *testing.T) {
 	cmd.SetArgs([]string{"version"})
 	require.NoError(t, cmd.Execute())
 	require.Contains(t, out.String(), "ferrymq ")
+}
+
+// TestServePrintsAddressesAndServesHTTP runs serve in-process, learns its
+// addresses from what it prints, produces over HTTP and reads the message
+// back over the core protocol's store.
+func TestServePrintsAddressesAndServesHTTP(t *testing.T) {
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(t.Context())
+	cmd := newRootCmd()
+	cmd.SetOut(pw)
+	cmd.SetArgs([]string{"serve", "--data", t.TempDir(), "--core", "127.0.0.1:0", "--http", "127.0.0.1:0"})
+	stderr = io.Discard
+	t.Cleanup(func() { stderr = os.Stderr })
+	done := make(chan error, 1)
+	go func() {
+		done <- cmd.ExecuteContext(ctx)
+		_ = pw.Close()
+	}()
+	addrs := map[string]string{}
+	sc := bufio.NewScanner(pr)
+	for len(addrs) < 2 && sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && (f[0] == "core" || f[0] == "http") {
+			addrs[f[0]] = f[1]
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	require.Len(t, addrs, 2, "serve prints its core and http addresses")
+	resp, err := http.Post("http://"+addrs["http"]+"/api/v1/topics/cars/messages", "application/json",
+		strings.NewReader(`{"key":"car-1","body":"hello"}`))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	_ = resp.Body.Close()
+	cancel()
+	require.NoError(t, <-done)
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,7 +117,8 @@ func (a *api) popRequest(topic, rawQuery string) (pop.Request, error) {
 	if err != nil {
 		return req, badRequest("query: %v", err)
 	}
-	for name, vals := range q {
+	for _, name := range slices.Sorted(maps.Keys(q)) { // sorted: the same request, the same error
+		vals := q[name]
 		switch name {
 		case paramGroup, paramMax, paramWait, paramInvisible, paramOrderly, paramTags:
 		default:
@@ -205,6 +208,8 @@ type ackRequest struct {
 	Handles []string `json:"handles"`
 }
 
+var ackFields = jsonFields[ackRequest]()
+
 // ackResult is the outcome of one handle.
 type ackResult struct {
 	Handle string `json:"handle"`
@@ -228,7 +233,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req ackRequest
-	if err := decodeObject(body, &req); err != nil {
+	if err := decodeObject(body, &req, ackFields); err != nil {
 		return err
 	}
 	handles := req.Handles
@@ -268,6 +273,8 @@ type invisibleRequest struct {
 	Invisible string `json:"invisible"`
 }
 
+var invisibleFields = jsonFields[invisibleRequest]()
+
 // changeInvisible serves POST /api/v1/topics/{topic}/invisible. As for ack,
 // the path's topic is not compared with the handle.
 func (a *api) changeInvisible(w http.ResponseWriter, r *http.Request) error {
@@ -282,7 +289,7 @@ func (a *api) changeInvisible(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req invisibleRequest
-	if err := decodeObject(body, &req); err != nil {
+	if err := decodeObject(body, &req, invisibleFields); err != nil {
 		return err
 	}
 	if req.Invisible == "" {

@@ -40,8 +40,8 @@
 // core, pop and retry are mapped by errors.Is. Bad input never panics and
 // never costs more than Options.MaxBodyBytes of reading and Options.MaxBatch
 // messages of decoding. Each failed request is logged as one line (debug for
-// the client's mistakes, error for the server's) that never carries a body,
-// a header value or a handle.
+// the client's mistakes, error for the server's) that never carries a
+// message body, a header value or a handle.
 //
 // # Concurrency and crashes
 //

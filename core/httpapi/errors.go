@@ -23,12 +23,12 @@ var ErrBadOptions = errors.New("httpapi: invalid options")
 // text beside them may.
 const (
 	// 400
-	CodeBadRequest     = "bad_request"      // a query parameter, header or field is malformed
-	CodeBadJSON        = "bad_json"         // the body is not JSON of the expected shape (syntax, unknown field, wrong type)
-	CodeInvalidTopic   = "invalid_topic"    // the topic name breaks core.ValidateTopic
-	CodeInvalidMessage = "invalid_message"  // the engine cannot store the message as given
-	CodeInvalidGroup   = "invalid_group"    // the group name breaks retry.ValidateGroup
-	CodeInvalidHandle  = "invalid_handle"   // not a receipt handle this server issued (or issued before a restart)
+	CodeBadRequest     = "bad_request"            // a query parameter, header or field is malformed
+	CodeBadJSON        = "bad_json"               // the body is not JSON of the expected shape (syntax, unknown field, wrong type)
+	CodeInvalidTopic   = "invalid_topic"          // the topic name breaks core.ValidateTopic
+	CodeInvalidMessage = "invalid_message"        // the engine cannot store the message as given
+	CodeInvalidGroup   = "invalid_group"          // the group name breaks retry.ValidateGroup
+	CodeInvalidHandle  = "invalid_handle"         // not a receipt handle this server issued (or issued before a restart)
 	CodeInvisibleTime  = "invalid_invisible_time" // invisible time outside the server's bounds
 	// 404
 	CodeNotFound        = "not_found"         // no endpoint at this path
@@ -171,7 +171,7 @@ func jsonError(prefix string, err error) *apiError {
 		msg = strings.TrimPrefix(err.Error(), "json: ")
 		log = "unknown field"
 	default:
-		msg = err.Error() // e.g. a deliver_at that is not an RFC 3339 time
+		msg = err.Error()
 		log = "bad JSON value"
 	}
 	return &apiError{

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/rs/zerolog"
 
@@ -101,7 +104,8 @@ type errorBody struct {
 }
 
 // fail answers err and logs one line: debug for the client's mistakes,
-// error for the server's. The line never carries the body or a handle.
+// error for the server's. The line never carries a message body, a header
+// value or a handle.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := classify(r.Context(), err)
 	ev := a.log.Debug()
@@ -184,17 +188,67 @@ func firstByte(b []byte) byte {
 	return 0
 }
 
-// decodeObject decodes body, which must hold exactly one JSON object with
-// no unknown fields, into v.
-func decodeObject(body []byte, v any) error {
-	if firstByte(body) != '{' {
-		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: want an object"}
-	}
+// decodeObject decodes body, which must hold exactly one JSON object, into
+// v; fields are the names v accepts.
+func decodeObject(body []byte, v any, fields []string) error {
 	dec := newDecoder(body)
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		return jsonError("", err)
 	}
-	return expectEnd(dec)
+	if err := expectEnd(dec); err != nil {
+		return err
+	}
+	return decodeStrict(raw, "", v, fields)
+}
+
+// decodeStrict decodes raw, one JSON value, into v. It must be an object
+// whose names are all in fields, each once, spelled exactly: encoding/json
+// alone would take "BODY" for "body" and keep the last of two "body"s.
+func decodeStrict(raw json.RawMessage, at string, v any, fields []string) error {
+	if firstByte(raw) != '{' {
+		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: " + at + "want an object"}
+	}
+	dec := newDecoder(raw)
+	if _, err := dec.Token(); err != nil { // '{'
+		return jsonError(at, err)
+	}
+	seen := make([]bool, len(fields))
+	var skip json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(at, err)
+		}
+		name, _ := tok.(string) // object keys are strings
+		i := slices.Index(fields, name)
+		switch {
+		case i < 0:
+			return &apiError{status: http.StatusBadRequest, code: CodeBadJSON,
+				msg: oneLine(fmt.Sprintf("bad JSON: %sunknown field %q", at, name)), cause: errors.New("bad JSON: unknown field")}
+		case seen[i]:
+			return &apiError{status: http.StatusBadRequest, code: CodeBadJSON,
+				msg: fmt.Sprintf("bad JSON: %sfield %q given twice", at, name)}
+		}
+		seen[i] = true
+		if err := dec.Decode(&skip); err != nil {
+			return jsonError(at, err)
+		}
+	}
+	if err := newDecoder(raw).Decode(v); err != nil {
+		return jsonError(at, err)
+	}
+	return nil
+}
+
+// jsonFields lists the JSON names of T's fields.
+func jsonFields[T any]() []string {
+	t := reflect.TypeFor[T]()
+	out := make([]string, t.NumField())
+	for i := range out {
+		out[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return out
 }
 
 func newDecoder(body []byte) *json.Decoder {

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"mime"
@@ -32,7 +34,8 @@ type produceMessage struct {
 	Properties map[string]string `json:"properties"`
 	Body       *string           `json:"body"`
 	BodyBase64 *string           `json:"body_base64"`
-	DeliverAt  *time.Time        `json:"deliver_at"`
+	DeliverAt  *string           `json:"deliver_at"` // RFC 3339
+
 }
 
 // sendResult is the answer for one stored message.
@@ -104,16 +107,16 @@ func isJSON(contentType string) bool {
 // 1 to MaxBatch objects (batch true).
 func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, batch bool, err error) {
 	dec := newDecoder(body)
+	var raw json.RawMessage
 	switch firstByte(body) {
 	case '{':
-		var m produceMessage
-		if err := dec.Decode(&m); err != nil {
+		if err := dec.Decode(&raw); err != nil {
 			return nil, false, jsonError("", err)
 		}
 		if err := expectEnd(dec); err != nil {
 			return nil, false, err
 		}
-		msg, err := m.message(topic, "")
+		msg, err := decodeMessage(topic, raw, "")
 		if err != nil {
 			return nil, false, err
 		}
@@ -128,14 +131,10 @@ func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, b
 				return nil, true, newError(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "batch of more than %d messages", a.opts.MaxBatch)
 			}
 			at := fmt.Sprintf("message %d: ", i)
-			var m *produceMessage
-			if err := dec.Decode(&m); err != nil {
+			if err := dec.Decode(&raw); err != nil {
 				return nil, true, jsonError(at, err)
 			}
-			if m == nil {
-				return nil, true, &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: " + at + "want an object, got null"}
-			}
-			msg, err := m.message(topic, at)
+			msg, err := decodeMessage(topic, raw, at)
 			if err != nil {
 				return nil, true, err
 			}
@@ -154,6 +153,18 @@ func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, b
 	default:
 		return nil, false, &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: want an object or an array of objects"}
 	}
+}
+
+// produceFields are the names a message object may have.
+var produceFields = jsonFields[produceMessage]()
+
+// decodeMessage decodes one message object; at prefixes errors.
+func decodeMessage(topic string, raw json.RawMessage, at string) (*core.Message, error) {
+	var m produceMessage
+	if err := decodeStrict(raw, at, &m, produceFields); err != nil {
+		return nil, err
+	}
+	return m.message(topic, at)
 }
 
 // message turns a decoded message into a core.Message; at prefixes errors.
@@ -179,7 +190,11 @@ func (m *produceMessage) message(topic, at string) (*core.Message, error) {
 		msg.Body = b
 	}
 	if m.DeliverAt != nil {
-		msg.DeliverAt = *m.DeliverAt
+		t, err := parseTime(*m.DeliverAt)
+		if err != nil {
+			return nil, badRequest("%sdeliver_at: %v", at, err)
+		}
+		msg.DeliverAt = t
 	}
 	return msg, nil
 }
@@ -238,9 +253,9 @@ func headerMessage(topic string, h http.Header) (*core.Message, error) {
 		case lower == headerTag:
 			msg.Tag = v
 		case lower == headerDeliverAt:
-			t, err := time.Parse(time.RFC3339Nano, v)
+			t, err := parseTime(v)
 			if err != nil {
-				return nil, badRequest("header %s: want an RFC 3339 time such as 2030-01-02T15:04:05Z", name)
+				return nil, badRequest("header %s: %v", name, err)
 			}
 			msg.DeliverAt = t
 		case strings.HasPrefix(lower, headerProp):
@@ -257,4 +272,13 @@ func headerMessage(topic string, h http.Header) (*core.Message, error) {
 		}
 	}
 	return msg, nil
+}
+
+// parseTime parses an RFC 3339 time; its error never quotes the input.
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, errors.New("want an RFC 3339 time such as 2030-01-02T15:04:05Z")
+	}
+	return t, nil
 }
