@@ -93,9 +93,10 @@
 //
 // # Concurrency
 //
-// A Store is safe for concurrent use. Open starts a writer goroutine (one
-// write call for everything producers appended since the last one), in
-// FlushSync mode a syncer goroutine (one fsync for everything written before
-// it began), a checkpointer and a retention worker; Close stops them all and
-// returns after they have ended.
+// A Store is safe for concurrent use. Open starts a writer goroutine (each
+// cycle: one write call for everything producers appended since the last
+// one, then in FlushSync mode one fsync covering it), in FlushAsync mode a
+// flusher goroutine (an fsync every FlushInterval, beside the writer), a
+// checkpointer and a retention worker; Close stops them all and returns
+// after they have ended.
 package store

@@ -216,6 +216,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.wg.Add(3)
+	if s.opts.FlushPolicy == FlushAsync {
+		s.wg.Add(1)
+		go s.flushLoop(ctx)
+	}
 	go s.writeLoop(ctx)
 	go s.checkpointLoop(ctx)
 	go s.retentionLoop(ctx)
@@ -549,12 +553,6 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 // overlapping them only moves the wait.
 func (s *Store) writeLoop(ctx context.Context) {
 	defer s.wg.Done()
-	var tick <-chan time.Time
-	if s.opts.FlushPolicy == FlushAsync {
-		t := time.NewTicker(s.opts.FlushInterval)
-		defer t.Stop()
-		tick = t.C
-	}
 	for {
 		select {
 		case <-s.kick:
@@ -562,10 +560,27 @@ func (s *Store) writeLoop(ctx context.Context) {
 			// machine with few cores this is what fills a batch.
 			runtime.Gosched()
 			s.cycle(false)
-		case <-tick:
-			s.cycle(true)
 		case <-ctx.Done():
 			s.cycle(true) // the last appends before Close
+			return
+		}
+	}
+}
+
+// flushLoop is the async policy's background flush: every FlushInterval it
+// fsyncs what the writer has written so far. It runs beside the writer, so
+// appends and acknowledgements go on while the disk catches up.
+func (s *Store) flushLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := s.fsync(); err != nil {
+				s.fail(err) // sticky: later produces are refused
+			}
+		case <-ctx.Done():
 			return
 		}
 	}
@@ -630,8 +645,12 @@ func (s *Store) fsync() error {
 		return fmt.Errorf("fsync commit log: %w", err)
 	}
 	s.stats.fsyncs.Add(1)
-	s.synced.Store(end)
-	return nil
+	for { // the writer and the flusher may both sync: synced only grows
+		cur := s.synced.Load()
+		if cur >= end || s.synced.CompareAndSwap(cur, end) {
+			return nil
+		}
+	}
 }
 
 func (s *Store) writeChunks(b *batch) error {
