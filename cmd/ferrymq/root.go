@@ -15,8 +15,13 @@ func newRootCmd() *cobra.Command {
 		Short:         "MQTT/IoT edge gateway bridged to a durable commit-log queue",
 		SilenceUsage:  true,
 		SilenceErrors: false,
+		// Runnable with no arguments: an unknown command is then one error
+		// line ("Error: unknown command …"), not cobra's two.
+		Args: cobra.NoArgs,
+		RunE: helpRunE,
 	}
-	root.AddCommand(newServeCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newVersionCmd(),
+		newProduceCmd(), newConsumeCmd(), newTopicCmd(), newGroupCmd(), newMsgCmd(), newBenchCmd())
 	return root
 }
 

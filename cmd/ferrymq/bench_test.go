@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/core/server/servertest"
+)
+
+// runBench runs `ferrymq bench <args>` in-process and returns stdout and
+// stderr.
+func runBench(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := newBenchCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	require.NoError(t, cmd.ExecuteContext(t.Context()), "stderr: %s", errOut.String())
+	return out.String(), errOut.String()
+}
+
+func decodeRow(t *testing.T, s string) benchResult {
+	t.Helper()
+	var r benchResult
+	require.NoError(t, json.Unmarshal([]byte(s), &r), s)
+	return r
+}
+
+func TestBenchCoreProduce(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	out, progress := runBench(t, "core", "--server", env.Addr, "--count", "2000", "--producers", "4",
+		"--pipeline", "16", "--size", "256", "--keys", "10", "--label", "async", "--json")
+	r := decodeRow(t, out)
+	require.Equal(t, "ferrymq", r.Target)
+	require.Equal(t, "produce", r.Mode)
+	require.Equal(t, "async", r.Label)
+	require.Equal(t, 4, r.Producers)
+	require.Equal(t, 256, r.Size)
+	require.EqualValues(t, 2000, r.Messages)
+	require.Positive(t, r.Seconds)
+	require.Positive(t, r.MsgsPerSec)
+	require.Positive(t, r.P50us)
+	require.LessOrEqual(t, r.P50us, r.P99us)
+	require.LessOrEqual(t, r.P99us, r.P999us)
+	require.Contains(t, progress, "ferrymq produce")
+
+	info, err := env.Store.Topic(t.Context(), "bench")
+	require.NoError(t, err)
+	var stored int64
+	for _, q := range info.Ranges {
+		stored += q.Max - q.Min
+	}
+	require.EqualValues(t, 2000, stored, "every acknowledged message is stored once")
+}
+
+func TestBenchCoreConsume(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	// A message stored before is not part of the backlog the run consumes.
+	runBench(t, "core", "--server", env.Addr, "--count", "300", "--json")
+
+	out, progress := runBench(t, "core", "--server", env.Addr, "--mode", "consume", "--count", "2000",
+		"--consumers", "2", "--producers", "2", "--json")
+	r := decodeRow(t, out)
+	require.Equal(t, "consume", r.Mode)
+	require.Equal(t, 2, r.Consumers)
+	require.EqualValues(t, 2000, r.Messages)
+	require.Positive(t, r.MsgsPerSec)
+	require.Zero(t, r.P50us, "no latency for consumption")
+	require.Contains(t, progress, "ferrymq fill")
+	require.Contains(t, progress, "ferrymq consume")
+}
+
+func TestBenchCoreDuration(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	out, _ := runBench(t, "core", "--server", env.Addr, "--duration", "300ms", "--producers", "2", "--json")
+	r := decodeRow(t, out)
+	require.Positive(t, r.Messages)
+}
+
+func TestBenchCoreTable(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	out, _ := runBench(t, "core", "--server", env.Addr, "--count", "500", "--producers", "2", "--label", "sync")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	for _, col := range []string{"TARGET", "MODE", "LABEL", "MSGS/S", "MB/S", "P50", "P99", "P99.9"} {
+		require.Contains(t, lines[0], col)
+	}
+	require.Contains(t, lines[1], "ferrymq")
+	require.Contains(t, lines[1], "sync")
+	require.Contains(t, lines[1], " 500 ")
+}
+
+func TestBenchTable(t *testing.T) {
+	rows := `{"target":"ferrymq","mode":"produce","label":"async","producers":16,"pipeline":64,"size":1024,"messages":1000,"seconds":0.5,"msgs_per_sec":2000,"mb_per_sec":2.048,"p50_us":412.3,"p99_us":1520,"p999_us":2300000,"server":"x"}
+
+{"target":"jetstream","mode":"consume","consumers":4,"size":1024,"messages":1000,"seconds":1,"msgs_per_sec":1000,"mb_per_sec":1.024,"server":"y"}
+`
+	var out bytes.Buffer
+	cmd := newBenchCmd()
+	cmd.SetIn(strings.NewReader(rows))
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"table", "--markdown"})
+	require.NoError(t, cmd.Execute())
+	want := `| TARGET | MODE | LABEL | CLIENTS | PIPELINE | SIZE | MESSAGES | SECONDS | MSGS/S | MB/S | P50 | P99 | P99.9 |
+|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| ferrymq | produce | async | 16 | 64 | 1024 | 1000 | 0.50 | 2000 | 2.0 | 412µs | 1.52ms | 2.30s |
+| jetstream | consume | - | 4 | - | 1024 | 1000 | 1.00 | 1000 | 1.0 | - | - | - |
+`
+	require.Equal(t, want, out.String())
+}
+
+func TestBenchCoreRejectsBadOptions(t *testing.T) {
+	cmd := newBenchCmd()
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	cmd.SetArgs([]string{"core", "--target", "kafka", "--mode", "both", "--producers", "0"})
+	err := cmd.ExecuteContext(t.Context())
+	require.ErrorContains(t, err, `unknown target "kafka"`)
+	require.ErrorContains(t, err, `unknown mode "both"`)
+	require.ErrorContains(t, err, "--producers")
+}
+
+func TestHistogramBuckets(t *testing.T) {
+	for v := int64(0); v < 1<<20; v += 1 + v/1000 {
+		i := histBucket(v)
+		low, width := histRange(i)
+		require.True(t, low <= v && v < low+width, "v=%d bucket %d [%d, %d)", v, i, low, low+width)
+		if v >= 2*histSub {
+			require.LessOrEqual(t, float64(width)/float64(low), 1.0/histSub, "v=%d", v)
+		}
+	}
+	huge := int64(1<<63 - 1)
+	require.Equal(t, histBuckets-1, histBucket(huge))
+	low, width := histRange(histBuckets - 1)
+	require.Equal(t, huge, low+(width-1))
+	require.Equal(t, 0, histBucket(-5))
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	t.Run("uniform", func(t *testing.T) {
+		// 1 µs … 100 ms in steps of 1 µs: the q-quantile is q·100 ms.
+		h := newHistogram()
+		for i := 1; i <= 100_000; i++ {
+			h.record(time.Duration(i) * time.Microsecond)
+		}
+		require.EqualValues(t, 100_000, h.count())
+		for _, c := range []struct {
+			q    float64
+			want time.Duration
+		}{{0.5, 50 * time.Millisecond}, {0.99, 99 * time.Millisecond}, {0.999, 99_900 * time.Microsecond}, {1, 100 * time.Millisecond}} {
+			got := h.quantile(c.q)
+			require.InEpsilon(t, float64(c.want), float64(got), 0.004, "q=%v: %v", c.q, got)
+		}
+		require.InEpsilon(t, float64(time.Microsecond), float64(h.quantile(0.000001)), 0.004, "the minimum")
+	})
+	t.Run("exact below 256ns", func(t *testing.T) {
+		h := newHistogram()
+		for i := 1; i <= 200; i++ {
+			h.record(time.Duration(i))
+		}
+		require.Equal(t, time.Duration(100), h.quantile(0.5))
+		require.Equal(t, time.Duration(198), h.quantile(0.99))
+		require.Equal(t, time.Duration(200), h.quantile(0.999))
+	})
+	t.Run("tail", func(t *testing.T) {
+		// 990 fast values and 10 slow ones: p99 is fast, p99.9 slow.
+		h, other := newHistogram(), newHistogram()
+		for range 990 {
+			h.record(300 * time.Microsecond)
+		}
+		for range 10 {
+			other.record(40 * time.Millisecond)
+		}
+		h.merge(other)
+		require.EqualValues(t, 1000, h.count())
+		require.InEpsilon(t, float64(300*time.Microsecond), float64(h.quantile(0.5)), 0.004)
+		require.InEpsilon(t, float64(300*time.Microsecond), float64(h.quantile(0.99)), 0.004)
+		require.InEpsilon(t, float64(40*time.Millisecond), float64(h.quantile(0.999)), 0.004)
+		require.Equal(t, 40*time.Millisecond, h.quantile(1), "kept within the recorded max")
+	})
+	t.Run("empty", func(t *testing.T) {
+		require.Zero(t, newHistogram().quantile(0.99))
+	})
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferrymq/ferrymq/core/client"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+func newTopicCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "topic",
+		Short: "Create, list and describe topics",
+		Example: `  ferrymq topic create orders --queues 8
+  ferrymq topic list
+  ferrymq topic describe orders --json`,
+		Args: cobra.NoArgs,
+		RunE: helpRunE,
+	}
+	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicDescribeCmd())
+	return cmd
+}
+
+// topicMessages is how many messages a topic holds (retained, readable).
+func topicMessages(t wire.TopicInfo) int64 {
+	var n int64
+	for _, r := range t.Ranges {
+		n += r.Max - r.Min
+	}
+	return n
+}
+
+type topicCreateOptions struct {
+	client clientOptions
+	queues int
+	json   bool
+}
+
+func (o *topicCreateOptions) AddFlags(cmd *cobra.Command) {
+	o.client.AddFlags(cmd)
+	f := cmd.Flags()
+	f.IntVar(&o.queues, "queues", 0, "number of queues (default: the server's, 8)")
+	f.BoolVar(&o.json, "json", false, "print the topic as JSON")
+}
+
+func newTopicCreateCmd() *cobra.Command {
+	o := &topicCreateOptions{}
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a topic (succeeds if it exists with the same queue count)",
+		Example: `  ferrymq topic create orders
+  ferrymq topic create telemetry --queues 16 --server broker:10911`,
+		Args: cobra.ExactArgs(1),
+		RunE: runE(o.run),
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+func (o *topicCreateOptions) run(cmd *cobra.Command, args []string) error {
+	if o.queues < 0 {
+		return fmt.Errorf("--queues must not be negative, got %d", o.queues)
+	}
+	return o.client.call(cmd, func(ctx context.Context, c *client.Client) error {
+		t, err := c.CreateTopic(ctx, args[0], o.queues)
+		if err != nil {
+			return fmt.Errorf("create topic %s: %w", args[0], err)
+		}
+		if o.json {
+			return writeJSON(cmd.OutOrStdout(), t)
+		}
+		_, err = fmt.Fprintf(cmd.OutOrStdout(), "topic %s: %d queues\n", t.Name, t.Queues)
+		return err
+	})
+}
+
+type topicListOptions struct {
+	client clientOptions
+	json   bool
+}
+
+func (o *topicListOptions) AddFlags(cmd *cobra.Command) {
+	o.client.AddFlags(cmd)
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the topics as a JSON array (with each queue's range)")
+}
+
+func newTopicListCmd() *cobra.Command {
+	o := &topicListOptions{}
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List topics, system topics (%RETRY%…, %DLQ%…) included",
+		Example: `  ferrymq topic list
+  ferrymq topic list --json | jq -r '.[].name'`,
+		Args: cobra.NoArgs,
+		RunE: runE(o.run),
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+func (o *topicListOptions) run(cmd *cobra.Command, _ []string) error {
+	return o.client.call(cmd, func(ctx context.Context, c *client.Client) error {
+		list, err := c.Topics(ctx)
+		if err != nil {
+			return fmt.Errorf("list topics: %w", err)
+		}
+		if list == nil {
+			list = []wire.TopicInfo{}
+		}
+		if o.json {
+			return writeJSON(cmd.OutOrStdout(), list)
+		}
+		tw := newTable(cmd.OutOrStdout())
+		fmt.Fprintln(tw, "TOPIC\tQUEUES\tMESSAGES\tCREATED")
+		for _, t := range list {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", t.Name, t.Queues, topicMessages(t), displayTime(t.CreatedAt))
+		}
+		return tw.Flush()
+	})
+}
+
+type topicDescribeOptions struct {
+	client clientOptions
+	json   bool
+}
+
+func (o *topicDescribeOptions) AddFlags(cmd *cobra.Command) {
+	o.client.AddFlags(cmd)
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the topic as JSON")
+}
+
+func newTopicDescribeCmd() *cobra.Command {
+	o := &topicDescribeOptions{}
+	cmd := &cobra.Command{
+		Use:   "describe NAME",
+		Short: "Show a topic's queues and the range of offsets each holds",
+		Example: `  ferrymq topic describe orders
+  ferrymq topic describe orders --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: runE(o.run),
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+func (o *topicDescribeOptions) run(cmd *cobra.Command, args []string) error {
+	return o.client.call(cmd, func(ctx context.Context, c *client.Client) error {
+		t, err := c.Topic(ctx, args[0])
+		if err != nil {
+			return err // "topic not found: "x"" says it all
+		}
+		if o.json {
+			return writeJSON(cmd.OutOrStdout(), t)
+		}
+		w := cmd.OutOrStdout()
+		fmt.Fprintf(w, "topic     %s\nqueues    %d\nmessages  %d\ncreated   %s\n\n", t.Name, t.Queues, topicMessages(t), displayTime(t.CreatedAt))
+		tw := newTable(w)
+		fmt.Fprintln(tw, "QUEUE\tMIN\tMAX\tMESSAGES")
+		for q, r := range t.Ranges {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\n", q, r.Min, r.Max, r.Max-r.Min)
+		}
+		return tw.Flush()
+	})
+}
