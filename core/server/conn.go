@@ -74,8 +74,14 @@ func (c *conn) serve() {
 	}
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	idle := 3 * c.s.opts.Keepalive
+	var deadlineSet time.Time
 	for {
-		_ = c.nc.SetReadDeadline(time.Now().Add(idle))
+		// Moving the deadline costs a timer update; once a second is
+		// plenty for a timeout counted in tens of seconds.
+		if now := time.Now(); now.Sub(deadlineSet) > time.Second {
+			_ = c.nc.SetReadDeadline(now.Add(idle))
+			deadlineSet = now
+		}
 		f, err := wire.ReadFrame(r, c.s.opts.MaxFrame)
 		if err != nil {
 			c.readFailed(err)

@@ -106,7 +106,7 @@ func EncodeProduce(msgs []*core.Message) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeProduce parses an OpProduce request.
+// DecodeProduce parses an OpProduce request. Message bodies alias p.
 func DecodeProduce(p []byte) ([]*core.Message, error) {
 	r := reader{b: p}
 	n := int(r.u32())
@@ -184,7 +184,7 @@ func EncodeStored(msgs []*core.StoredMessage) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeStored parses OpGet and OpFindByKey responses.
+// DecodeStored parses OpGet and OpFindByKey responses. Bodies alias p.
 func DecodeStored(p []byte) ([]*core.StoredMessage, error) {
 	r := reader{b: p}
 	msgs := r.storedList()
@@ -227,7 +227,7 @@ func EncodePull(res PullResult) ([]byte, error) {
 	return b, nil
 }
 
-// DecodePull parses a pull response.
+// DecodePull parses a pull response. Bodies alias p.
 func DecodePull(p []byte) (PullResult, error) {
 	r := reader{b: p}
 	var res PullResult
@@ -268,7 +268,7 @@ func EncodePopped(ps []Popped) ([]byte, error) {
 	return b, nil
 }
 
-// DecodePopped parses an OpPop response.
+// DecodePopped parses an OpPop response. Bodies alias p.
 func DecodePopped(p []byte) ([]Popped, error) {
 	r := reader{b: p}
 	n := int(r.u32())
@@ -364,10 +364,7 @@ func (r *reader) message(m *core.Message) {
 		}
 	}
 	m.DeliverAt = fromNano(int64(r.u64()))
-	body := r.bytes(int(r.u32()))
-	if body != nil {
-		m.Body = append([]byte(nil), body...)
-	}
+	m.Body = r.bytes(int(r.u32())) // aliases the payload, which the caller owns
 }
 
 func (r *reader) stored() *core.StoredMessage {
