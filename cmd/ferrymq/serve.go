@@ -8,6 +8,8 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -30,6 +32,7 @@ type serveOptions struct {
 	coreAddr  string
 	httpAddr  string
 	token     string
+	cpuProf   string
 	file      fileConfig // from --config; flags win
 	logLevel  string
 	logPretty bool
@@ -47,6 +50,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.token, "token", "", "token core clients must present (default: none); also read from FERRYMQ_TOKEN")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logPretty, "log-pretty", false, "human-readable logs instead of JSON lines")
+	f.StringVar(&o.cpuProf, "cpu-profile", "", "write a CPU profile (pprof) of the whole run to this file")
 }
 
 func newServeCmd() *cobra.Command {
@@ -133,6 +137,20 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	if o.token == "" {
 		o.token = getenv("FERRYMQ_TOKEN")
+	}
+	if o.cpuProf != "" {
+		f, err := os.Create(o.cpuProf)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
 	}
 	n := &node{}
 	defer n.close(context.Background())
