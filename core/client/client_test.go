@@ -468,3 +468,40 @@ func TestBadClientsDoNotHurtOthers(t *testing.T) {
 	})
 	check()
 }
+
+// A coalesced batch the server refuses because of one bad message is sent
+// again message by message: only the bad one fails.
+func TestCoalescedBadMessageFailsAlone(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	c := dial(t, env.Addr)
+	p := c.NewProducer()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failed := map[int]error{}
+	const n = 300
+	wg.Add(n)
+	for i := 0; i < n; i++ {
+		topic := "good"
+		if i == 150 {
+			topic = "bad topic"
+		}
+		p.SendAsync(t.Context(), &core.Message{Topic: topic, ShardingKey: "k", Body: []byte(strconv.Itoa(i))}, func(_ core.SendResult, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				failed[i] = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, failed, 1)
+	require.ErrorIs(t, failed[150], core.ErrInvalidTopic)
+	info, err := env.Store.Topic(t.Context(), "good")
+	require.NoError(t, err)
+	total := int64(0)
+	for _, r := range info.Ranges {
+		total += r.Max
+	}
+	require.Equal(t, int64(n-1), total)
+}

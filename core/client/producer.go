@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -22,11 +24,23 @@ type Producer struct {
 	// Backoff is the pause before the first retry, doubled each time;
 	// default 100 ms.
 	Backoff time.Duration
+	// MaxCoalesce bounds how many queued SendAsync messages travel in one
+	// request; default 128, 1 sends each on its own. Messages are coalesced
+	// only when several are waiting at once, so it adds no delay.
+	MaxCoalesce int
+
+	once  sync.Once
+	queue chan pendingSend
+}
+
+type pendingSend struct {
+	m    *core.Message
+	done func(core.SendResult, error)
 }
 
 // NewProducer returns a producer over c.
 func (c *Client) NewProducer() *Producer {
-	return &Producer{c: c, Retries: 3, Backoff: 100 * time.Millisecond}
+	return &Producer{c: c, Retries: 3, Backoff: 100 * time.Millisecond, MaxCoalesce: 128}
 }
 
 // retryable reports whether another attempt may succeed.
@@ -84,17 +98,99 @@ func decodeSend(b []byte, msgs []*core.Message) ([]core.SendResult, error) {
 	return res, nil
 }
 
-// SendAsync sends m without waiting; done is called once with the outcome.
-// Sends on one client are written in call order, and the server appends
-// them in that order, so messages of one key keep the order of the calls.
-// It blocks only while the client has MaxInflight requests unanswered.
+// SendAsync sends m without waiting; done is called once with the outcome
+// (on a client goroutine: it must not block). Async sends of one producer
+// are written in call order, and the server appends them in that order, so
+// messages of one key keep the order of the calls. Several sends waiting at
+// once go in one request (MaxCoalesce); if the server refuses such a
+// request because of one bad message, the others are sent again on their
+// own and may then land after later sends. It blocks only while the client has
+// MaxInflight requests unanswered and the producer's queue is full.
 func (p *Producer) SendAsync(ctx context.Context, m *core.Message, done func(core.SendResult, error)) {
-	p.sendAsync(ctx, []*core.Message{m}, p.Retries, p.Backoff, func(res []core.SendResult, err error) {
-		if err != nil {
-			done(core.SendResult{}, err)
+	if _, err := wire.AppendMessage(nil, m); err != nil {
+		done(core.SendResult{}, err) // a message that cannot be encoded never joins a batch
+		return
+	}
+	p.once.Do(func() {
+		p.queue = make(chan pendingSend, max(p.MaxCoalesce, 1)*4)
+		p.c.wg.Add(1)
+		go p.coalesce()
+	})
+	select {
+	case p.queue <- pendingSend{m: m, done: done}:
+	case <-ctx.Done():
+		done(core.SendResult{}, ctx.Err())
+	case <-p.c.ctx.Done():
+		done(core.SendResult{}, ErrClosed)
+	}
+}
+
+// coalesce sends queued async messages, as many per request as are waiting.
+// It runs until the client closes; what is still queued then fails.
+func (p *Producer) coalesce() {
+	defer p.c.wg.Done()
+	limit := max(p.MaxCoalesce, 1)
+	for {
+		var first pendingSend
+		select {
+		case first = <-p.queue:
+		case <-p.c.ctx.Done():
+			for {
+				select {
+				case ps := <-p.queue:
+					ps.done(core.SendResult{}, ErrClosed)
+				default:
+					return
+				}
+			}
+		}
+		// Let callers that are about to queue more do so: this is what
+		// fills a request when few cores run many producers.
+		runtime.Gosched()
+		batch := []pendingSend{first}
+		size := len(first.m.Body)
+	more:
+		for len(batch) < limit && size < 1<<20 {
+			select {
+			case ps := <-p.queue:
+				batch = append(batch, ps)
+				size += len(ps.m.Body)
+			default:
+				break more
+			}
+		}
+		p.sendBatch(batch, true)
+	}
+}
+
+// sendBatch sends one coalesced request. If the server refuses it for a
+// reason that is not retryable, each message is sent again on its own, so
+// that one bad message fails alone.
+func (p *Producer) sendBatch(batch []pendingSend, split bool) {
+	msgs := make([]*core.Message, len(batch))
+	for i, ps := range batch {
+		msgs[i] = ps.m
+	}
+	p.sendAsync(p.c.ctx, msgs, p.Retries, p.Backoff, func(res []core.SendResult, err error) {
+		if err != nil && split && len(batch) > 1 && !retryable(err) && !errors.Is(err, ErrClosed) {
+			// Not on the connection's reader goroutine: sending may wait
+			// for an in-flight slot that only the reader frees.
+			p.c.wg.Add(1)
+			go func() {
+				defer p.c.wg.Done()
+				for _, ps := range batch {
+					p.sendBatch([]pendingSend{ps}, false)
+				}
+			}()
 			return
 		}
-		done(res[0], nil)
+		for i, ps := range batch {
+			if err != nil {
+				ps.done(core.SendResult{}, err)
+			} else {
+				ps.done(res[i], nil)
+			}
+		}
 	})
 }
 
