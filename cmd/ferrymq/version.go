@@ -12,10 +12,10 @@ var version = "dev"
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
+		Use:     "version",
 		Short:   "Print the version",
 		Example: "  ferrymq version",
-		Args:  cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "ferrymq", buildVersion())
 			return err
