@@ -59,10 +59,11 @@ type Broker interface {
 	// ErrNoCommittedOffset.
 	CommittedOffset(ctx context.Context, group, topic string, queue int) (int64, error)
 
-	// Arrivals returns a channel that is closed as soon as new messages
-	// become readable after the call. Long-pollers check their queue, then
-	// wait on it (and on their deadline), then check again.
-	Arrivals() <-chan struct{}
+	// Arrivals returns a channel that is closed as soon as new messages of
+	// topic (of any topic, for "") become readable after the call.
+	// Long-pollers take it, check their queue, then wait on it (and on their
+	// deadline), then check again.
+	Arrivals(topic string) <-chan struct{}
 
 	// Close stops the engine after making acknowledged data durable.
 	Close() error

@@ -186,7 +186,7 @@ func (s *Service) Pop(ctx context.Context, req Request) ([]Popped, error) {
 	for {
 		// Take both channels before looking, so nothing that becomes
 		// available while we look is missed.
-		arrivals, avail := s.b.Arrivals(), s.available()
+		arrivals, avail := s.b.Arrivals(""), s.available()
 		out, err := s.popOnce(ctx, req, n, invisible)
 		if err != nil || len(out) > 0 || req.Wait == 0 {
 			return out, err

@@ -40,7 +40,7 @@ func (s *Service) runLevel(ctx context.Context, level int) {
 	}
 
 	for {
-		arrivals := s.b.Arrivals() // before the read: no arrival is missed
+		arrivals := s.b.Arrivals(ScheduleTopic) // before the read: no arrival is missed
 		res, err := s.b.Read(ctx, core.ReadRequest{Topic: ScheduleTopic, Queue: level, Offset: offset, MaxCount: schedulerBatch})
 		if err != nil {
 			var ce *core.CorruptError

@@ -46,7 +46,7 @@ func (h *holder) park(p *held) {
 func (h *holder) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	arrived := h.b.Arrivals()
+	arrived := h.b.Arrivals("")
 	for {
 		h.mu.Lock()
 		batch := h.held
@@ -85,7 +85,7 @@ func (h *holder) run(ctx context.Context) {
 		timer.Reset(wait)
 		select {
 		case <-arrived:
-			arrived = h.b.Arrivals()
+			arrived = h.b.Arrivals("")
 		case <-h.kick:
 		case <-timer.C:
 		case <-ctx.Done():

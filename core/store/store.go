@@ -50,9 +50,11 @@ type Store struct {
 	synced    atomic.Int64 // bytes fsynced
 	confirmed atomic.Int64 // readable end: durable under the policy, dispatched
 
-	// arrival is closed and replaced whenever new messages become readable.
-	arrivalMu sync.Mutex
-	arrival   chan struct{}
+	// arrival is closed and replaced whenever new messages become
+	// readable; topicArrival likewise per topic, for topics someone waits on.
+	arrivalMu    sync.Mutex
+	arrival      chan struct{}
+	topicArrival map[string]chan struct{}
 
 	offsetsMu    sync.Mutex
 	offsets      map[offsetKey]int64
@@ -60,7 +62,8 @@ type Store struct {
 
 	kick chan struct{}
 
-	dispatchRound uint64 // owned by the dispatching goroutine
+	dispatchRound uint64   // owned by the dispatching goroutine
+	touched       []*topic // topics the last dispatch wrote; dispatcher only
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -100,6 +103,7 @@ type topic struct {
 	queues  []*consumeQueue
 	next    []int64 // next queue offset per queue; guarded by Store.appendMu
 	rr      atomic.Uint32
+	mark    uint64 // dispatcher's scratch: last dispatch round that wrote this topic
 }
 
 // batch is what producers have appended and the writer has not yet written.
@@ -197,7 +201,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		pend:    &batch{},
 		spare:   &batch{},
 		kick:    make(chan struct{}, 1),
-		arrival: make(chan struct{}),
+		arrival:      make(chan struct{}),
+		topicArrival: map[string]chan struct{}{},
 	}
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -626,7 +631,7 @@ func (s *Store) cycle(forceSync bool) {
 		return
 	}
 	s.confirmed.Store(b.end)
-	s.announce()
+	s.announce(s.touched)
 	wake(b.waiters, nil)
 }
 
@@ -718,12 +723,17 @@ func (s *Store) dispatch(reqs []dispatchReq) error {
 	s.dispatchRound++
 	round := s.dispatchRound
 	var touched []*consumeQueue
+	s.touched = s.touched[:0]
 	for i := range reqs {
 		r := &reqs[i]
 		cq := r.t.queues[r.queue]
 		if cq.mark != round {
 			cq.mark = round
 			touched = append(touched, cq)
+		}
+		if r.t.mark != round {
+			r.t.mark = round
+			s.touched = append(s.touched, r.t)
 		}
 		if err := cq.add(r.qoff, cqEntry{offset: r.off, size: int32(r.size), tagHash: r.tagHash}); err != nil {
 			return err
@@ -740,20 +750,34 @@ func (s *Store) dispatch(reqs []dispatchReq) error {
 	return nil
 }
 
-// announce wakes long-pollers waiting for new messages.
-func (s *Store) announce() {
+// announce wakes long-pollers waiting for any of the topics just
+// dispatched, or for any topic.
+func (s *Store) announce(touched []*topic) {
 	s.arrivalMu.Lock()
 	close(s.arrival)
 	s.arrival = make(chan struct{})
+	for _, t := range touched {
+		if ch, ok := s.topicArrival[t.name]; ok {
+			close(ch)
+			delete(s.topicArrival, t.name)
+		}
+	}
 	s.arrivalMu.Unlock()
 }
 
-// Arrivals returns a channel that is closed when new messages become
-// readable after the call. Long-pollers re-check their queue, then wait on it.
-func (s *Store) Arrivals() <-chan struct{} {
+// Arrivals implements core.Broker.
+func (s *Store) Arrivals(topic string) <-chan struct{} {
 	s.arrivalMu.Lock()
 	defer s.arrivalMu.Unlock()
-	return s.arrival
+	if topic == "" {
+		return s.arrival
+	}
+	ch, ok := s.topicArrival[topic]
+	if !ok {
+		ch = make(chan struct{})
+		s.topicArrival[topic] = ch
+	}
+	return ch
 }
 
 func (s *Store) checkpointLoop(ctx context.Context) {

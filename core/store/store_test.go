@@ -362,3 +362,28 @@ func TestProduceAsyncKeepsCallOrder(t *testing.T) {
 		})
 	}
 }
+
+func TestArrivalsPerTopic(t *testing.T) {
+	ctx := t.Context()
+	s := openT(t, "", Options{})
+	any, a := s.Arrivals(""), s.Arrivals("a")
+	_, err := s.Produce(ctx, &core.Message{Topic: "b"})
+	require.NoError(t, err)
+	select {
+	case <-any:
+	default:
+		t.Fatal("a produce to any topic wakes Arrivals(\"\")")
+	}
+	select {
+	case <-a:
+		t.Fatal("a produce to b must not wake waiters of a")
+	default:
+	}
+	_, err = s.Produce(ctx, &core.Message{Topic: "a"})
+	require.NoError(t, err)
+	select {
+	case <-a:
+	default:
+		t.Fatal("a produce to a wakes its waiters")
+	}
+}
