@@ -192,15 +192,15 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		opts:    opts,
-		dir:     dir,
-		fs:      opts.FS,
-		log:     opts.Logger.With().Str("component", "store").Logger(),
-		topics:  map[string]*topic{},
-		offsets: map[offsetKey]int64{},
-		pend:    &batch{},
-		spare:   &batch{},
-		kick:    make(chan struct{}, 1),
+		opts:         opts,
+		dir:          dir,
+		fs:           opts.FS,
+		log:          opts.Logger.With().Str("component", "store").Logger(),
+		topics:       map[string]*topic{},
+		offsets:      map[offsetKey]int64{},
+		pend:         &batch{},
+		spare:        &batch{},
+		kick:         make(chan struct{}, 1),
 		arrival:      make(chan struct{}),
 		topicArrival: map[string]chan struct{}{},
 	}
