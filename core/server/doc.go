@@ -5,9 +5,9 @@
 // requests in flight: a reader, a writer and a small pool of handlers.
 // Produces are appended from the reader itself, in arrival order (so
 // pipelined sends keep per-key order), and answered when the engine calls
-// back; long polls (pull, group pull, pop with a wait) are parked in one
-// server-wide holder that retries them when messages arrive, so they hold no
-// goroutine. Requests in flight per connection are bounded: when a client
+// back; long polls (pull, group pull, pop with a wait) are parked by topic,
+// and one goroutine per topic being waited on retries them when messages of
+// that topic arrive, so they hold no goroutine of their own. Requests in flight per connection are bounded: when a client
 // has MaxInflight unanswered requests, the server stops reading from it, so
 // a client that floods is slowed, and one that never reads its responses is
 // disconnected after WriteTimeout — memory per connection stays bounded.
@@ -20,6 +20,7 @@
 // sends can panic the server or affect other connections.
 //
 // Shutdown stops accepting, answers requests still arriving with
-// CodeShuttingDown, waits for in-flight requests (bounded by its context)
-// and closes every connection; it returns after every goroutine has ended.
+// CodeShuttingDown and parked long polls with their empty result, waits for
+// in-flight requests (bounded by its context) and closes every connection;
+// it returns after every goroutine has ended.
 package server

@@ -10,14 +10,27 @@ import (
 )
 
 // holder parks long polls that found nothing, without a goroutine each (as
-// RocketMQ's PullRequestHoldService does): one goroutine retries every
-// parked request when the engine announces new messages, and answers it
-// with its empty result at its deadline.
+// RocketMQ's PullRequestHoldService does). Parked requests are grouped by
+// the topic they wait for; one goroutine per such topic retries its
+// requests when the engine announces messages of that topic, and answers
+// each with its empty result at its deadline. A topic's goroutine ends when
+// nothing waits on it any more, so a write to one topic never makes the
+// server re-check polls of the others.
 type holder struct {
-	b    core.Broker
-	mu   sync.Mutex
-	held []*held
-	kick chan struct{}
+	b   core.Broker
+	ctx context.Context
+	wg  *sync.WaitGroup // the server's: Shutdown waits for every bucket
+
+	mu       sync.Mutex
+	buckets  map[string]*bucket
+	draining bool // Shutdown: answer every parked poll now, park nothing more
+}
+
+// bucket is the parked requests of one topic ("" = any topic).
+type bucket struct {
+	topic string
+	held  []*held
+	kick  chan struct{}
 }
 
 type held struct {
@@ -29,28 +42,47 @@ type held struct {
 	empty []byte // the answer at the deadline
 }
 
-func newHolder(b core.Broker) *holder {
-	return &holder{b: b, kick: make(chan struct{}, 1)}
+func newHolder(ctx context.Context, b core.Broker, wg *sync.WaitGroup) *holder {
+	return &holder{b: b, ctx: ctx, wg: wg, buckets: map[string]*bucket{}}
 }
 
-func (h *holder) park(p *held) {
+// park hands p to the goroutine of topic ("" when it may be answered by a
+// message of any topic).
+func (h *holder) park(topic string, p *held) {
 	h.mu.Lock()
-	h.held = append(h.held, p)
+	if h.draining {
+		h.mu.Unlock()
+		p.c.reply(p.f, p.empty)
+		return
+	}
+	bk := h.buckets[topic]
+	if bk == nil {
+		if h.ctx.Err() != nil {
+			h.mu.Unlock()
+			return // shutting down: the connection is about to close
+		}
+		bk = &bucket{topic: topic, kick: make(chan struct{}, 1)}
+		h.buckets[topic] = bk
+		h.wg.Add(1)
+		go h.run(bk)
+	}
+	bk.held = append(bk.held, p)
 	h.mu.Unlock()
 	select {
-	case h.kick <- struct{}{}:
+	case bk.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (h *holder) run(ctx context.Context) {
+func (h *holder) run(bk *bucket) {
+	defer h.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	arrived := h.b.Arrivals("")
 	for {
+		arrived := h.b.Arrivals(bk.topic) // before the tries: no arrival is missed
 		h.mu.Lock()
-		batch := h.held
-		h.held = nil
+		batch := bk.held
+		bk.held = nil
 		h.mu.Unlock()
 
 		next := time.Time{}
@@ -75,7 +107,18 @@ func (h *holder) run(ctx context.Context) {
 			}
 		}
 		h.mu.Lock()
-		h.held = append(keep, h.held...)
+		if h.draining {
+			for _, p := range append(keep, bk.held...) {
+				p.c.reply(p.f, p.empty)
+			}
+			keep, bk.held = nil, nil
+		}
+		bk.held = append(keep, bk.held...)
+		if len(bk.held) == 0 {
+			delete(h.buckets, bk.topic) // a later park starts a new bucket
+			h.mu.Unlock()
+			return
+		}
 		h.mu.Unlock()
 
 		wait := time.Hour
@@ -85,10 +128,9 @@ func (h *holder) run(ctx context.Context) {
 		timer.Reset(wait)
 		select {
 		case <-arrived:
-			arrived = h.b.Arrivals("")
-		case <-h.kick:
+		case <-bk.kick:
 		case <-timer.C:
-		case <-ctx.Done():
+		case <-h.ctx.Done():
 			return
 		}
 		if !timer.Stop() {
@@ -98,4 +140,18 @@ func (h *holder) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// drain answers every parked poll with its empty result at once, and every
+// later one as soon as it is parked (server shutdown).
+func (h *holder) drain() {
+	h.mu.Lock()
+	h.draining = true
+	for _, bk := range h.buckets {
+		select {
+		case bk.kick <- struct{}{}:
+		default:
+		}
+	}
+	h.mu.Unlock()
 }

@@ -87,7 +87,7 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 			return wire.EncodePull(first)
 		}
 		empty, _ := wire.EncodePull(first)
-		c.s.hold.park(&held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
+		c.s.hold.park(r.Topic, &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
 			try: func(ctx context.Context) ([]byte, bool, error) {
 				res, err := try(ctx, first.NextOffset)
 				if err != nil || (len(res.Messages) == 0 && res.NextOffset == first.NextOffset) {
@@ -135,7 +135,7 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 			return wire.EncodePull(conv(first, first.Reset, first.Offset))
 		}
 		empty, _ := wire.EncodePull(conv(first, first.Reset, first.Offset))
-		c.s.hold.park(&held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
+		c.s.hold.park(r.Topic, &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
 			try: func(ctx context.Context) ([]byte, bool, error) {
 				req.Offset = first.NextOffset
 				p, err := o.Groups.Pull(ctx, req)
@@ -216,7 +216,9 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 			return encode(ps)
 		}
 		empty, _ := encode(nil)
-		c.s.hold.park(&held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
+		// A pop may be answered from the topic or the group's retry
+		// topic: it waits for any arrival.
+		c.s.hold.park("", &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
 			try: func(ctx context.Context) ([]byte, bool, error) {
 				ps, err := o.Pop.Pop(ctx, req)
 				if err != nil || len(ps) == 0 {

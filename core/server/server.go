@@ -126,7 +126,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger.With().Str("component", "core-server").Logger(), conns: map[*conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.hold = newHolder(opts.Broker)
+	s.hold = newHolder(s.ctx, opts.Broker, &s.wg)
 	return s, nil
 }
 
@@ -137,11 +137,7 @@ func (s *Server) Start() error {
 		return fmt.Errorf("listen %s: %w", s.opts.Addr, err)
 	}
 	s.ln = ln
-	s.wg.Add(2)
-	go func() {
-		defer s.wg.Done()
-		s.hold.run(s.ctx)
-	}()
+	s.wg.Add(1)
 	go s.acceptLoop()
 	s.log.Info().Str("addr", ln.Addr().String()).Msg("core server listening")
 	return nil
@@ -209,6 +205,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.drain()
 	}
+	s.hold.drain() // long polls answer now instead of holding shutdown up
 	done := make(chan struct{})
 	go func() {
 		for _, c := range conns {
@@ -220,7 +217,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	}
-	s.cancel() // ends the holder, and every connection
+	s.cancel() // ends the holder's goroutines, and every connection
 	for _, c := range conns {
 		c.close()
 	}
