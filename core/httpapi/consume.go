@@ -222,18 +222,8 @@ type ackResult struct {
 // a valid name but is not compared with the handles: a handle names its own
 // message, which after a redelivery lives in the group's retry topic.
 func (a *api) ack(w http.ResponseWriter, r *http.Request) error {
-	if a.pop == nil {
-		return errConsumeDisabled
-	}
-	if err := core.ValidateTopic(r.PathValue("topic")); err != nil {
-		return err
-	}
-	body, err := a.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req ackRequest
-	if err := decodeObject(body, &req, ackFields); err != nil {
+	if err := a.handleBody(w, r, &req, ackFields); err != nil {
 		return err
 	}
 	handles := req.Handles
@@ -278,18 +268,8 @@ var invisibleFields = jsonFields[invisibleRequest]()
 // changeInvisible serves POST /api/v1/topics/{topic}/invisible. As for ack,
 // the path's topic is not compared with the handle.
 func (a *api) changeInvisible(w http.ResponseWriter, r *http.Request) error {
-	if a.pop == nil {
-		return errConsumeDisabled
-	}
-	if err := core.ValidateTopic(r.PathValue("topic")); err != nil {
-		return err
-	}
-	body, err := a.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req invisibleRequest
-	if err := decodeObject(body, &req, invisibleFields); err != nil {
+	if err := a.handleBody(w, r, &req, invisibleFields); err != nil {
 		return err
 	}
 	if req.Invisible == "" {
@@ -307,4 +287,21 @@ func (a *api) changeInvisible(w http.ResponseWriter, r *http.Request) error {
 		Handle string `json:"handle"`
 	}{h})
 	return nil
+}
+
+// handleBody is the common start of the handle endpoints (ack, invisible):
+// consumption enabled, a valid topic in the path, a JSON object body
+// decoded strictly into v.
+func (a *api) handleBody(w http.ResponseWriter, r *http.Request, v any, fields []string) error {
+	if a.pop == nil {
+		return errConsumeDisabled
+	}
+	if err := core.ValidateTopic(r.PathValue("topic")); err != nil {
+		return err
+	}
+	body, err := a.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeObject(body, v, fields)
 }
