@@ -562,8 +562,16 @@ func (s *Store) writeLoop(ctx context.Context) {
 		select {
 		case <-s.kick:
 			// Let producers that are ready to append do so first: on a
-			// machine with few cores this is what fills a batch.
-			runtime.Gosched()
+			// machine with few cores this is what fills a batch. In sync
+			// mode the fsync dominates a cycle, so a fuller batch always
+			// pays; in async mode only a small batch is worth the wait (a
+			// yield can put the writer behind every runnable goroutine).
+			s.appendMu.Lock()
+			small := len(s.pend.disp) < 16
+			s.appendMu.Unlock()
+			if small || s.opts.FlushPolicy == FlushSync {
+				runtime.Gosched()
+			}
 			s.cycle(false)
 		case <-ctx.Done():
 			s.cycle(true) // the last appends before Close
