@@ -204,13 +204,11 @@ func (c *Coordinator) Close() error {
 	return nil
 }
 
-// validateID checks a group or client ID: 1–100 of [A-Za-z0-9._-].
+// validateID checks a group or client ID by the same rule as group names
+// everywhere (retry.ValidateGroup): 1–100 of [A-Za-z0-9._-].
 func validateID(kind, id string) error {
-	if len(id) == 0 || len(id) > 100 {
-		return fmt.Errorf("%w: %s %q must be 1–100 characters", ErrInvalidGroup, kind, id)
-	}
-	if err := core.ValidateTopic(id); err != nil {
-		return fmt.Errorf("%w: %s %q may hold only [A-Za-z0-9._-]", ErrInvalidGroup, kind, id)
+	if err := retry.ValidateGroup(id); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrInvalidGroup, kind, err)
 	}
 	return nil
 }

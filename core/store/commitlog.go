@@ -121,7 +121,7 @@ func (cl *commitLog) readAt(p []byte, off, limit int64) error {
 		return fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, len(p), off, segmentName(s.base))
 	}
 	if pos := off - s.base; s.mem != nil && pos+int64(len(p)) <= int64(len(s.mem)) {
-		if err := copyMapped(p, s.mem[pos:]); err != nil {
+		if err := viewMapped(s.mem[pos:pos+int64(len(p))], func(b []byte) error { copy(p, b); return nil }); err != nil {
 			return fmt.Errorf("read segment %s at %d: %w", segmentName(s.base), pos, err)
 		}
 		return nil
@@ -161,6 +161,9 @@ func (cl *commitLog) view(off int64, n int, limit int64, fn func([]byte) error) 
 	return fn(buf)
 }
 
+// viewMapped runs fn on bytes of a mapping with faults turned into errors:
+// an I/O error under a mapped page raises SIGBUS, which must not kill the
+// process.
 func viewMapped(b []byte, fn func([]byte) error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {

@@ -327,13 +327,20 @@ func (s *Store) OffsetAt(ctx context.Context, topicName string, queue int, t tim
 		if e.offset < logMin {
 			return false, nil
 		}
-		var b [8]byte
-		if err := s.cl.readAt(b[:], e.offset+offStoredAt, limit); err != nil {
-			if errors.Is(err, core.ErrMessageNotFound) {
-				return false, nil
-			}
-			return false, err
+		at, err := s.storedAtOf(e.offset, limit)
+		if errors.Is(err, core.ErrMessageNotFound) {
+			return false, nil
 		}
-		return int64(binary.BigEndian.Uint64(b[:])) >= want, nil
+		return err == nil && at >= want, err
 	})
+}
+
+// storedAtOf reads the store time of the record at log offset off, which
+// must lie below limit: 8 bytes, without decoding the record.
+func (s *Store) storedAtOf(off, limit int64) (int64, error) {
+	var b [8]byte
+	if err := s.cl.readAt(b[:], off+offStoredAt, limit); err != nil {
+		return 0, err
+	}
+	return int64(binary.BigEndian.Uint64(b[:])), nil
 }

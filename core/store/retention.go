@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -81,13 +80,13 @@ func (s *Store) RunRetention() (int, error) {
 // than cutoff: the first record of the following segment is, since store
 // times never decrease along the log.
 func (s *Store) segmentOlderThan(nextBase, cutoff int64) (bool, error) {
-	var b [offStoredAt + 8]byte
 	limit := s.confirmed.Load()
-	if nextBase+int64(len(b)) > limit {
+	if nextBase+offStoredAt+8 > limit {
 		return false, nil
 	}
-	if err := s.cl.readAt(b[:], nextBase, limit); err != nil {
+	at, err := s.storedAtOf(nextBase, limit)
+	if err != nil {
 		return false, fmt.Errorf("read store time at %d: %w", nextBase, err)
 	}
-	return int64(binary.BigEndian.Uint64(b[offStoredAt:])) < cutoff, nil
+	return at < cutoff, nil
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 
 	"github.com/ferrymq/ferrymq/core/store/vfs"
@@ -52,20 +51,6 @@ func (s *segment) close() error {
 		s.mem = nil
 	}
 	return s.file.Close()
-}
-
-// copyMapped copies from a mapping with faults turned into errors: an I/O
-// error under a mapped page raises SIGBUS, which must not kill the process.
-func copyMapped(dst, src []byte) (err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			err = fmt.Errorf("fault reading mapped segment: %v", r)
-		}
-	}()
-	copy(dst, src)
-	return nil
 }
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d", base) }

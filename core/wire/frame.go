@@ -126,25 +126,23 @@ func unexpected(err error) error {
 	return err
 }
 
+// opNames names every operation of this protocol version; it is also the
+// list Known checks.
+var opNames = map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produce", OpPull: "pull",
+	OpHeartbeat: "heartbeat", OpGroupPull: "group-pull", OpCommit: "commit", OpRelease: "release",
+	OpLeave: "leave", OpSendBack: "send-back", OpDeadLetter: "dead-letter", OpPop: "pop", OpAck: "ack",
+	OpChangeInvis: "change-invisible", OpLag: "lag", OpReset: "reset", OpGroups: "groups",
+	OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpGet: "get",
+	OpFindByKey: "find-by-key", OpCheckTxn: "check-transaction"}
+
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {
-	switch op {
-	case OpHello, OpPing, OpProduce, OpPull, OpHeartbeat, OpGroupPull, OpCommit, OpRelease, OpLeave,
-		OpSendBack, OpDeadLetter, OpPop, OpAck, OpChangeInvis, OpLag, OpReset, OpGroups,
-		OpTopicCreate, OpTopicList, OpTopicGet, OpGet, OpFindByKey, OpCheckTxn:
-		return true
-	}
-	return false
+	_, ok := opNames[op]
+	return ok
 }
 
 func (op Op) String() string {
-	names := map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produce", OpPull: "pull",
-		OpHeartbeat: "heartbeat", OpGroupPull: "group-pull", OpCommit: "commit", OpRelease: "release",
-		OpLeave: "leave", OpSendBack: "send-back", OpDeadLetter: "dead-letter", OpPop: "pop", OpAck: "ack",
-		OpChangeInvis: "change-invisible", OpLag: "lag", OpReset: "reset", OpGroups: "groups",
-		OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpGet: "get",
-		OpFindByKey: "find-by-key", OpCheckTxn: "check-transaction"}
-	if s, ok := names[op]; ok {
+	if s, ok := opNames[op]; ok {
 		return s
 	}
 	return fmt.Sprintf("op(%#02x)", byte(op))
