@@ -90,11 +90,14 @@ type Stats struct {
 	Fsyncs int64
 	// WriteCycles is the number of writer cycles (one write call each).
 	WriteCycles int64
+	// CommitLogBytes is the size of all commit-log segments on disk.
+	CommitLogBytes int64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Messages: s.stats.messages.Load(), Fsyncs: s.stats.fsyncs.Load(), WriteCycles: s.stats.cycles.Load()}
+	return Stats{Messages: s.stats.messages.Load(), Fsyncs: s.stats.fsyncs.Load(), WriteCycles: s.stats.cycles.Load(),
+		CommitLogBytes: s.cl.diskBytes()}
 }
 
 type topic struct {

@@ -1,0 +1,259 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+// Defaults.
+const (
+	DefaultEventsTopic = "device-events"
+	DefaultMaxInflight = 256
+)
+
+// Options configure the bridge hook.
+type Options struct {
+	// Broker is the core the bridge produces to. Required.
+	Broker core.Broker
+	// Uplink rules; nil means DefaultUplinkRules.
+	Uplink []UplinkRule
+	// EventsTopic receives device presence events; "" means
+	// DefaultEventsTopic. DisableEvents turns them off.
+	EventsTopic   string
+	DisableEvents bool
+	// MaxInflight bounds, per client, QoS 1/2 publishes handed to the core
+	// and not yet acknowledged; a client past it is not read from until
+	// acks catch up (TCP backpressure). 0 means DefaultMaxInflight.
+	MaxInflight int
+	// Node names this gateway in presence events; "" means the host name.
+	Node   string
+	Logger *zerolog.Logger
+}
+
+// Hook is the bridge as one mochi-mqtt hook: uplink (publishes into the
+// core, acknowledged once durable) and device presence events. Add it to
+// the server, then call Attach with that server before serving.
+type Hook struct {
+	mqtt.HookBase
+
+	opts   Options
+	up     *Uplink
+	log    zerolog.Logger
+	m      *metrics
+	server *mqtt.Server
+	inline *mqtt.Client // republishes durable messages to MQTT subscribers
+
+	clients   sync.Map // *mqtt.Client → *clientState, while QoS≥1 publishes are on the way
+	takenOver sync.Map // *mqtt.Client → struct{}: its session was taken over
+	seq       atomic.Uint64
+
+	produces sync.WaitGroup // ProduceAsync calls whose done has not run
+	flushers sync.WaitGroup // ack flushers running
+}
+
+// New builds the hook. Rules are checked here: a bad rule is an error.
+func New(o Options) (*Hook, error) {
+	if o.Broker == nil {
+		return nil, errors.New("bridge: Options.Broker is required")
+	}
+	if o.EventsTopic == "" {
+		o.EventsTopic = DefaultEventsTopic
+	}
+	if !o.DisableEvents {
+		if err := core.ValidateTopic(o.EventsTopic); err != nil {
+			return nil, fmt.Errorf("%w: events topic: %w", ErrBadRule, err)
+		}
+	}
+	if o.MaxInflight <= 0 {
+		o.MaxInflight = DefaultMaxInflight
+	}
+	if o.Node == "" {
+		o.Node, _ = os.Hostname()
+	}
+	up, err := NewUplink(o.Uplink)
+	if err != nil {
+		return nil, err
+	}
+	h := &Hook{opts: o, up: up, log: zerolog.Nop(), m: newMetrics()}
+	if o.Logger != nil {
+		h.log = o.Logger.With().Str("component", "bridge").Logger()
+	}
+	// Event sequence numbers start at the boot time in microseconds, so they
+	// keep growing across restarts without any stored state.
+	h.seq.Store(uint64(time.Now().UnixMicro()))
+	return h, nil
+}
+
+// Attach gives the hook the server it republishes through. Call it once,
+// after mqtt.New and before Serve.
+func (h *Hook) Attach(s *mqtt.Server) {
+	h.server = s
+	h.inline = s.NewClient(nil, mqtt.LocalListener, "$ferrymq-bridge", true)
+}
+
+// ID implements mqtt.Hook.
+func (h *Hook) ID() string { return "ferrymq-bridge" }
+
+// Provides implements mqtt.Hook.
+func (h *Hook) Provides(b byte) bool {
+	return bytes.Contains([]byte{
+		mqtt.OnPublish, mqtt.OnWillSent, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect,
+	}, []byte{b})
+}
+
+// Collectors returns the bridge's metrics for a Prometheus registry.
+func (h *Hook) Collectors() []prometheus.Collector { return h.m.collectors() }
+
+// Drain waits until everything handed to the core has completed and its
+// acknowledgement was written (or the client was gone). Call it after the
+// listeners are closed and before closing the core.
+func (h *Hook) Drain(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		h.produces.Wait()
+		h.flushers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("bridge drain: %w", ctx.Err())
+	}
+}
+
+// OnPublish maps an MQTT publish onto the core. QoS 0 is appended without
+// waiting. QoS 1/2 is taken over from mochi (ErrRejectPacket): the PUBACK
+// or PUBREC is written, and the message delivered to MQTT subscribers, only
+// once the core has it durably; many publishes of one client are in flight
+// at once and share the core's group commit.
+func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl == h.inline {
+		// Our own republish of a durable message: restore its origin so
+		// no-local subscriptions and retained messages see the publisher.
+		pk.Origin, pk.Connect.ClientIdentifier = pk.Connect.ClientIdentifier, ""
+		return pk, nil
+	}
+	if cl.Net.Inline {
+		return pk, nil
+	}
+	qos := pk.FixedHeader.Qos
+	h.m.received.WithLabelValues(qosLabel[qos&3]).Inc()
+	msg, err := h.up.Map(publishOf(cl, &pk))
+	if err != nil {
+		h.m.unbridged.WithLabelValues(unbridgedReason(err)).Inc()
+		return pk, nil
+	}
+	start := time.Now()
+	if qos == 0 {
+		h.produces.Add(1)
+		h.opts.Broker.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+			defer h.produces.Done()
+			h.m.appendSeconds.Observe(time.Since(start).Seconds())
+			if err != nil {
+				h.m.failures.WithLabelValues(failureReason(err)).Inc()
+				return
+			}
+			h.m.bridged.Inc()
+		})
+		return pk, nil
+	}
+	st := h.state(cl)
+	if !st.admit(&pk, h.opts.MaxInflight) {
+		h.m.duplicates.Inc()
+		return pk, packets.ErrRejectPacket
+	}
+	h.m.inflight.Inc()
+	h.produces.Add(1)
+	h.opts.Broker.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+		defer h.produces.Done()
+		h.m.appendSeconds.Observe(time.Since(start).Seconds())
+		if err != nil {
+			h.m.failures.WithLabelValues(failureReason(err)).Inc()
+		} else {
+			h.m.bridged.Inc()
+		}
+		st.complete(h, ack{pk: pk, err: err})
+	})
+	return pk, packets.ErrRejectPacket
+}
+
+// OnWillSent bridges a will message like any publish (it is not
+// acknowledged to anyone, so nothing waits for it).
+func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	msg, err := h.up.Map(publishOf(cl, &pk))
+	if err != nil {
+		h.m.unbridged.WithLabelValues(unbridgedReason(err)).Inc()
+		return
+	}
+	h.produces.Add(1)
+	h.opts.Broker.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+		defer h.produces.Done()
+		if err != nil {
+			h.m.failures.WithLabelValues(failureReason(err)).Inc()
+			h.log.Warn().Err(err).Str("client", cl.ID).Msg("will not bridged")
+			return
+		}
+		h.m.bridged.Inc()
+	})
+}
+
+func (h *Hook) state(cl *mqtt.Client) *clientState {
+	if v, ok := h.clients.Load(cl); ok {
+		return v.(*clientState)
+	}
+	v, _ := h.clients.LoadOrStore(cl, &clientState{cl: cl})
+	return v.(*clientState)
+}
+
+// republish hands a durable message to mochi for its MQTT subscribers and
+// retained store, as the publisher's own publish would have been.
+func (h *Hook) republish(origin string, pk packets.Packet) {
+	pk.Connect.ClientIdentifier = origin
+	pk.FixedHeader.Dup = false
+	if err := h.server.InjectPacket(h.inline, pk); err != nil {
+		h.log.Debug().Err(err).Str("client", origin).Msg("republish to mqtt subscribers")
+	}
+}
+
+var qosLabel = [4]string{"0", "1", "2", "3"}
+
+func publishOf(cl *mqtt.Client, pk *packets.Packet) *Publish {
+	p := &Publish{
+		Topic:    pk.TopicName,
+		ClientID: cl.ID,
+		Username: string(cl.Properties.Username),
+		QoS:      pk.FixedHeader.Qos,
+		Retain:   pk.FixedHeader.Retain,
+		Payload:  pk.Payload,
+	}
+	if cl.Properties.ProtocolVersion == 5 {
+		for _, u := range pk.Properties.User {
+			p.User = append(p.User, UserProperty{Key: u.Key, Value: u.Val})
+		}
+		p.ContentType = pk.Properties.ContentType
+		p.ResponseTopic = pk.Properties.ResponseTopic
+		p.CorrelationData = pk.Properties.CorrelationData
+	}
+	return p
+}
+
+func unbridgedReason(err error) string {
+	if errors.Is(err, ErrInvalidCoreTopic) {
+		return "invalid_core_topic"
+	}
+	return "no_rule"
+}

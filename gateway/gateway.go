@@ -1,0 +1,329 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/gateway/listener"
+)
+
+// Errors returned by Gateway.
+var (
+	// ErrPanic wraps a panic recovered in one connection's read path; only
+	// that connection was closed.
+	ErrPanic = errors.New("gateway: panic in connection")
+	// ErrStarted is returned by Start when called twice.
+	ErrStarted = errors.New("gateway: already started")
+)
+
+// Gateway is the MQTT front door: a mochi-mqtt server with hardened
+// listeners, our hooks, and the stats endpoint's figures.
+type Gateway struct {
+	opts   Options
+	log    zerolog.Logger
+	server *mqtt.Server
+	inline *mqtt.Client
+	lns    []namedListener
+	m      *metrics
+	reg    *prometheus.Registry
+
+	started  atomic.Bool
+	ready    atomic.Bool
+	stopOnce sync.Once
+	stopErr  error
+}
+
+type namedListener struct {
+	name string
+	l    listeners.Listener
+	addr func() string
+}
+
+// New assembles the gateway; nothing listens until Start.
+func New(o Options) (*Gateway, error) {
+	o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("gateway options: %w", err)
+	}
+	g := &Gateway{opts: o, log: zerolog.Nop()}
+	if o.Logger != nil {
+		g.log = o.Logger.With().Str("component", "gateway").Logger()
+	}
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = uint32(o.MaxPacketBytes)
+	caps.MaximumClientWritesPending = int32(o.MaxPendingWrites)
+	caps.ReceiveMaximum = o.ReceiveMaximum
+	caps.MaximumInflight = uint16(min(o.MaxInflight, math.MaxUint16))
+	caps.TopicAliasMaximum = 64 // bounds the alias table each client may fill
+	caps.MaximumMessageExpiryInterval = 7 * 24 * 3600
+	caps.MaximumSessionExpiryInterval = 7 * 24 * 3600
+	if o.MaxClients > 0 {
+		caps.MaximumClients = o.MaxClients
+	}
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true // acks never echo user properties
+	g.server = mqtt.New(&mqtt.Options{
+		Capabilities:             caps,
+		ClientNetReadBufferSize:  o.ReadBufferBytes,
+		ClientNetWriteBufferSize: o.WriteBufferBytes,
+		SysTopicResendInterval:   int64(o.SysInterval / time.Second),
+		Logger:                   slog.New(&quietHandler{zerolog.NewSlogHandler(g.log.With().Str("component", "mochi").Logger())}),
+	})
+	g.inline = g.server.NewClient(nil, mqtt.LocalListener, "$ferrymq-gateway", true)
+	g.m = newMetrics(g)
+	g.reg = prometheus.NewRegistry()
+	g.reg.MustRegister(g.m.collectors()...)
+
+	hooks := append([]mqtt.Hook{&limits{g: g}}, o.Hooks...)
+	if !anyProvides(o.Hooks, mqtt.OnConnectAuthenticate) {
+		// No authentication configured: every client may connect and use
+		// every topic, as in a broker's development mode.
+		g.log.Warn().Msg("no mqtt authentication configured; every client is allowed")
+		hooks = append(hooks, &allowAll{})
+	}
+	for _, h := range hooks {
+		if a, ok := h.(interface{ Attach(*mqtt.Server) }); ok {
+			a.Attach(g.server)
+		}
+		if c, ok := h.(interface{ Collectors() []prometheus.Collector }); ok {
+			g.reg.MustRegister(c.Collectors()...)
+		}
+		if err := g.server.AddHook(h, nil); err != nil {
+			return nil, fmt.Errorf("gateway: add hook %s: %w", h.ID(), err)
+		}
+	}
+	for _, lc := range o.Listeners {
+		cfg := listener.Config{ID: lc.Name, Address: lc.Addr, TLS: lc.TLS, HandshakeTimeout: o.ConnectTimeout, Log: g.log}
+		var nl namedListener
+		switch lc.Type {
+		case "tcp":
+			l := listener.NewTCP(cfg)
+			nl = namedListener{name: lc.Name, l: l, addr: l.Address}
+		case "ws":
+			l := listener.NewWebsocket(listener.WSConfig{Config: cfg, Path: lc.Path, MaxMessageSize: int64(o.MaxPacketBytes) + 1024})
+			nl = namedListener{name: lc.Name, l: l, addr: l.Address}
+		}
+		if err := g.server.AddListener(&guarded{Listener: nl.l, g: g}); err != nil {
+			g.closeListeners()
+			return nil, fmt.Errorf("gateway: listener %s on %s: %w", lc.Name, lc.Addr, err)
+		}
+		g.lns = append(g.lns, nl)
+	}
+	return g, nil
+}
+
+// Start serves every listener. Their addresses are bound already (New).
+func (g *Gateway) Start() error {
+	if !g.started.CompareAndSwap(false, true) {
+		return ErrStarted
+	}
+	if err := g.server.Serve(); err != nil {
+		return fmt.Errorf("gateway: serve: %w", err)
+	}
+	g.ready.Store(true)
+	for _, l := range g.lns {
+		g.log.Info().Str("listener", l.name).Str("addr", l.addr()).Msg("mqtt listening")
+	}
+	return nil
+}
+
+// Addr returns the bound address of the named listener ("tcp", "ws", …),
+// or nil.
+func (g *Gateway) Addr(name string) net.Addr {
+	for _, l := range g.lns {
+		if l.name == name {
+			a, err := net.ResolveTCPAddr("tcp", l.addr())
+			if err != nil {
+				return nil
+			}
+			return a
+		}
+	}
+	return nil
+}
+
+// Listeners returns the listener names in configuration order.
+func (g *Gateway) Listeners() []string {
+	names := make([]string, len(g.lns))
+	for i, l := range g.lns {
+		names[i] = l.name
+	}
+	return names
+}
+
+// Server is the underlying mochi server (for hooks and tests).
+func (g *Gateway) Server() *mqtt.Server { return g.server }
+
+// Ready reports whether the listeners are serving.
+func (g *Gateway) Ready() bool { return g.ready.Load() }
+
+// Registry is the Prometheus registry with the gateway's and its hooks'
+// metrics; the caller may add its own.
+func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+
+// Shutdown stops accepting connections, disconnects every client (MQTT 5
+// clients get DISCONNECT 0x8B; wills are published as for any connection
+// the server closes [MQTT-3.1.2-8]), waits until each connection's
+// goroutines have ended, then waits until every publish handed to the core
+// has completed and its ack was written. It returns ctx's error if that
+// takes too long; the rest then finishes in the background.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.stopOnce.Do(func() {
+		g.ready.Store(false)
+		if !g.started.Load() {
+			g.closeListeners()
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = g.server.Close() // closes listeners, clients; waits for them
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			g.stopErr = fmt.Errorf("gateway shutdown: %w", ctx.Err())
+			return
+		}
+		var errs []error
+		for _, h := range g.opts.Hooks {
+			if d, ok := h.(interface{ Drain(context.Context) error }); ok {
+				errs = append(errs, d.Drain(ctx))
+			}
+		}
+		g.stopErr = errors.Join(errs...)
+		g.log.Info().Msg("mqtt stopped")
+	})
+	return g.stopErr
+}
+
+func anyProvides(hooks []mqtt.Hook, b byte) bool {
+	for _, h := range hooks {
+		if h.Provides(b) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *Gateway) closeListeners() {
+	for _, l := range g.lns {
+		l.l.Close(func(string) {})
+	}
+}
+
+// guarded hands mochi each connection wrapped in a conn, and runs the
+// connection's whole read path under a recover: a panic while decoding or
+// handling one client's packet closes that client only.
+type guarded struct {
+	listeners.Listener
+	g *Gateway
+}
+
+func (l *guarded) Serve(establish listeners.EstablishFn) {
+	l.Listener.Serve(func(id string, raw net.Conn) error { return l.g.establish(id, raw, establish) })
+}
+
+func (g *Gateway) establish(id string, raw net.Conn, next listeners.EstablishFn) (err error) {
+	c := newConn(raw, &g.opts)
+	g.m.accepted.Inc()
+	defer func() {
+		r := recover()
+		if r == nil {
+			if err != nil {
+				g.m.closedWithError(err)
+			}
+			return
+		}
+		g.m.panics.Inc()
+		_ = c.Close()
+		g.log.Error().Str("listener", id).Str("remote", raw.RemoteAddr().String()).
+			Str("panic", fmt.Sprint(r)).Bytes("stack", firstLines(debug.Stack(), 12)).
+			Msg("recovered panic in a connection; closed it")
+		err = fmt.Errorf("%w: %v", ErrPanic, r)
+		if cl := c.client.Load(); cl != nil {
+			g.forget(cl, err)
+		}
+	}()
+	return next(id, c)
+}
+
+// forget does for a connection that ended in a panic what mochi would have
+// done after its read loop: publish the will, drop a clean session, tell
+// the hooks.
+func (g *Gateway) forget(cl *mqtt.Client, cause error) {
+	cl.Stop(cause)
+	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
+		w := cl.Properties.Will
+		pk := packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: w.Qos, Retain: w.Retain},
+			TopicName:   w.TopicName, Payload: w.Payload, Properties: packets.Properties{User: w.User},
+			Origin: cl.ID, Created: time.Now().Unix(),
+		}
+		_ = g.server.InjectPacket(g.inline, pk)
+		for _, h := range g.opts.Hooks {
+			if h.Provides(mqtt.OnWillSent) {
+				h.OnWillSent(cl, pk)
+			}
+		}
+		atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
+	}
+	if cur, ok := g.server.Clients.Get(cl.ID); ok && cur == cl {
+		g.server.UnsubscribeClient(cl)
+		g.server.Clients.Delete(cl.ID)
+	}
+	for _, h := range g.opts.Hooks {
+		if c, ok := h.(interface {
+			ClientClosed(*mqtt.Client, string, error)
+		}); ok {
+			c.ClientClosed(cl, "malformed_packet", cause)
+		}
+	}
+}
+
+func firstLines(b []byte, n int) []byte {
+	for i, c := range b {
+		if c == '\n' {
+			if n--; n == 0 {
+				return b[:i]
+			}
+		}
+	}
+	return b
+}
+
+// quietHandler drops mochi's packet dumps ("pk", "packet" attributes carry
+// payloads, which are never logged) and passes the rest on.
+type quietHandler struct{ slog.Handler }
+
+func (h *quietHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key != "pk" && a.Key != "packet" {
+			out.AddAttrs(a)
+		}
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h *quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &quietHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h *quietHandler) WithGroup(name string) slog.Handler {
+	return &quietHandler{h.Handler.WithGroup(name)}
+}

@@ -1,0 +1,83 @@
+// Package gatewaytest starts a real gateway for tests: the embedded store
+// in a temporary folder, the bridge hook and MQTT listeners (TCP and
+// WebSocket) on 127.0.0.1 ports chosen by the kernel.
+package gatewaytest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/gateway"
+)
+
+// Options adjust the environment; zero values are fine.
+type Options struct {
+	Dir     string // store folder; default t.TempDir()
+	Store   store.Options
+	Bridge  bridge.Options // Broker is filled in
+	Gateway gateway.Options
+}
+
+// Env is a running gateway.
+type Env struct {
+	Store   *store.Store
+	Bridge  *bridge.Hook
+	Gateway *gateway.Gateway
+	TCP     string // host:port of the MQTT TCP listener
+	WS      string // host:port of the WebSocket listener (path /mqtt)
+}
+
+// Start runs a gateway until the test ends.
+func Start(t testing.TB, o Options) *Env {
+	t.Helper()
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	st, err := store.Open(o.Dir, o.Store)
+	require.NoError(t, err)
+	o.Bridge.Broker = st
+	br, err := bridge.New(o.Bridge)
+	if err != nil {
+		_ = st.Close()
+		require.NoError(t, err)
+	}
+	if o.Gateway.Listeners == nil {
+		o.Gateway.Listeners = []gateway.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}, {Type: "ws", Addr: "127.0.0.1:0"}}
+	}
+	o.Gateway.Hooks = append([]mqtt.Hook{br}, o.Gateway.Hooks...)
+	o.Gateway.Store = st
+	gw, err := gateway.New(o.Gateway)
+	if err != nil {
+		_ = st.Close()
+		require.NoError(t, err)
+	}
+	require.NoError(t, gw.Start())
+	e := &Env{Store: st, Bridge: br, Gateway: gw}
+	if a := gw.Addr("tcp"); a != nil {
+		e.TCP = a.String()
+	}
+	if a := gw.Addr("ws"); a != nil {
+		e.WS = a.String()
+	}
+	t.Cleanup(func() { e.Stop(t) })
+	return e
+}
+
+// Stop shuts the gateway down and closes the store; safe to call twice.
+func (e *Env) Stop(t testing.TB) {
+	t.Helper()
+	if e.Gateway == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, e.Gateway.Shutdown(ctx))
+	require.NoError(t, e.Store.Close())
+	e.Gateway = nil
+}

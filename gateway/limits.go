@@ -1,0 +1,57 @@
+package gateway
+
+import (
+	"bytes"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// limits is the gateway's own hook: it links each mochi client to its
+// conn (for panic cleanup), caps keepalive, and counts sessions.
+type limits struct {
+	mqtt.HookBase
+	g *Gateway
+}
+
+func (h *limits) ID() string { return "ferrymq-gateway" }
+
+func (h *limits) Provides(b byte) bool {
+	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
+}
+
+// OnConnect runs once CONNECT is decoded and valid, before the CONNACK.
+func (h *limits) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	if c, ok := cl.Net.Conn.(*conn); ok {
+		c.client.Store(cl)
+	}
+	max := h.g.opts.MaxKeepalive
+	ka := cl.State.Keepalive
+	switch {
+	case ka > max:
+		cl.State.Keepalive = max // MQTT 5 is told in CONNACK; MQTT 3 is held to it [MQTT-3.2.2-21]
+		cl.State.ServerKeepalive = true
+	case ka == 0 && cl.Properties.ProtocolVersion == 5:
+		cl.State.Keepalive = max // no keepalive would leave a dead connection open forever
+		cl.State.ServerKeepalive = true
+	}
+	return nil
+}
+
+func (h *limits) OnSessionEstablished(*mqtt.Client, packets.Packet) { h.g.m.connects.Inc() }
+
+func (h *limits) OnDisconnect(_ *mqtt.Client, err error, _ bool) {
+	h.g.m.disconnects.Inc()
+}
+
+// allowAll lets every client connect and use every topic; the gateway adds
+// it only when no hook authenticates.
+type allowAll struct{ mqtt.HookBase }
+
+func (*allowAll) ID() string { return "allow-all" }
+
+func (*allowAll) Provides(b byte) bool { return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck }
+
+func (*allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
+
+func (*allowAll) OnACLCheck(*mqtt.Client, string, bool) bool { return true }

@@ -1,0 +1,197 @@
+package listener
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/rs/zerolog"
+)
+
+// Accept backs off on errors other than a closed listener (EMFILE, ENFILE,
+// ECONNABORTED …) from minAcceptDelay, doubling, to maxAcceptDelay.
+const (
+	minAcceptDelay = 5 * time.Millisecond
+	maxAcceptDelay = time.Second
+)
+
+// TCP is a mochi listener for MQTT over TCP, or over TLS when its Config has
+// TLS set. Its methods are safe for concurrent use.
+type TCP struct {
+	cfg   Config
+	log   zerolog.Logger
+	conns *connSet
+	done  chan struct{} // closed by Close; ends an accept back-off
+
+	mu sync.Mutex // guards ln
+	ln net.Listener
+}
+
+var _ listeners.Listener = (*TCP)(nil)
+
+// NewTCP returns a TCP listener for cfg. Nothing is bound until Init.
+func NewTCP(cfg Config) *TCP {
+	cfg = cfg.withDefaults()
+	return &TCP{
+		cfg:   cfg,
+		log:   cfg.Log.With().Str(fieldListener, cfg.ID).Logger(),
+		conns: newConnSet(),
+		done:  make(chan struct{}),
+	}
+}
+
+// ID returns the listener's ID.
+func (l *TCP) ID() string { return l.cfg.ID }
+
+// Protocol returns "tls" when the listener speaks TLS, else "tcp".
+func (l *TCP) Protocol() string {
+	if l.cfg.TLS != nil {
+		return "tls"
+	}
+	return "tcp"
+}
+
+// Address returns the bound address once Init has succeeded, else the
+// configured one.
+func (l *TCP) Address() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
+		return l.ln.Addr().String()
+	}
+	return l.cfg.Address
+}
+
+// Stats returns the listener's connection counts.
+func (l *TCP) Stats() Stats { return l.conns.stats() }
+
+// Init validates the config and binds the address. Mochi's logger is not
+// used: the listener logs to Config.Log.
+func (l *TCP) Init(*slog.Logger) error {
+	if err := errors.Join(l.cfg.validate()...); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conns.isClosed() {
+		return ErrClosed
+	}
+	if l.ln != nil {
+		return ErrAlreadyOpen
+	}
+	ln, err := listen(l.cfg.Address)
+	if err != nil {
+		return fmt.Errorf("listener %s: %w", l.cfg.ID, err)
+	}
+	l.ln = ln
+	return nil
+}
+
+// Serve accepts connections until Close, handing each to establish in a
+// goroutine of its own. It returns at once if Init has not succeeded or the
+// listener is closed.
+func (l *TCP) Serve(establish listeners.EstablishFn) {
+	l.mu.Lock()
+	ln := l.ln
+	l.mu.Unlock()
+	if ln == nil || !l.conns.enter() {
+		return
+	}
+	defer l.conns.leave()
+
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || l.conns.isClosed() {
+				return
+			}
+			delay = nextDelay(delay)
+			l.log.Warn().Err(err).Dur(fieldDelay, delay).Msg("accept")
+			select {
+			case <-time.After(delay):
+				continue
+			case <-l.done:
+				return
+			}
+		}
+		delay = 0
+		if !l.conns.add(c) {
+			return
+		}
+		if l.cfg.TLS == nil {
+			l.start(c, c, establish)
+		} else if !l.conns.spawn(func() { l.handshake(c, establish) }) {
+			l.conns.drop(c)
+		}
+	}
+}
+
+// handshake runs the TLS handshake of raw under HandshakeTimeout, then hands
+// the connection to a fresh goroutine. The handshake grows this goroutine's
+// stack to tens of KiB and Go keeps a grown stack for the goroutine's life;
+// ending here lets an idle MQTT connection live on a small stack.
+func (l *TCP) handshake(raw net.Conn, establish listeners.EstablishFn) {
+	tc := tls.Server(raw, l.cfg.TLS)
+	err := raw.SetDeadline(time.Now().Add(l.cfg.HandshakeTimeout))
+	if err == nil {
+		err = tc.Handshake()
+	}
+	if err == nil {
+		err = raw.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		l.conns.handshakeFailures.Add(1)
+		l.log.Debug().Err(err).Str(fieldRemote, raw.RemoteAddr().String()).Msg("tls handshake")
+		l.conns.drop(raw)
+		return
+	}
+	l.start(raw, tc, establish)
+}
+
+// start runs establish for conn, whose network connection is raw, in a new
+// goroutine that closes raw when establish returns.
+func (l *TCP) start(raw, conn net.Conn, establish listeners.EstablishFn) {
+	ok := l.conns.spawn(func() {
+		defer l.conns.drop(raw)
+		if err := establish(l.cfg.ID, conn); err != nil {
+			l.log.Debug().Err(err).Str(fieldRemote, raw.RemoteAddr().String()).Msg("connection ended")
+		}
+	})
+	if !ok {
+		l.conns.drop(raw)
+	}
+}
+
+// Close stops accepting, calls closeClients once so mochi can disconnect the
+// clients that completed CONNECT, closes every connection still open, and
+// returns when every goroutine the listener started has returned. Calls
+// after the first return at once; concurrent calls wait for the first.
+func (l *TCP) Close(closeClients listeners.CloseFn) {
+	l.conns.shutdown(func() {
+		close(l.done)
+		l.mu.Lock()
+		ln := l.ln
+		l.mu.Unlock()
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}, func() {
+		if closeClients != nil {
+			closeClients(l.cfg.ID)
+		}
+	})
+}
+
+// nextDelay returns the accept back-off after d.
+func nextDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return minAcceptDelay
+	}
+	return min(2*d, maxAcceptDelay)
+}

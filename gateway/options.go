@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core/store"
+)
+
+// Listener is one network endpoint for MQTT clients.
+type Listener struct {
+	// Name identifies the listener in logs, metrics and presence events;
+	// "" means the type ("tcp", "ws", "tls", "wss").
+	Name string `yaml:"name"`
+	// Type is "tcp" or "ws"; TLS makes them "tls" and "wss".
+	Type string `yaml:"type"`
+	// Addr is host:port; port 0 picks a free one (see Gateway.Addr).
+	Addr string `yaml:"addr"`
+	// Path is the WebSocket path; "" means "/mqtt".
+	Path string `yaml:"path"`
+	// TLS, when set, serves TLS (and mTLS if it requires client certs).
+	TLS *tls.Config `yaml:"-"`
+}
+
+// Options configure a Gateway. Zero values mean the defaults below, chosen
+// for very many mostly idle phones and cars: small buffers and queues per
+// connection, a hard bound on packet size, and no connection that can sit
+// without identifying itself.
+type Options struct {
+	Listeners []Listener
+	// Hooks are mochi hooks (bridge, auth, session…), added in order.
+	// Optional extras they may implement: Attach(*mqtt.Server) before
+	// serving, Drain(ctx) error at shutdown (after the listeners closed),
+	// Collectors() for /metrics, ClientClosed for connections that died
+	// without mochi's OnDisconnect.
+	Hooks []mqtt.Hook
+
+	// MaxPacketBytes bounds every MQTT packet, checked from the fixed
+	// header before anything is allocated [MQTT-3.2.2-15]. Default 1 MiB.
+	MaxPacketBytes int
+	// ConnectTimeout closes a socket that has not sent a complete CONNECT
+	// (and, for TLS, finished its handshake) in time. Default 10 s.
+	ConnectTimeout time.Duration
+	// MaxKeepalive caps the keepalive a client may ask for, in seconds;
+	// MQTT 5 clients asking for more (or for none) are told the cap in
+	// CONNACK, MQTT 3 clients are held to it. Default 1200.
+	MaxKeepalive uint16
+	// WriteTimeout disconnects a client that does not take a write in time
+	// (a stalled or malicious reader); default 15 s.
+	WriteTimeout time.Duration
+	// MaxPendingWrites bounds the packets queued to one client (mochi's
+	// outbound queue; more are dropped for QoS 0 and left inflight for QoS
+	// 1/2). Default 64.
+	MaxPendingWrites int
+	// ReadBufferBytes and WriteBufferBytes size each connection's buffers.
+	// Default 512 and 1024.
+	ReadBufferBytes, WriteBufferBytes int
+	// ReceiveMaximum is the number of QoS 1/2 publishes an MQTT 5 client
+	// may have unacknowledged [MQTT-3.3.4-9]. Default 256.
+	ReceiveMaximum uint16
+	// MaxInflight bounds outbound QoS 1/2 messages held per client.
+	// Default 1024.
+	MaxInflight int
+	// MaxClients refuses connections past this many; 0 means no limit.
+	MaxClients int64
+	// SysInterval is how often $SYS topics are published; default 30 s.
+	SysInterval time.Duration
+
+	// Store, if set, adds the embedded store's counters to /metrics.
+	Store  *store.Store
+	Logger *zerolog.Logger
+}
+
+func (o *Options) withDefaults() {
+	if len(o.Listeners) == 0 {
+		o.Listeners = []Listener{{Type: "tcp", Addr: ":1883"}, {Type: "ws", Addr: ":8083"}}
+	}
+	for i := range o.Listeners {
+		l := &o.Listeners[i]
+		if l.Type == "" {
+			l.Type = "tcp"
+		}
+		if l.Type == "ws" && l.Path == "" {
+			l.Path = "/mqtt"
+		}
+		if l.Name == "" {
+			l.Name = l.Type
+			if l.TLS != nil {
+				l.Name = map[string]string{"tcp": "tls", "ws": "wss"}[l.Type]
+			}
+		}
+	}
+	if o.MaxPacketBytes == 0 {
+		o.MaxPacketBytes = 1 << 20
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	if o.MaxKeepalive == 0 {
+		o.MaxKeepalive = 1200
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 15 * time.Second
+	}
+	if o.MaxPendingWrites == 0 {
+		o.MaxPendingWrites = 64
+	}
+	if o.ReadBufferBytes == 0 {
+		o.ReadBufferBytes = 512
+	}
+	if o.WriteBufferBytes == 0 {
+		o.WriteBufferBytes = 1024
+	}
+	if o.ReceiveMaximum == 0 {
+		o.ReceiveMaximum = 256
+	}
+	if o.MaxInflight == 0 {
+		o.MaxInflight = 1024
+	}
+	if o.SysInterval == 0 {
+		o.SysInterval = 30 * time.Second
+	}
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	names := map[string]bool{}
+	for _, l := range o.Listeners {
+		if l.Type != "tcp" && l.Type != "ws" {
+			errs = append(errs, fmt.Errorf("listener %q: type %q: want tcp or ws", l.Name, l.Type))
+		}
+		if names[l.Name] {
+			errs = append(errs, fmt.Errorf("listener %q: name used twice", l.Name))
+		}
+		names[l.Name] = true
+	}
+	if o.MaxPacketBytes < 64 || o.MaxPacketBytes > 256<<20 {
+		errs = append(errs, fmt.Errorf("max packet bytes %d: want 64 B–256 MiB", o.MaxPacketBytes))
+	}
+	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 || o.SysInterval < time.Second {
+		errs = append(errs, errors.New("timeouts must not be negative; sys interval at least 1s"))
+	}
+	if o.MaxPendingWrites < 1 || o.ReadBufferBytes < 64 || o.WriteBufferBytes < 64 || o.MaxInflight < 1 || o.MaxClients < 0 {
+		errs = append(errs, errors.New("queue and buffer sizes must be positive (buffers at least 64 B)"))
+	}
+	return errors.Join(errs...)
+}
