@@ -50,7 +50,9 @@ type allowAll struct{ mqtt.HookBase }
 
 func (*allowAll) ID() string { return "allow-all" }
 
-func (*allowAll) Provides(b byte) bool { return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck }
+func (*allowAll) Provides(b byte) bool {
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+}
 
 func (*allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
 
