@@ -29,6 +29,7 @@ type connSet struct {
 	accepted          atomic.Uint64
 	handshakeFailures atomic.Uint64
 
+	grace    time.Duration // disconnectGrace; shorter in tests
 	shutOnce sync.Once
 
 	// wg counts the goroutines above. Add happens only under mu while not
@@ -41,7 +42,7 @@ type connSet struct {
 }
 
 func newConnSet() *connSet {
-	return &connSet{open: make(map[net.Conn]struct{})}
+	return &connSet{open: make(map[net.Conn]struct{}), grace: disconnectGrace}
 }
 
 // add counts and tracks a newly accepted raw connection. After shutdown it
@@ -114,7 +115,7 @@ func (s *connSet) shutdownOnce(stopAccepting, closeClients func()) {
 	stopAccepting()
 
 	fired := make(chan struct{})
-	grace := time.AfterFunc(disconnectGrace, func() {
+	grace := time.AfterFunc(s.grace, func() {
 		defer close(fired)
 		s.closeAll()
 	})

@@ -241,3 +241,27 @@ func requireReturnsWithin(t testing.TB, d time.Duration, f func()) {
 		t.Fatalf("did not return within %v", d)
 	}
 }
+
+// A closeClients that hangs (mochi writing DISCONNECT to a peer that stopped
+// reading) must not hang Close: after the grace period every connection is
+// closed, which ends the hanging write.
+func TestTCPCloseClientsGrace(t *testing.T) {
+	l := NewTCP(Config{ID: "t", Address: "127.0.0.1:0"})
+	l.conns.grace = 50 * time.Millisecond
+	require.NoError(t, l.Init(nil))
+	ended := make(chan struct{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		l.Serve(func(id string, c net.Conn) error {
+			defer close(ended)
+			return drain(id, c)
+		})
+	}()
+	c := dialSilent(t, l.Address())
+	require.Eventually(t, func() bool { return l.Stats().Active == 1 }, waitFor, 5*time.Millisecond)
+
+	l.Close(func(string) { <-ended }) // returns only once the connection is closed
+	<-served
+	requireClosedByPeer(t, c)
+}
