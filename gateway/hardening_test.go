@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.golang/paho"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core/store"
