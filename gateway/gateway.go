@@ -60,8 +60,10 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway options: %w", err)
 	}
 	g := &Gateway{opts: o, log: zerolog.Nop()}
+	mochiLog := zerolog.Nop()
 	if o.Logger != nil {
 		g.log = o.Logger.With().Str("component", "gateway").Logger()
+		mochiLog = o.Logger.With().Str("component", "mochi").Logger()
 	}
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = uint32(o.MaxPacketBytes)
@@ -80,7 +82,7 @@ func New(o Options) (*Gateway, error) {
 		ClientNetReadBufferSize:  o.ReadBufferBytes,
 		ClientNetWriteBufferSize: o.WriteBufferBytes,
 		SysTopicResendInterval:   int64(o.SysInterval / time.Second),
-		Logger:                   slog.New(&quietHandler{zerolog.NewSlogHandler(g.log.With().Str("component", "mochi").Logger())}),
+		Logger:                   slog.New(&quietHandler{zerolog.NewSlogHandler(mochiLog)}),
 	})
 	g.inline = g.server.NewClient(nil, mqtt.LocalListener, "$ferrymq-gateway", true)
 	g.m = newMetrics(g)
@@ -91,7 +93,7 @@ func New(o Options) (*Gateway, error) {
 	if !anyProvides(o.Hooks, mqtt.OnConnectAuthenticate) {
 		// No authentication configured: every client may connect and use
 		// every topic, as in a broker's development mode.
-		g.log.Warn().Msg("no mqtt authentication configured; every client is allowed")
+		g.log.Info().Msg("no mqtt authentication configured: every client may connect and use every topic")
 		hooks = append(hooks, &allowAll{})
 	}
 	for _, h := range hooks {

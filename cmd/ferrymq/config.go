@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ferrymq/ferrymq/bridge"
 )
 
 // fileConfig is the YAML configuration file of `ferrymq serve --config`.
@@ -26,6 +28,8 @@ import (
 //	  auto_create_topics: true
 //	core: {addr: ":10911", token: ""}
 //	http: {addr: ":18083"}
+//	mqtt: {addr: ":1883", ws: {addr: ":8083", path: /mqtt}, tls: [...], limits…}
+//	bridge: {uplink: [{filter, topic, key, tag}], events_topic: device-events}
 type fileConfig struct {
 	Data  string `yaml:"data"`
 	Flush string `yaml:"flush"`
@@ -48,6 +52,46 @@ type fileConfig struct {
 	HTTP struct {
 		Addr string `yaml:"addr"`
 	} `yaml:"http"`
+	MQTT   mqttConfig   `yaml:"mqtt"`
+	Bridge bridgeConfig `yaml:"bridge"`
+}
+
+// mqttConfig is the gateway's section. Zero values mean the gateway's
+// defaults (gateway.Options).
+type mqttConfig struct {
+	Addr string `yaml:"addr"`
+	WS   struct {
+		Addr string `yaml:"addr"`
+		Path string `yaml:"path"`
+	} `yaml:"ws"`
+	// TLS lists extra listeners with certificates (TLS and WSS).
+	TLS []struct {
+		Name     string `yaml:"name"`
+		Type     string `yaml:"type"` // tcp (MQTT over TLS) or ws (WSS)
+		Addr     string `yaml:"addr"`
+		Path     string `yaml:"path"`
+		Cert     string `yaml:"cert"`
+		Key      string `yaml:"key"`
+		ClientCA string `yaml:"client_ca"` // set: clients must present a certificate it signed (mTLS)
+	} `yaml:"tls"`
+	MaxPacketBytes   int      `yaml:"max_packet_bytes"`
+	ConnectTimeout   duration `yaml:"connect_timeout"`
+	MaxKeepalive     uint16   `yaml:"max_keepalive"`
+	WriteTimeout     duration `yaml:"write_timeout"`
+	MaxPendingWrites int      `yaml:"max_pending_writes"`
+	ReadBufferBytes  int      `yaml:"read_buffer_bytes"`
+	WriteBufferBytes int      `yaml:"write_buffer_bytes"`
+	ReceiveMaximum   uint16   `yaml:"receive_maximum"`
+	MaxInflight      int      `yaml:"max_inflight"`
+	MaxClients       int64    `yaml:"max_clients"`
+}
+
+// bridgeConfig maps MQTT onto the core.
+type bridgeConfig struct {
+	Uplink        []bridge.UplinkRule `yaml:"uplink"`
+	EventsTopic   string              `yaml:"events_topic"`
+	DisableEvents bool                `yaml:"disable_events"`
+	MaxInflight   int                 `yaml:"max_inflight"`
 }
 
 // duration is a time.Duration written as "90s", "72h".

@@ -23,7 +23,7 @@ func TestBinaryEndToEnd(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildBinary(t)
-	srv := startProcess(t, bin, "serve", "--data", filepath.Join(t.TempDir(), "data"), "--core", "127.0.0.1:0")
+	srv := startProcess(t, bin, "serve", "--data", filepath.Join(t.TempDir(), "data"), "--core", "127.0.0.1:0", "--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "127.0.0.1:0")
 	var addr string
 	require.Eventually(t, func() bool {
 		for _, l := range nonEmptyLines(srv.out.String()) {

@@ -21,6 +21,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/gateway"
 )
 
 type serveOptions struct {
@@ -31,6 +32,8 @@ type serveOptions struct {
 	retention time.Duration
 	coreAddr  string
 	httpAddr  string
+	mqttAddr  string
+	wsAddr    string
 	token     string
 	cpuProf   string
 	file      fileConfig // from --config; flags win
@@ -46,7 +49,9 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.Int64Var(&o.segment, "segment-bytes", 1<<30, "commit-log segment size in bytes")
 	f.DurationVar(&o.retention, "retention", 72*time.Hour, "delete commit-log segments older than this")
 	f.StringVar(&o.coreAddr, "core", ":10911", "address of the core wire protocol (TCP) for backend services")
-	f.StringVar(&o.httpAddr, "http", ":18083", "address of the HTTP API (produce, POP consume)")
+	f.StringVar(&o.httpAddr, "http", ":18083", "address of the HTTP API (produce, POP consume) and the stats endpoint (/metrics, /stats, /healthz, /readyz)")
+	f.StringVar(&o.mqttAddr, "mqtt", ":1883", "address of the MQTT listener (TCP); empty disables it")
+	f.StringVar(&o.wsAddr, "ws", ":8083", "address of the MQTT WebSocket listener (path /mqtt); empty disables it")
 	f.StringVar(&o.token, "token", "", "token core clients must present (default: none); also read from FERRYMQ_TOKEN")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logPretty, "log-pretty", false, "human-readable logs instead of JSON lines")
@@ -57,9 +62,10 @@ func newServeCmd() *cobra.Command {
 	o := &serveOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the server: the embedded store, the core TCP protocol and the HTTP API",
+		Short: "Run the server: the MQTT gateway, the embedded store, the core TCP protocol and the HTTP API",
 		Example: `  ferrymq serve
-  ferrymq serve --data /var/lib/ferrymq --flush sync --core 127.0.0.1:10911`,
+  ferrymq serve --data /var/lib/ferrymq --flush sync --mqtt :1883 --core 127.0.0.1:10911
+  ferrymq serve --config testdata/ferrymq.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd)
@@ -76,6 +82,7 @@ type node struct {
 	retry      *retry.Service
 	pop        *pop.Service
 	core       *server.Server
+	gateway    *gateway.Gateway
 	http       *http.Server
 	httpCancel context.CancelFunc // ends long polls in flight at shutdown
 	httpDone   chan struct{}
@@ -123,6 +130,12 @@ func (o *serveOptions) applyConfig(cmd *cobra.Command) error {
 	}
 	if cfg.HTTP.Addr != "" {
 		set("http", func() { o.httpAddr = cfg.HTTP.Addr })
+	}
+	if cfg.MQTT.Addr != "" {
+		set("mqtt", func() { o.mqttAddr = cfg.MQTT.Addr })
+	}
+	if cfg.MQTT.WS.Addr != "" {
+		set("ws", func() { o.wsAddr = cfg.MQTT.WS.Addr })
 	}
 	return nil
 }
@@ -189,11 +202,22 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		n.core = nil
 		return err
 	}
+	if n.gateway, err = o.newGateway(n.store, &log); err != nil {
+		return err
+	}
 	httpAddr, err := n.startHTTP(o.httpAddr, &log)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "ferrymq %s\ncore  %s\nhttp  %s\ndata  %s (flush %s)\n", buildVersion(), n.core.Addr(), httpAddr, o.dataDir, o.flush)
+	if err := n.gateway.Start(); err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "ferrymq %s\n", buildVersion())
+	for _, name := range n.gateway.Listeners() {
+		fmt.Fprintf(out, "%-5s %s\n", name, n.gateway.Addr(name))
+	}
+	fmt.Fprintf(out, "core  %s\nhttp  %s\ndata  %s (flush %s)\n", n.core.Addr(), httpAddr, o.dataDir, o.flush)
 	log.Info().Str("data", o.dataDir).Str("flush", o.flush).Str("core", n.core.Addr().String()).Str("http", httpAddr.String()).Msg("serving")
 
 	<-cmd.Context().Done()
@@ -206,10 +230,13 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 // startHTTP serves the HTTP API (produce and POP consume) on addr.
 func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 	const maxWait = 30 * time.Second
-	h, err := httpapi.New(httpapi.Options{Broker: n.store, Pop: n.pop, Logger: log, MaxWait: maxWait})
+	api, err := httpapi.New(httpapi.Options{Broker: n.store, Pop: n.pop, Logger: log, MaxWait: maxWait})
 	if err != nil {
 		return nil, err
 	}
+	h := http.NewServeMux()
+	h.Handle("/api/", api)
+	h.Handle("/", n.gateway.StatsHandler())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen http %s: %w", addr, err)
@@ -238,6 +265,11 @@ func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 // close stops what started, in reverse order; safe to call twice.
 func (n *node) close(ctx context.Context) error {
 	var errs []error
+	if n.gateway != nil {
+		// First: wills and in-flight publishes still go into the core.
+		errs = append(errs, n.gateway.Shutdown(ctx))
+		n.gateway = nil
+	}
 	if n.http != nil {
 		n.httpCancel() // long polls return at once
 		errs = append(errs, n.http.Shutdown(ctx))

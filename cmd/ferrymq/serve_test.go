@@ -31,7 +31,7 @@ func TestServeOpensAndClosesStore(t *testing.T) {
 	cmd := newRootCmd()
 	var out bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetArgs([]string{"serve", "--data", dir, "--flush", "sync", "--core", "127.0.0.1:0", "--http", "127.0.0.1:0"})
+	cmd.SetArgs([]string{"serve", "--data", dir, "--flush", "sync", "--core", "127.0.0.1:0", "--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "127.0.0.1:0"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 
@@ -50,7 +50,7 @@ func TestServeRejectsBadFlushPolicy(t *testing.T) {
 	cmd := newRootCmd()
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&bytes.Buffer{})
-	cmd.SetArgs([]string{"serve", "--data", t.TempDir(), "--flush", "sometimes", "--core", "127.0.0.1:0", "--http", "127.0.0.1:0"})
+	cmd.SetArgs([]string{"serve", "--data", t.TempDir(), "--flush", "sometimes", "--core", "127.0.0.1:0", "--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "127.0.0.1:0"})
 	err := cmd.ExecuteContext(t.Context())
 	require.ErrorContains(t, err, "flush policy")
 }
@@ -72,7 +72,7 @@ func TestServePrintsAddressesAndServesHTTP(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cmd := newRootCmd()
 	cmd.SetOut(pw)
-	cmd.SetArgs([]string{"serve", "--data", t.TempDir(), "--core", "127.0.0.1:0", "--http", "127.0.0.1:0"})
+	cmd.SetArgs([]string{"serve", "--data", t.TempDir(), "--core", "127.0.0.1:0", "--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "127.0.0.1:0"})
 	stderr = io.Discard
 	t.Cleanup(func() { stderr = os.Stderr })
 	done := make(chan error, 1)

@@ -32,8 +32,8 @@ type connSet struct {
 	grace    time.Duration // disconnectGrace; shorter in tests
 	shutOnce sync.Once
 
-	// wg counts the goroutines above. Add happens only under mu while not
-	// closed, so no Add can race with shutdown's Wait.
+	// wg counts the listener's goroutines. Add happens only under mu while
+	// not closed, so no Add can race with shutdown's Wait.
 	wg sync.WaitGroup
 
 	mu     sync.Mutex

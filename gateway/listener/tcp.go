@@ -134,8 +134,8 @@ func (l *TCP) Serve(establish listeners.EstablishFn) {
 
 // handshake runs the TLS handshake of raw under HandshakeTimeout, then hands
 // the connection to a fresh goroutine. The handshake grows this goroutine's
-// stack to tens of KiB and Go keeps a grown stack for the goroutine's life;
-// ending here lets an idle MQTT connection live on a small stack.
+// stack, which Go would keep for most of the connection's life; ending here
+// lets an idle MQTT connection live on a small stack (see the package doc).
 func (l *TCP) handshake(raw net.Conn, establish listeners.EstablishFn) {
 	tc := tls.Server(raw, l.cfg.TLS)
 	err := raw.SetDeadline(time.Now().Add(l.cfg.HandshakeTimeout))

@@ -115,8 +115,9 @@ func (l *Websocket) Init(*slog.Logger) error {
 	}
 	l.srv = &http.Server{
 		Handler: http.HandlerFunc(l.serveHTTP),
-		// Bounds the TLS handshake too; nothing else is timed by net/http,
-		// since after the upgrade mochi owns the deadlines.
+		// ReadHeaderTimeout bounds the TLS handshake and the upgrade
+		// request. No read or write timeout: after the upgrade mochi owns
+		// the deadlines.
 		ReadHeaderTimeout: l.cfg.HandshakeTimeout,
 		IdleTimeout:       l.cfg.HandshakeTimeout,
 		ConnState:         l.connState,

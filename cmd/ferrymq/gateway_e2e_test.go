@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/store"
+)
+
+// `ferrymq serve --flush sync` is killed with SIGKILL while 8 devices
+// publish QoS 1 as fast as the gateway acknowledges: every message that got
+// its PUBACK is in the store afterwards, in per-device order.
+func TestGatewayKill9KeepsEveryAckedMessage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	data := filepath.Join(t.TempDir(), "data")
+	srv := startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
+		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	var mqttAddr string
+	require.Eventually(t, func() bool {
+		for _, l := range nonEmptyLines(srv.out.String()) {
+			if rest, ok := strings.CutPrefix(l, "tcp "); ok {
+				mqttAddr = strings.TrimSpace(rest)
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond, "serve prints its mqtt address")
+
+	const devices = 8
+	var mu sync.Mutex
+	acked := map[string][]int{} // device → acknowledged sequence numbers
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for d := range devices {
+		id := fmt.Sprintf("car-%d", d)
+		o := paho3.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID(id).SetAutoReconnect(false).
+			SetConnectRetry(false).SetCleanSession(true).SetWriteTimeout(5 * time.Second)
+		c := paho3.NewClient(o)
+		tok := c.Connect()
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Disconnect(0)
+			type sent struct {
+				seq int
+				tok paho3.Token
+			}
+			window := make(chan sent, 32) // 32 in flight per device
+			var ww sync.WaitGroup
+			ww.Add(1)
+			go func() {
+				defer ww.Done()
+				for s := range window {
+					if s.tok.WaitTimeout(10*time.Second) && s.tok.Error() == nil {
+						mu.Lock()
+						acked[id] = append(acked[id], s.seq)
+						mu.Unlock()
+					}
+				}
+			}()
+			for seq := 0; ctx.Err() == nil; seq++ {
+				window <- sent{seq, c.Publish("telemetry/"+id, 1, false, fmt.Sprintf("%s-%06d", id, seq))}
+			}
+			close(window)
+			ww.Wait()
+		}()
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, s := range acked {
+			n += len(s)
+		}
+		return n >= 2000
+	}, 60*time.Second, 5*time.Millisecond, "publishers make progress")
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGKILL))
+	<-srv.exited
+	srv.exited <- nil
+	stop()
+	wg.Wait()
+
+	st, err := store.Open(data, store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	stored := map[string][]string{}
+	info, err := st.Topic(t.Context(), "telemetry")
+	require.NoError(t, err)
+	for q := range info.Queues {
+		for off := int64(0); ; {
+			res, err := st.Read(t.Context(), core.ReadRequest{Topic: "telemetry", Queue: q, Offset: off, MaxCount: 1000})
+			require.NoError(t, err)
+			if len(res.Messages) == 0 {
+				break
+			}
+			for _, m := range res.Messages {
+				stored[m.ShardingKey] = append(stored[m.ShardingKey], string(m.Body))
+			}
+			off = res.NextOffset
+		}
+	}
+	total := 0
+	for id, seqs := range acked {
+		have := map[string]bool{}
+		for i, b := range stored[id] {
+			have[b] = true
+			if i > 0 {
+				require.Less(t, stored[id][i-1], b, "%s: stored out of order", id)
+			}
+		}
+		for _, s := range seqs {
+			require.True(t, have[fmt.Sprintf("%s-%06d", id, s)], "%s: acknowledged message %d lost", id, s)
+		}
+		total += len(seqs)
+	}
+	t.Logf("%d acknowledged messages, all stored after SIGKILL", total)
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/listener"
+)
+
+// newGateway builds the MQTT gateway and its bridge from flags and the
+// config file's mqtt and bridge sections.
+func (o *serveOptions) newGateway(st *store.Store, log *zerolog.Logger) (*gateway.Gateway, error) {
+	mc, bc := o.file.MQTT, o.file.Bridge
+	br, err := bridge.New(bridge.Options{
+		Broker:        st,
+		Uplink:        bc.Uplink,
+		EventsTopic:   bc.EventsTopic,
+		DisableEvents: bc.DisableEvents,
+		MaxInflight:   bc.MaxInflight,
+		Logger:        log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	var lns []gateway.Listener
+	if o.mqttAddr != "" {
+		lns = append(lns, gateway.Listener{Type: "tcp", Addr: o.mqttAddr})
+	}
+	if o.wsAddr != "" {
+		lns = append(lns, gateway.Listener{Type: "ws", Addr: o.wsAddr, Path: mc.WS.Path})
+	}
+	for i, t := range mc.TLS {
+		if t.Cert == "" || t.Key == "" {
+			return nil, fmt.Errorf("mqtt tls listener %d: cert and key are required", i+1)
+		}
+		cfg, err := listener.LoadTLS(t.Cert, t.Key, t.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt tls listener %d: %w", i+1, err)
+		}
+		lns = append(lns, gateway.Listener{Name: t.Name, Type: t.Type, Addr: t.Addr, Path: t.Path, TLS: cfg})
+	}
+	if len(lns) == 0 {
+		return nil, errors.New("no mqtt listener: give --mqtt, --ws or a tls listener")
+	}
+	return gateway.New(gateway.Options{
+		Listeners:        lns,
+		Hooks:            []mqtt.Hook{br},
+		MaxPacketBytes:   mc.MaxPacketBytes,
+		ConnectTimeout:   time.Duration(mc.ConnectTimeout),
+		MaxKeepalive:     mc.MaxKeepalive,
+		WriteTimeout:     time.Duration(mc.WriteTimeout),
+		MaxPendingWrites: mc.MaxPendingWrites,
+		ReadBufferBytes:  mc.ReadBufferBytes,
+		WriteBufferBytes: mc.WriteBufferBytes,
+		ReceiveMaximum:   mc.ReceiveMaximum,
+		MaxInflight:      mc.MaxInflight,
+		MaxClients:       mc.MaxClients,
+		Store:            st,
+		Logger:           log,
+	})
+}
