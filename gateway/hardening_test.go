@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -213,7 +214,7 @@ func TestThousandAbruptDrops(t *testing.T) {
 	}
 	wg.Wait()
 	require.Eventually(t, func() bool {
-		return env.Gateway.Server().Info.ClientsConnected == 0
+		return atomic.LoadInt64(&env.Gateway.Server().Info.ClientsConnected) == 0
 	}, 10*time.Second, 10*time.Millisecond)
 	healthy(t, env)
 }
