@@ -1,0 +1,181 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+func TestMatchFilter(t *testing.T) {
+	cases := []struct {
+		filter, topic string
+		want          bool
+	}{
+		{"#", "a", true},
+		{"#", "a/b/c", true},
+		{"#", "$SYS/x", false}, // [MQTT-4.7.2-1]
+		{"+/x", "$SYS/x", false},
+		{"$SYS/#", "$SYS/x", true},
+		{"a/#", "a", true}, // [MQTT-4.7.1-2]
+		{"a/#", "a/b/c", true},
+		{"a/#", "ab", false},
+		{"a/+", "a/b", true},
+		{"a/+", "a", false},
+		{"a/+", "a/b/c", false},
+		{"a/+/c", "a/b/c", true},
+		{"a/+/c", "a/b/d", false},
+		{"+", "", true},
+		{"+/+", "/x", true},
+		{"a/b", "a/b", true},
+		{"a/b", "a/b/", false},
+		{"a/b/", "a/b/", true},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, matchFilter(c.filter, c.topic), "%q ~ %q", c.filter, c.topic)
+	}
+}
+
+func TestValidFilter(t *testing.T) {
+	for _, f := range []string{"#", "a/#", "+", "a/+/b", "$SYS/#", "a//b"} {
+		require.NoError(t, validFilter(f), f)
+	}
+	for _, f := range []string{"", "a#", "a/#/b", "a+", "a/b+/c", "#/a"} {
+		require.ErrorIs(t, validFilter(f), ErrBadRule, f)
+	}
+}
+
+func TestTemplates(t *testing.T) {
+	v := &vars{clientID: "car-7", username: "fleet", topic: "vehicles/car-7/telemetry/gps"}
+	cases := map[string]string{
+		"":                                 "",
+		"plain":                            "plain",
+		"${clientid}":                      "car-7",
+		"${username}":                      "fleet",
+		"${level:1}":                       "vehicles",
+		"${level:4}":                       "gps",
+		"${level:5}":                       "",
+		"t-${level:3}.${clientid}":         "t-telemetry.car-7",
+		"$$${clientid}$$":                  "$car-7$",
+		"${level:2}/${level:1}/${level:2}": "car-7/vehicles/car-7",
+	}
+	for src, want := range cases {
+		tpl, err := parseTemplate(src)
+		require.NoError(t, err, src)
+		require.Equal(t, want, tpl.expand(v), src)
+	}
+	for _, bad := range []string{"${", "${clientid", "${nope}", "${level:0}", "${level:x}", "${level:65}", "a$b", "$"} {
+		_, err := parseTemplate(bad)
+		require.ErrorIs(t, err, ErrBadTemplate, bad)
+	}
+}
+
+func TestTopicLevel(t *testing.T) {
+	require.Equal(t, "a", topicLevel("a", 1))
+	require.Equal(t, "", topicLevel("a", 2))
+	require.Equal(t, "", topicLevel("/a", 1))
+	require.Equal(t, "a", topicLevel("/a", 2))
+	require.Equal(t, "", topicLevel("a//c", 2))
+	require.Equal(t, "c", topicLevel("a//c", 3))
+}
+
+func TestUplinkDefaultRule(t *testing.T) {
+	u, err := NewUplink(nil)
+	require.NoError(t, err)
+	m, err := u.Map(&Publish{Topic: "telemetry/car-1/gps", ClientID: "car-1", Username: "u", QoS: 1, Retain: true,
+		Payload: []byte("x"), User: []UserProperty{{"fw", "1"}, {"fw", "2"}, {PropClientID, "spoof"}}})
+	require.NoError(t, err)
+	require.Equal(t, "telemetry", m.Topic)
+	require.Equal(t, "car-1", m.ShardingKey)
+	require.Equal(t, map[string]string{
+		PropTopic: "telemetry/car-1/gps", PropClientID: "car-1", PropUsername: "u", PropQoS: "1", PropRetain: "true", "fw": "2",
+	}, m.Properties)
+
+	_, err = u.Map(&Publish{Topic: "bad topic/x", ClientID: "c"})
+	require.ErrorIs(t, err, ErrInvalidCoreTopic)
+	_, err = u.Map(&Publish{Topic: "/leading-slash", ClientID: "c"})
+	require.ErrorIs(t, err, ErrInvalidCoreTopic, "first level is empty")
+	_, err = u.Map(&Publish{Topic: "$SYS/x", ClientID: "c"})
+	require.ErrorIs(t, err, ErrNoRule)
+}
+
+func TestUplinkRulesInOrder(t *testing.T) {
+	u, err := NewUplink([]UplinkRule{
+		{Filter: "vehicles/+/telemetry/#", Topic: "telemetry", Key: "${level:2}", Tag: "${level:4}"},
+		{Filter: "vehicles/#", Topic: "vehicle-${level:3}"},
+	})
+	require.NoError(t, err)
+	m, err := u.Map(&Publish{Topic: "vehicles/car-9/telemetry/gps", ClientID: "gw-1"})
+	require.NoError(t, err)
+	require.Equal(t, [3]string{"telemetry", "car-9", "gps"}, [3]string{m.Topic, m.ShardingKey, m.Tag})
+	m, err = u.Map(&Publish{Topic: "vehicles/car-9/status", ClientID: "gw-1"})
+	require.NoError(t, err)
+	require.Equal(t, [3]string{"vehicle-status", "gw-1", ""}, [3]string{m.Topic, m.ShardingKey, m.Tag})
+	_, err = u.Map(&Publish{Topic: "phones/p1", ClientID: "p1"})
+	require.ErrorIs(t, err, ErrNoRule)
+}
+
+func TestUplinkRejectsBadRules(t *testing.T) {
+	_, err := NewUplink([]UplinkRule{
+		{Filter: "a/#/b", Topic: "x"},
+		{Filter: "a", Topic: ""},
+		{Filter: "a", Topic: "not valid!"},
+		{Filter: "a", Topic: "${what}"},
+	})
+	require.ErrorIs(t, err, ErrBadRule)
+	require.ErrorIs(t, err, ErrBadTemplate)
+	for i := 1; i <= 4; i++ {
+		require.ErrorContains(t, err, fmt.Sprintf("uplink rule %d", i))
+	}
+}
+
+func TestAppendAck(t *testing.T) {
+	require.Equal(t, []byte{0x40, 2, 0x12, 0x34}, appendAck(nil, 4, 0x1234, 0, ""))
+	require.Equal(t, []byte{0x50, 2, 0, 1}, appendAck(nil, 5, 1, 0, ""))
+	require.Equal(t, []byte{0x40, 3, 0, 1, 0x97}, appendAck(nil, 4, 1, 0x97, ""))
+	require.Equal(t, []byte{0x40, 9, 0, 1, 0x80, 5, 0x1F, 0, 2, 'n', 'o'}, appendAck(nil, 4, 1, 0x80, "no"))
+	long := appendAck(nil, 4, 1, 0x80, string(make([]byte, 200)))
+	require.Equal(t, []byte{0x40, 0xD0, 0x01}, long[:3], "remaining length 208 (id 2 + code 1 + props length 2 + props 203) as a 2-byte varint")
+	require.Len(t, long, 3+208)
+}
+
+func TestReasonCodes(t *testing.T) {
+	disk := fmt.Errorf("%w: %w", core.ErrStoreFailed, syscall.ENOSPC)
+	require.Equal(t, byte(0x97), reasonCode(disk))
+	require.Equal(t, "disk_full", failureReason(disk))
+	require.Equal(t, byte(0x95), reasonCode(fmt.Errorf("x: %w", core.ErrMessageTooLarge)))
+	require.Equal(t, byte(0x80), reasonCode(fmt.Errorf("%w: %w", core.ErrStoreFailed, errors.New("eio"))))
+	require.Equal(t, "store_failed", failureReason(fmt.Errorf("%w: eio", core.ErrStoreFailed)))
+	require.Equal(t, byte(0x90), reasonCode(core.ErrTopicNotFound))
+}
+
+// FuzzParseTemplate: template parsing (config input) never panics, and a
+// template that parses expands without panicking.
+func FuzzParseTemplate(f *testing.F) {
+	for _, s := range []string{"${clientid}", "${level:3}-x", "$$", "${", "${level:99}", "a${username}b"} {
+		f.Add(s, "a/b/c")
+	}
+	f.Fuzz(func(t *testing.T, src, topic string) {
+		tpl, err := parseTemplate(src)
+		if err != nil {
+			require.ErrorIs(t, err, ErrBadTemplate)
+			return
+		}
+		_ = tpl.expand(&vars{clientID: "c", username: "u", topic: topic})
+	})
+}
+
+// FuzzMatchFilter: filter matching never panics on any input.
+func FuzzMatchFilter(f *testing.F) {
+	f.Add("a/+/#", "a/b/c")
+	f.Add("#", "$SYS")
+	f.Fuzz(func(t *testing.T, filter, topic string) {
+		if validFilter(filter) == nil {
+			_ = matchFilter(filter, topic)
+		}
+	})
+}

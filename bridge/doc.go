@@ -1,0 +1,24 @@
+// Package bridge maps MQTT traffic onto the core, as one mochi-mqtt hook.
+//
+// Uplink: every MQTT PUBLISH is matched against the uplink rules (first
+// match wins; with no configuration, every non-'$' topic's first level
+// names the core topic and the client ID is the sharding key) and becomes
+// a core message with the MQTT metadata as mqtt.* properties. QoS 0 is
+// appended without waiting. QoS 1 and 2 are taken over from mochi: the
+// PUBACK/PUBREC is written only when the core reports the message durable
+// under its flush policy, in the order the client sent the publishes, and
+// only then is the message delivered to MQTT subscribers. Many publishes of
+// one client are in flight at once (up to Options.MaxInflight) so they
+// share the core's group commit. A publish the core refuses is answered
+// with an MQTT 5 reason code, or, for MQTT 3, by closing the connection
+// without an ack — never acknowledged and dropped.
+//
+// Presence: connect, disconnect and session takeover become JSON events on
+// the events topic (default "device-events"), keyed by client ID, with a
+// sequence number that grows across restarts.
+//
+// The Hook is safe for concurrent use by mochi's connection goroutines.
+// Drain waits for everything handed to the core; call it after the
+// listeners closed and before closing the core. docs/gateway.md has the
+// full contract, the event format and the metrics.
+package bridge
