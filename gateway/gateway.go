@@ -89,13 +89,14 @@ func New(o Options) (*Gateway, error) {
 	g.reg = prometheus.NewRegistry()
 	g.reg.MustRegister(g.m.collectors()...)
 
-	hooks := append([]mqtt.Hook{&limits{g: g}}, o.Hooks...)
+	lim := &limits{g: g}
 	if !anyProvides(o.Hooks, mqtt.OnConnectAuthenticate) {
 		// No authentication configured: every client may connect and use
 		// every topic, as in a broker's development mode.
 		g.log.Info().Msg("no mqtt authentication configured: every client may connect and use every topic")
-		hooks = append(hooks, &allowAll{})
+		lim.allowAll = true
 	}
+	hooks := append([]mqtt.Hook{lim}, o.Hooks...)
 	for _, h := range hooks {
 		if a, ok := h.(interface{ Attach(*mqtt.Server) }); ok {
 			a.Attach(g.server)

@@ -11,14 +11,22 @@ import (
 // conn (for panic cleanup), caps keepalive, and counts sessions.
 type limits struct {
 	mqtt.HookBase
-	g *Gateway
+	g        *Gateway
+	allowAll bool // no auth hook: every client may connect and use every topic
 }
 
 func (h *limits) ID() string { return "ferrymq-gateway" }
 
 func (h *limits) Provides(b byte) bool {
+	if h.allowAll && (b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck) {
+		return true
+	}
 	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
 }
+
+func (h *limits) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return h.allowAll }
+
+func (h *limits) OnACLCheck(*mqtt.Client, string, bool) bool { return h.allowAll }
 
 // OnConnect runs once CONNECT is decoded and valid, before the CONNACK.
 func (h *limits) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
@@ -44,16 +52,3 @@ func (h *limits) OnDisconnect(_ *mqtt.Client, err error, _ bool) {
 	h.g.m.disconnects.Inc()
 }
 
-// allowAll lets every client connect and use every topic; the gateway adds
-// it only when no hook authenticates.
-type allowAll struct{ mqtt.HookBase }
-
-func (*allowAll) ID() string { return "allow-all" }
-
-func (*allowAll) Provides(b byte) bool {
-	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
-}
-
-func (*allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
-
-func (*allowAll) OnACLCheck(*mqtt.Client, string, bool) bool { return true }

@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// fdReserve is the file descriptors kept free of lean connections for
+// fdReserve is the file descriptors kept free of connections for
 // everything else of the process.
 const fdReserve = 64
 
 // HoldingLine is printed (with the count) to Options.Progress, on a line
-// of its own, once all connections of an idle run are up: a script can
-// wait for it and then measure the broker.
+// of its own, once all connections of an idle run (or a connect run with
+// Hold) are up: a script can wait for it and then measure the broker.
 const HoldingLine = "holding %d connections"
 
 // conns is one connect or idle run.
@@ -32,13 +32,6 @@ type conns struct {
 // per second if set), then holds them (idle mode, or Hold > 0) and
 // finally disconnects them.
 func runConns(ctx context.Context, o *Options, addr brokerAddr) (res Result, err error) {
-	limit, err := raiseFileLimit()
-	if err != nil {
-		return res, err
-	}
-	if uint64(o.Conns)+fdReserve > limit {
-		return res, fmt.Errorf("%w: %d connections need more than this process's %d file descriptors", ErrInvalidOptions, o.Conns, limit)
-	}
 	r := &conns{o: o, d: &leanDialer{addr: addr.hostport, prefix: o.ClientPrefix, keepAlive: uint16(o.KeepAlive / time.Second),
 		clean: !o.PersistentSession, timeout: o.ConnectTimeout, source: o.Source, perSource: o.ConnsPerSource}}
 	res = Result{Mode: o.Mode, Label: o.Label, Addr: o.Addr, Version: 3, Started: time.Now()}

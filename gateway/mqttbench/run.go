@@ -1,6 +1,9 @@
 package mqttbench
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Run runs the benchmark o describes and returns what it measured.
 //
@@ -15,6 +18,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	addr, _ := parseAddr(o.Addr) // validated
+	// One file descriptor per connection: raise the soft limit first.
+	limit, err := raiseFileLimit()
+	if err != nil {
+		return Result{}, err
+	}
+	conns := o.Publishers + o.Subscribers
+	if o.Mode != ModePubSub {
+		conns = o.Conns
+	}
+	if uint64(conns)+fdReserve > limit {
+		return Result{}, fmt.Errorf("%w: %d connections need more than this process's %d file descriptors", ErrInvalidOptions, conns, limit)
+	}
 	if o.Mode == ModePubSub {
 		return runPubSub(ctx, &o, addr)
 	}

@@ -361,7 +361,9 @@ func TestResultJSON(t *testing.T) {
 func TestRunRejectsBadOptions(t *testing.T) {
 	_, err := Run(t.Context(), Options{QoS: 7})
 	require.ErrorIs(t, err, ErrInvalidOptions)
-	_, err = Run(t.Context(), Options{Mode: ModeConnect, Conns: 1 << 30})
-	require.ErrorIs(t, err, ErrInvalidOptions)
-	require.ErrorContains(t, err, "file descriptors")
+	for _, o := range []Options{{Mode: ModeConnect, Conns: 1 << 30}, {Publishers: 1 << 23}} {
+		_, err = Run(t.Context(), o)
+		require.ErrorIs(t, err, ErrInvalidOptions)
+		require.ErrorContains(t, err, "file descriptors")
+	}
 }
