@@ -309,11 +309,29 @@ func firstLines(b []byte, n int) []byte {
 }
 
 // quietHandler drops mochi's packet dumps ("pk", "packet" attributes carry
-// payloads, which are never logged) and passes the rest on.
+// payloads, which are never logged), turns its per-message warnings into
+// debug lines (they are counted in /metrics instead: one line per dropped
+// message would flood the log exactly when the gateway is overloaded), and
+// passes the rest on.
 type quietHandler struct{ slog.Handler }
 
+// perMessage are mochi's warnings that fire once per message.
+var perMessage = map[string]bool{
+	"client store quota reached": true,
+	"packet ids exhausted":       true,
+	"failed publishing packet":   true,
+	"error processing packet":    true,
+}
+
 func (h *quietHandler) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	level := r.Level
+	if level >= slog.LevelWarn && perMessage[r.Message] {
+		level = slog.LevelDebug
+		if !h.Handler.Enabled(ctx, level) {
+			return nil
+		}
+	}
+	out := slog.NewRecord(r.Time, level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key != "pk" && a.Key != "packet" {
 			out.AddAttrs(a)

@@ -51,4 +51,3 @@ func (h *limits) OnSessionEstablished(*mqtt.Client, packets.Packet) { h.g.m.conn
 func (h *limits) OnDisconnect(_ *mqtt.Client, err error, _ bool) {
 	h.g.m.disconnects.Inc()
 }
-

@@ -61,6 +61,7 @@ func newMetrics(g *Gateway) *metrics {
 	counter("ferrymq_mqtt_packets_sent_total", "MQTT packets sent.", &info.PacketsSent)
 	counter("ferrymq_mqtt_messages_sent_total", "PUBLISH packets sent to MQTT subscribers.", &info.MessagesSent)
 	counter("ferrymq_mqtt_messages_dropped_total", "Messages dropped for MQTT subscribers (full outbound queue, expiry).", &info.MessagesDropped)
+	counter("ferrymq_mqtt_inflight_dropped_total", "QoS 1/2 messages not sent to a subscriber whose inflight window was full.", &info.InflightDropped)
 	if st := g.opts.Store; st != nil {
 		m.funcs = append(m.funcs,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_fsyncs_total", Help: "Commit-log fsyncs."},

@@ -54,17 +54,21 @@ type Options struct {
 	// (a stalled or malicious reader); default 15 s.
 	WriteTimeout time.Duration
 	// MaxPendingWrites bounds the packets queued to one client (mochi's
-	// outbound queue; more are dropped for QoS 0 and left inflight for QoS
-	// 1/2). Default 64.
+	// outbound queue, allocated up front: 8 bytes per slot per connection).
+	// A publish that finds it full is dropped for that subscriber and
+	// counted (ferrymq_mqtt_messages_dropped_total). Default 256.
 	MaxPendingWrites int
-	// ReadBufferBytes and WriteBufferBytes size each connection's buffers.
-	// Default 512 and 1024.
+	// ReadBufferBytes sizes each connection's read buffer (allocated for
+	// the connection's life); default 512. WriteBufferBytes is how much
+	// mochi gathers before a write while packets are queued (allocated only
+	// during bursts, freed after); default 4096.
 	ReadBufferBytes, WriteBufferBytes int
 	// ReceiveMaximum is the number of QoS 1/2 publishes an MQTT 5 client
 	// may have unacknowledged [MQTT-3.3.4-9]. Default 256.
 	ReceiveMaximum uint16
-	// MaxInflight bounds outbound QoS 1/2 messages held per client.
-	// Default 1024.
+	// MaxInflight bounds outbound QoS 1/2 messages held per client
+	// awaiting its ack (memory is used only while they wait; mochi scans the
+	// window on every packet from the client, so it is not free). Default 1024.
 	MaxInflight int
 	// MaxClients refuses connections past this many; 0 means no limit.
 	MaxClients int64
@@ -108,13 +112,13 @@ func (o *Options) withDefaults() {
 		o.WriteTimeout = 15 * time.Second
 	}
 	if o.MaxPendingWrites == 0 {
-		o.MaxPendingWrites = 64
+		o.MaxPendingWrites = 256
 	}
 	if o.ReadBufferBytes == 0 {
 		o.ReadBufferBytes = 512
 	}
 	if o.WriteBufferBytes == 0 {
-		o.WriteBufferBytes = 1024
+		o.WriteBufferBytes = 4096
 	}
 	if o.ReceiveMaximum == 0 {
 		o.ReceiveMaximum = 256
