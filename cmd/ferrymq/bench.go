@@ -126,7 +126,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure throughput and latency against a running server",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchCoreCmd(), newBenchTableCmd())
+	cmd.AddCommand(newBenchCoreCmd(), newBenchTableCmd(), newBenchMQTTCmd())
 	return cmd
 }
 

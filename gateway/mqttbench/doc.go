@@ -44,7 +44,9 @@
 //
 // Expected per receiver is Acked at QoS 1 and 2 (a message the broker
 // acknowledged must arrive) and Sent at QoS 0; Lost is what of that did
-// not arrive within Drain of the last acknowledgement. Each receiver keeps
+// not arrive within Drain of the last acknowledgement, or before 3 s went
+// by without any message arriving (a drain cut short while messages still
+// arrive is reported among the errors). Each receiver keeps
 // a bitset per publisher, so duplicates are exact whatever the order of
 // arrival. Latency from publish to receipt is measured from the moment the
 // message is handed to the client library, not from a paced schedule.

@@ -125,6 +125,7 @@ func (d *leanDialer) connect(ctx context.Context, i int) (net.Conn, time.Duratio
 	}
 	if src := d.sourceOf(i); src.IsValid() {
 		dl.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		dl.Control = bindNoPort
 	}
 	conn, err := dl.DialContext(ctx, "tcp", d.addr)
 	if err != nil {

@@ -74,7 +74,8 @@ type Options struct {
 	// acknowledged (QoS 1, 2) or written (QoS 0); default 64.
 	Inflight int
 	// Drain is the longest wait, after the last acknowledgement, for
-	// receivers to get every expected message; default 5 s.
+	// receivers to get every expected message; default 5 s. The wait ends
+	// sooner when all arrived or nothing arrived for 3 s.
 	Drain time.Duration
 
 	// Core, when Core.Addr is set, consumes the published messages from a

@@ -36,15 +36,20 @@ type outMsg struct {
 // pollInterval is how often the drain checks whether all has arrived.
 const pollInterval = 10 * time.Millisecond
 
+// drainQuiet ends the drain early when nothing arrives for this long: what
+// has not arrived by then is lost.
+const drainQuiet = 3 * time.Second
+
 // ackShards spread the recording of acknowledgement latencies over a few
 // locks (a histogram is 58 KiB: not one per publisher).
 const ackShards = 16
 
 // pubsub is one pubsub run.
 type pubsub struct {
-	o    *Options
-	addr brokerAddr
-	errs errorSet
+	o     *Options
+	addr  brokerAddr
+	errs  errorSet
+	quiet time.Duration // drainQuiet, shorter in tests
 
 	sent       []*atomic.Int64 // per publisher; also the trackers' bound
 	acked      atomic.Int64
@@ -56,7 +61,7 @@ type pubsub struct {
 }
 
 func runPubSub(ctx context.Context, o *Options, addr brokerAddr) (res Result, err error) {
-	r := &pubsub{o: o, addr: addr, sent: make([]*atomic.Int64, o.Publishers)}
+	r := &pubsub{o: o, addr: addr, quiet: drainQuiet, sent: make([]*atomic.Int64, o.Publishers)}
 	for i := range r.sent {
 		r.sent[i] = new(atomic.Int64)
 	}
@@ -138,9 +143,11 @@ func runPubSub(ctx context.Context, o *Options, addr brokerAddr) (res Result, er
 	if o.QoS == 0 {
 		expected = res.Sent
 	}
+	drainStart := time.Now()
 	r.drain(ctx, func() bool {
 		return receivedBy(subTrackers) >= expected*int64(len(subTrackers)) && receivedBy(coreTrackers) >= expected*int64(len(coreTrackers))
-	})
+	}, func() int64 { return receivedBy(subTrackers) + receivedBy(coreTrackers) })
+	res.DrainSeconds = time.Since(drainStart).Seconds()
 	pr.stop()
 
 	// Close the publishers now, so that a message still unacknowledged
@@ -265,16 +272,28 @@ func (r *pubsub) publishLoop(ctx context.Context, i int, p publisher, free chan 
 	}
 }
 
-// drain waits until done says all arrived, Drain passed or ctx ended.
-func (r *pubsub) drain(ctx context.Context, done func() bool) {
+// drain waits until the receivers got all they should (done), nothing
+// arrived for r.quiet (the rest is lost), Drain passed, or ctx ended.
+// Ending at Drain while messages still arrive overstates the loss: that
+// is reported as an error.
+func (r *pubsub) drain(ctx context.Context, done func() bool, received func() int64) {
 	limit := time.NewTimer(r.o.Drain)
 	defer limit.Stop()
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
+	last, lastAt := received(), time.Now()
 	for !done() {
 		select {
 		case <-tick.C:
+			if n := received(); n != last {
+				last, lastAt = n, time.Now()
+			} else if time.Since(lastAt) >= r.quiet {
+				return
+			}
 		case <-limit.C:
+			if time.Since(lastAt) < r.quiet {
+				r.errs.add(fmt.Errorf("drain: messages were still arriving after %v: loss is overstated (raise the drain)", r.o.Drain))
+			}
 			return
 		case <-ctx.Done():
 			return

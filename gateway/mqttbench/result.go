@@ -34,6 +34,9 @@ type Result struct {
 	Failed int64 `json:"failed"`
 	// AckedPerSec is Acked over Seconds.
 	AckedPerSec float64 `json:"acked_per_sec"`
+	// DrainSeconds is how long the receivers were waited for after the
+	// last acknowledgement.
+	DrainSeconds float64 `json:"drain_seconds"`
 	// AckLatency is from publish to acknowledgement (QoS 1, 2 only).
 	AckLatency *Latency `json:"ack_latency,omitempty"`
 	// MQTT sums what the subscribers received (nil without subscribers);
