@@ -239,8 +239,8 @@ func (r *benchResult) fill(m benchMeasurement) {
 		r.MsgsPerSec = float64(m.messages) / r.Seconds
 		r.MBPerSec = float64(m.messages) * float64(r.Size) / r.Seconds / 1e6
 	}
-	if m.hist != nil && m.hist.count() > 0 {
-		us := func(q float64) float64 { return float64(m.hist.quantile(q)) / 1e3 }
+	if m.hist != nil && m.hist.Count() > 0 {
+		us := func(q float64) float64 { return float64(m.hist.Quantile(q)) / 1e3 }
 		r.P50us, r.P99us, r.P999us = us(0.50), us(0.99), us(0.999)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ferrymq/ferrymq/gateway/mqttbench"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ type benchReceiver interface {
 type benchMeasurement struct {
 	messages int64
 	elapsed  time.Duration
-	hist     *histogram // latencies from send to ack; nil for consume
+	hist     *mqttbench.Histogram // latencies from send to ack; nil for consume
 }
 
 // benchWorker keeps up to cap(sem) sends of one sender in flight.
@@ -58,7 +59,7 @@ type benchWorker struct {
 	_     [56]byte // keep the counters of different workers off one cache line
 
 	mu   sync.Mutex // held by acknowledgement callbacks
-	hist *histogram
+	hist *mqttbench.Histogram
 }
 
 // driveProduce sends count messages (or, with count 0, for duration) over
@@ -104,7 +105,7 @@ func driveProduce(ctx context.Context, t benchTarget, producers, pipeline int, c
 		return seq
 	}
 	for i := range workers {
-		workers[i] = &benchWorker{sem: make(chan struct{}, pipeline), hist: newHistogram()}
+		workers[i] = &benchWorker{sem: make(chan struct{}, pipeline), hist: mqttbench.NewHistogram()}
 	}
 	pr.start(acked)
 	var wg sync.WaitGroup
@@ -120,10 +121,10 @@ func driveProduce(ctx context.Context, t benchTarget, producers, pipeline int, c
 		}
 		return benchMeasurement{}, err
 	}
-	m := benchMeasurement{elapsed: elapsed, hist: newHistogram()}
+	m := benchMeasurement{elapsed: elapsed, hist: mqttbench.NewHistogram()}
 	for _, w := range workers {
 		w.mu.Lock()
-		m.hist.merge(w.hist)
+		m.hist.Merge(w.hist)
 		w.mu.Unlock()
 		m.messages += w.acked.Load()
 	}
@@ -146,7 +147,7 @@ func (w *benchWorker) run(ctx context.Context, fail context.CancelCauseFunc, s b
 				fail(fmt.Errorf("send: %w", err))
 			} else {
 				w.mu.Lock()
-				w.hist.record(lat)
+				w.hist.Record(lat)
 				w.mu.Unlock()
 				w.acked.Add(1)
 			}

@@ -71,13 +71,13 @@ func runConns(ctx context.Context, o *Options, addr brokerAddr) (res Result, err
 
 // open opens len(held) connections into held and returns their CONNECT
 // to CONNACK latencies. It returns early when ctx ends.
-func (r *conns) open(ctx context.Context, held []net.Conn, start time.Time) *histogram {
+func (r *conns) open(ctx context.Context, held []net.Conn, start time.Time) *Histogram {
 	o := r.o
 	var next atomic.Int64
-	hists := make([]*histogram, min(o.Workers, len(held)))
+	hists := make([]*Histogram, min(o.Workers, len(held)))
 	var wg sync.WaitGroup
 	for w := range hists {
-		hists[w] = newHistogram()
+		hists[w] = NewHistogram()
 		wg.Go(func() {
 			var pace *time.Timer
 			if o.Rate > 0 {
@@ -104,15 +104,15 @@ func (r *conns) open(ctx context.Context, held []net.Conn, start time.Time) *his
 					continue
 				}
 				held[i] = conn
-				hists[w].record(lat)
+				hists[w].Record(lat)
 				r.connected.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	h := newHistogram()
+	h := NewHistogram()
 	for _, wh := range hists {
-		h.merge(wh)
+		h.Merge(wh)
 	}
 	return h
 }

@@ -6,21 +6,19 @@ import (
 	"time"
 )
 
-// histogram records latencies in nanoseconds in log-spaced buckets, the way
+// Histogram records latencies in nanoseconds in log-spaced buckets, the way
 // HdrHistogram does: values below 256 ns are kept exactly; above, every
 // power of two is cut into 128 buckets of equal width, so a quantile is off
 // by at most half a bucket: under 0.4 % of the value. It takes 58 KiB and
 // never allocates after creation. Not safe for concurrent use.
-//
-// It is a copy of the one of `ferrymq bench core` (cmd/ferrymq/bench_hist.go,
-// package main, which cannot be imported); keep the two the same.
+// `ferrymq bench core` uses it too.
 //
 //	bucket index  values                  width
 //	0 … 255       v (exact)               1
 //	256 … 383     256 … 511               2
 //	384 … 511     512 … 1023              4
 //	s·128 + t     t<<s … (t+1)<<s − 1     1<<s   (t in 128 … 255)
-type histogram struct {
+type Histogram struct {
 	counts   [histBuckets]uint64
 	n        uint64
 	min, max int64
@@ -34,7 +32,8 @@ const (
 	histBuckets = (64 - histSubBits) * histSub
 )
 
-func newHistogram() *histogram { return &histogram{min: math.MaxInt64} }
+// NewHistogram returns an empty histogram.
+func NewHistogram() *Histogram { return &Histogram{min: math.MaxInt64} }
 
 // histBucket returns the bucket of v (negative values count as 0).
 func histBucket(v int64) int {
@@ -54,8 +53,8 @@ func histRange(i int) (low, width int64) {
 	return int64(i-shift*histSub) << shift, 1 << shift
 }
 
-// record adds one value.
-func (h *histogram) record(d time.Duration) {
+// Record adds one value.
+func (h *Histogram) Record(d time.Duration) {
 	v := int64(d)
 	h.counts[histBucket(v)]++
 	h.n++
@@ -63,8 +62,8 @@ func (h *histogram) record(d time.Duration) {
 	h.max = max(h.max, v)
 }
 
-// merge adds every value of o.
-func (h *histogram) merge(o *histogram) {
+// Merge adds every value of o.
+func (h *Histogram) Merge(o *Histogram) {
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}
@@ -73,15 +72,15 @@ func (h *histogram) merge(o *histogram) {
 	h.max = max(h.max, o.max)
 }
 
-// count is the number of values recorded.
-func (h *histogram) count() uint64 { return h.n }
+// Count is the number of values recorded.
+func (h *Histogram) Count() uint64 { return h.n }
 
-// quantile returns the value at quantile q (0 < q ≤ 1): the smallest
+// Quantile returns the value at quantile q (0 < q ≤ 1): the smallest
 // recorded value v such that at least q of all values are ≤ v, to within
 // its bucket (the bucket's midpoint, kept within the recorded min and max;
 // the minimum and maximum themselves are exact).
 // It returns 0 for an empty histogram.
-func (h *histogram) quantile(q float64) time.Duration {
+func (h *Histogram) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}

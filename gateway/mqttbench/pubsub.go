@@ -56,7 +56,7 @@ type pubsub struct {
 	failed     atomic.Int64 // completed with an error
 	ackLatency [ackShards]struct {
 		mu sync.Mutex
-		h  *histogram
+		h  *Histogram
 	}
 }
 
@@ -66,7 +66,7 @@ func runPubSub(ctx context.Context, o *Options, addr brokerAddr) (res Result, er
 		r.sent[i] = new(atomic.Int64)
 	}
 	for i := range r.ackLatency {
-		r.ackLatency[i].h = newHistogram()
+		r.ackLatency[i].h = NewHistogram()
 	}
 	res = Result{Mode: ModePubSub, Label: o.Label, Addr: o.Addr, Version: o.Version, Started: time.Now(),
 		Publishers: o.Publishers, Subscribers: o.Subscribers, QoS: o.QoS, SizeBytes: o.SizeBytes, Inflight: o.Inflight, Rate: o.Rate}
@@ -158,11 +158,11 @@ func runPubSub(ctx context.Context, o *Options, addr brokerAddr) (res Result, er
 		res.AckedPerSec = float64(res.Acked) / res.Seconds
 	}
 	if o.QoS > 0 {
-		h := newHistogram()
+		h := NewHistogram()
 		for i := range r.ackLatency {
 			s := &r.ackLatency[i]
 			s.mu.Lock()
-			h.merge(s.h)
+			h.Merge(s.h)
 			s.mu.Unlock()
 		}
 		l := latencyOf(h)
@@ -203,7 +203,7 @@ func (r *pubsub) completion(i int, free chan<- *outMsg) func(*outMsg, error) {
 			if r.o.QoS > 0 {
 				lat := time.Since(m.start)
 				shard.mu.Lock()
-				shard.h.record(lat)
+				shard.h.Record(lat)
 				shard.mu.Unlock()
 			}
 			r.acked.Add(1)

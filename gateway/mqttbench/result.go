@@ -107,8 +107,8 @@ type Latency struct {
 	P50, P99, P999, Max time.Duration
 }
 
-func latencyOf(h *histogram) Latency {
-	return Latency{N: h.count(), P50: h.quantile(0.50), P99: h.quantile(0.99), P999: h.quantile(0.999), Max: h.quantile(1)}
+func latencyOf(h *Histogram) Latency {
+	return Latency{N: h.Count(), P50: h.Quantile(0.50), P99: h.Quantile(0.99), P999: h.Quantile(0.999), Max: h.Quantile(1)}
 }
 
 // latencyJSON is Latency on the wire, in microseconds as `bench core` does.

@@ -22,12 +22,12 @@ type tracker struct {
 
 	mu   sync.Mutex
 	seen [][]uint64 // per publisher: bitset of sequence numbers received
-	hist *histogram
+	hist *Histogram
 	last int64 // unix ns of the last new message
 }
 
 func newTracker(runStart time.Time, sent []*atomic.Int64) *tracker {
-	return &tracker{runStart: runStart.UnixNano(), sent: sent, seen: make([][]uint64, len(sent)), hist: newHistogram()}
+	return &tracker{runStart: runStart.UnixNano(), sent: sent, seen: make([][]uint64, len(sent)), hist: NewHistogram()}
 }
 
 // observe records one payload received at now (unix ns).
@@ -50,7 +50,7 @@ func (t *tracker) observe(payload []byte, now int64) {
 	dup := set[word]&bit != 0
 	if !dup {
 		set[word] |= bit
-		t.hist.record(time.Duration(max(0, now-s.SentUnixNano)))
+		t.hist.Record(time.Duration(max(0, now-s.SentUnixNano)))
 		t.last = max(t.last, now)
 	}
 	t.mu.Unlock()
@@ -65,14 +65,14 @@ func (t *tracker) observe(payload []byte, now int64) {
 // rates count from start.
 func deliveries(ts []*tracker, expected int64, start time.Time) *Delivery {
 	d := &Delivery{Expected: expected * int64(len(ts))}
-	h := newHistogram()
+	h := NewHistogram()
 	var last int64
 	for _, t := range ts {
 		d.Received += t.received.Load()
 		d.Duplicates += t.duplicates.Load()
 		d.Foreign += t.foreign.Load()
 		t.mu.Lock()
-		h.merge(t.hist)
+		h.Merge(t.hist)
 		last = max(last, t.last)
 		t.mu.Unlock()
 	}
