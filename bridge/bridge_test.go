@@ -1,10 +1,12 @@
 package bridge
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -177,5 +179,32 @@ func FuzzMatchFilter(f *testing.F) {
 		if validFilter(filter) == nil {
 			_ = matchFilter(filter, topic)
 		}
+	})
+}
+
+func TestEventJSONMatchesEncodingJSON(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
+	for _, e := range []Event{
+		{Event: EventConnected, ClientID: "car-7", Username: "fleet", Seq: 1, Time: at, Node: "gw-1", Remote: "1.2.3.4:5",
+			Listener: "tcp", Proto: 4, Clean: true, Keepalive: 60},
+		{Event: EventDisconnected, ClientID: "c\"\\<>&\x01\u2028é", Seq: 1 << 60, Time: at, Reason: ReasonLost, Error: "read: \xff\xfe"},
+		{Event: EventTakeover, ClientID: "x", Time: at, OldRemote: "a:1"},
+	} {
+		want, err := json.Marshal(&e)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(e.appendJSON(nil)))
+	}
+}
+
+// FuzzEventJSON: the hand-written encoder writes what encoding/json writes.
+func FuzzEventJSON(f *testing.F) {
+	f.Add("car-7", "fleet", "read: connection reset")
+	f.Add("\xff<\u2029>", "", "\x00")
+	f.Fuzz(func(t *testing.T, id, user, detail string) {
+		e := Event{Event: EventDisconnected, ClientID: id, Username: user, Error: detail, Seq: 7,
+			Time: time.Unix(1764417600, 5).UTC()}
+		want, err := json.Marshal(&e)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(e.appendJSON(nil)))
 	})
 }

@@ -62,6 +62,13 @@ type Hook struct {
 
 	produces sync.WaitGroup // ProduceAsync calls whose done has not run
 	flushers sync.WaitGroup // ack flushers running
+
+	// Presence events go through one goroutine that stores them in batches.
+	evMu     sync.RWMutex // held for reading while sending on evCh
+	evClosed bool
+	evCh     chan *Event
+	evOnce   sync.Once
+	evDone   chan struct{} // closed when the events goroutine ended
 }
 
 // New builds the hook. Rules are checked here: a bad rule is an error.
@@ -87,7 +94,7 @@ func New(o Options) (*Hook, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hook{opts: o, up: up, log: zerolog.Nop(), m: newMetrics()}
+	h := &Hook{opts: o, up: up, log: zerolog.Nop(), m: newMetrics(), evCh: make(chan *Event, 4096)}
 	if o.Logger != nil {
 		h.log = o.Logger.With().Str("component", "bridge").Logger()
 	}
@@ -117,12 +124,21 @@ func (h *Hook) Provides(b byte) bool {
 // Collectors returns the bridge's metrics for a Prometheus registry.
 func (h *Hook) Collectors() []prometheus.Collector { return h.m.collectors() }
 
+// Stop implements mqtt.Hook: mochi calls it when the server closes, after
+// every client is gone. It stores the queued presence events.
+func (h *Hook) Stop() error {
+	h.stopEvents()
+	return nil
+}
+
 // Drain waits until everything handed to the core has completed and its
 // acknowledgement was written (or the client was gone). Call it after the
-// listeners are closed and before closing the core.
+// listeners are closed and before closing the core; it also ends the
+// presence-events goroutine if mochi did not (Stop).
 func (h *Hook) Drain(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
+		h.stopEvents()
 		h.produces.Wait()
 		h.flushers.Wait()
 		close(done)

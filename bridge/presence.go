@@ -1,12 +1,13 @@
 package bridge
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -114,25 +115,168 @@ func (h *Hook) ClientClosed(cl *mqtt.Client, reason string, err error) {
 	h.emit(e)
 }
 
+// emit stamps an event and hands it to the events goroutine, which stores
+// events in batches: one append per batch instead of one per event keeps a
+// connect storm from turning into a storm of commit-log cycles (each an
+// fsync under --flush sync). Events keep their order: one channel, one
+// goroutine, appended in call order.
 func (h *Hook) emit(e *Event) {
 	e.Seq = h.seq.Add(1)
 	e.Time = time.Now().UTC()
 	e.Node = h.opts.Node
-	body, err := json.Marshal(e)
-	if err != nil { // cannot happen for this struct
-		h.log.Error().Err(err).Msg("encode presence event")
+	h.evMu.RLock()
+	if h.evClosed { // after shutdown (a connection cleaned up late): store it alone
+		h.evMu.RUnlock()
+		h.storeEvents([]*Event{e})
 		return
 	}
-	msg := &core.Message{Topic: h.opts.EventsTopic, ShardingKey: e.ClientID, Tag: e.Event, Body: body}
+	h.evOnce.Do(h.startEvents)
+	h.evCh <- e // blocks when the core falls behind: backpressure on connects
+	h.evMu.RUnlock()
+}
+
+func (h *Hook) startEvents() {
+	h.evDone = make(chan struct{})
+	go func() {
+		defer close(h.evDone)
+		batch := make([]*Event, 0, maxEventBatch)
+		for e := range h.evCh {
+			batch = append(batch[:0], e)
+		more:
+			for len(batch) < maxEventBatch {
+				select {
+				case e, ok := <-h.evCh:
+					if !ok {
+						break more
+					}
+					batch = append(batch, e)
+				default:
+					break more
+				}
+			}
+			h.storeEvents(batch)
+		}
+	}()
+}
+
+// stopEvents stores what is queued and ends the events goroutine; safe to
+// call twice.
+func (h *Hook) stopEvents() {
+	h.evMu.Lock()
+	if h.evClosed {
+		h.evMu.Unlock()
+		return
+	}
+	h.evClosed = true
+	h.evOnce.Do(func() {}) // never start it now
+	close(h.evCh)
+	h.evMu.Unlock()
+	if h.evDone != nil {
+		<-h.evDone
+	}
+}
+
+const maxEventBatch = 256
+
+func (h *Hook) storeEvents(es []*Event) {
+	msgs := make([]*core.Message, len(es))
+	for i, e := range es {
+		msgs[i] = &core.Message{Topic: h.opts.EventsTopic, ShardingKey: e.ClientID, Tag: e.Event, Body: e.appendJSON(nil)}
+	}
 	h.produces.Add(1)
-	h.opts.Broker.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+	h.opts.Broker.ProduceAsync(msgs, func(_ []core.SendResult, err error) {
 		defer h.produces.Done()
 		if err != nil {
-			h.m.eventFailures.Inc()
+			h.m.eventFailures.Add(float64(len(msgs)))
 			return
 		}
-		h.m.events.Inc()
+		h.m.events.Add(float64(len(msgs)))
 	})
+}
+
+// appendJSON encodes e as encoding/json would (same field names, order and
+// omissions), without reflection: events are written on every connect.
+func (e *Event) appendJSON(b []byte) []byte {
+	b = append(b, `{"event":`...)
+	b = appendJSONString(b, e.Event)
+	b = append(b, `,"clientid":`...)
+	b = appendJSONString(b, e.ClientID)
+	str := func(name, v string) {
+		if v != "" {
+			b = append(b, ',', '"')
+			b = append(b, name...)
+			b = append(b, '"', ':')
+			b = appendJSONString(b, v)
+		}
+	}
+	str("username", e.Username)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, `,"ts":"`...)
+	b = e.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	str("node", e.Node)
+	str("remote", e.Remote)
+	str("listener", e.Listener)
+	if e.Proto != 0 {
+		b = append(b, `,"proto":`...)
+		b = strconv.AppendUint(b, uint64(e.Proto), 10)
+	}
+	if e.Clean {
+		b = append(b, `,"clean":true`...)
+	}
+	if e.Keepalive != 0 {
+		b = append(b, `,"keepalive":`...)
+		b = strconv.AppendUint(b, uint64(e.Keepalive), 10)
+	}
+	str("reason", e.Reason)
+	str("error", e.Error)
+	str("old_remote", e.OldRemote)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes
+// U+FFFD, as with encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\b':
+				b = append(b, '\\', 'b')
+			case c == '\f':
+				b = append(b, '\\', 'f')
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, `\u202`...)
+			b = append(b, hex[r&0xF])
+		default:
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
 }
 
 // disconnectReason classifies why a connection ended.

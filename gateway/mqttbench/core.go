@@ -33,10 +33,14 @@ func startCore(ctx context.Context, o CoreOptions, clientID string, tr *tracker)
 			_ = c.Close()
 		}
 	}()
-	from := group.FromLatest
+	// The topic must exist and the consumer own its queues before the first
+	// message is published, or the first messages' latency includes the
+	// group's rebalance.
 	switch _, err := c.Topic(ctx, o.Topic); {
 	case errors.Is(err, core.ErrTopicNotFound):
-		from = group.FromEarliest
+		if _, err := c.CreateTopic(ctx, o.Topic, 0); err != nil {
+			return nil, fmt.Errorf("create core topic %s: %w", o.Topic, err)
+		}
 	case err != nil:
 		return nil, fmt.Errorf("core topic %s: %w", o.Topic, err)
 	default:
@@ -44,6 +48,7 @@ func startCore(ctx context.Context, o CoreOptions, clientID string, tr *tracker)
 			return nil, fmt.Errorf("move offsets of core group %s to the end of %s: %w", o.Group, o.Topic, err)
 		}
 	}
+	from := group.FromLatest
 	pc, err := c.NewPushConsumer(consumer.Options{
 		Group:         o.Group,
 		From:          from,
@@ -59,10 +64,41 @@ func startCore(ctx context.Context, o CoreOptions, clientID string, tr *tracker)
 	if err != nil {
 		return nil, fmt.Errorf("core consumer of %s: %w", o.Topic, err)
 	}
-	return &coreReceiver{c: c, pc: pc}, nil
+	r := &coreReceiver{c: c, pc: pc}
+	if err := r.waitAssigned(ctx, o.Group); err != nil {
+		_ = pc.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return r, nil
 }
 
 // close commits, leaves the group and closes the connection.
+// waitAssigned polls until a member of the group owns queues.
+func (r *coreReceiver) waitAssigned(ctx context.Context, grp string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		gs, err := r.c.Groups(ctx)
+		if err != nil {
+			return fmt.Errorf("core group %s: %w", grp, err)
+		}
+		for _, g := range gs {
+			for _, m := range g.Members {
+				if g.Group == grp && len(m.Queues) > 0 {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("core group %s: no queues assigned: %w", grp, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
 func (r *coreReceiver) close(ctx context.Context) error {
 	return errors.Join(r.pc.Close(ctx), r.c.Close())
 }
