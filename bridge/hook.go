@@ -38,7 +38,16 @@ type Options struct {
 	// and not yet acknowledged; a client past it is not read from until
 	// acks catch up (TCP backpressure). 0 means DefaultMaxInflight.
 	MaxInflight int
-	// Node names this gateway in presence events; "" means the host name.
+	// Downlink rules; nil means DefaultDownlinkRules. DisableDownlink turns
+	// the downlink off.
+	Downlink        []DownlinkRule
+	DisableDownlink bool
+	// ReceiptsTopic receives delivery receipts; "" means
+	// DefaultReceiptsTopic. DisableReceipts turns them off.
+	ReceiptsTopic   string
+	DisableReceipts bool
+	// Node names this gateway in presence events and receipts, and its
+	// downlink offsets; "" means the host name.
 	Node   string
 	Logger *zerolog.Logger
 }
@@ -63,16 +72,22 @@ type Hook struct {
 	produces sync.WaitGroup // ProduceAsync calls whose done has not run
 	flushers sync.WaitGroup // ack flushers running
 
-	// Presence events go through one goroutine that stores them in batches.
+	down      []downlinkRule
+	downTopic map[string]bool // core topics consumed by the downlink: never uplink targets
+	dl        downlink
+
+	// Presence events and receipts go through one goroutine that stores
+	// them in batches.
 	evMu     sync.RWMutex // held for reading while sending on evCh
 	evClosed bool
-	evCh     chan *Event
+	evCh     chan *core.Message
 	evOnce   sync.Once
 	evDone   chan struct{} // closed when the events goroutine ended
 }
 
 // New builds the hook. Rules are checked here: a bad rule is an error.
 func New(o Options) (*Hook, error) {
+	var err error
 	if o.Broker == nil {
 		return nil, errors.New("bridge: Options.Broker is required")
 	}
@@ -94,7 +109,28 @@ func New(o Options) (*Hook, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hook{opts: o, up: up, log: zerolog.Nop(), m: newMetrics(), evCh: make(chan *Event, 4096)}
+	if o.ReceiptsTopic == "" {
+		o.ReceiptsTopic = DefaultReceiptsTopic
+	}
+	if !o.DisableReceipts {
+		if err := core.ValidateTopic(o.ReceiptsTopic); err != nil {
+			return nil, fmt.Errorf("%w: receipts topic: %w", ErrBadRule, err)
+		}
+	}
+	var down []downlinkRule
+	if !o.DisableDownlink {
+		if down, err = compileDownlink(o.Downlink); err != nil {
+			return nil, err
+		}
+	}
+	h := &Hook{opts: o, up: up, log: zerolog.Nop(), m: newMetrics(), evCh: make(chan *core.Message, 4096),
+		down: down, downTopic: map[string]bool{}}
+	for _, r := range down {
+		h.downTopic[r.Topic] = true
+	}
+	h.dl.group = groupName(o.Node)
+	h.dl.pending = map[string]map[uint16]pendingDown{}
+	h.dl.waiters = map[string]chan struct{}{}
 	if o.Logger != nil {
 		h.log = o.Logger.With().Str("component", "bridge").Logger()
 	}
@@ -118,6 +154,8 @@ func (h *Hook) ID() string { return "ferrymq-bridge" }
 func (h *Hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{
 		mqtt.OnPublish, mqtt.OnWillSent, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect,
+		mqtt.OnStarted, mqtt.OnSubscribe, mqtt.OnUnsubscribe, mqtt.OnPacketEncode,
+		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnPublishDropped,
 	}, []byte{b})
 }
 
@@ -127,7 +165,8 @@ func (h *Hook) Collectors() []prometheus.Collector { return h.m.collectors() }
 // Stop implements mqtt.Hook: mochi calls it when the server closes, after
 // every client is gone. It stores the queued presence events.
 func (h *Hook) Stop() error {
-	h.stopEvents()
+	h.stopDownlink()
+	h.stopNotices()
 	return nil
 }
 
@@ -138,7 +177,8 @@ func (h *Hook) Stop() error {
 func (h *Hook) Drain(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
-		h.stopEvents()
+		h.stopDownlink()
+		h.stopNotices()
 		h.produces.Wait()
 		h.flushers.Wait()
 		close(done)
@@ -169,6 +209,9 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	qos := pk.FixedHeader.Qos
 	h.m.received.WithLabelValues(qosLabel[qos&3]).Inc()
 	msg, err := h.up.Map(publishOf(cl, &pk))
+	if err == nil && h.downTopic[msg.Topic] {
+		err = errDownlinkTopic // no loops: a downlink topic is fed by backends only
+	}
 	if err != nil {
 		h.m.unbridged.WithLabelValues(unbridgedReason(err)).Inc()
 		return pk, nil
@@ -211,6 +254,9 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 // acknowledged to anyone, so nothing waits for it).
 func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 	msg, err := h.up.Map(publishOf(cl, &pk))
+	if err == nil && h.downTopic[msg.Topic] {
+		err = errDownlinkTopic
+	}
 	if err != nil {
 		h.m.unbridged.WithLabelValues(unbridgedReason(err)).Inc()
 		return
@@ -267,9 +313,16 @@ func publishOf(cl *mqtt.Client, pk *packets.Packet) *Publish {
 	return p
 }
 
+var errDownlinkTopic = errors.New("bridge: core topic is a downlink topic")
+
 func unbridgedReason(err error) string {
-	if errors.Is(err, ErrInvalidCoreTopic) {
+	switch {
+	case errors.Is(err, ErrInvalidCoreTopic):
 		return "invalid_core_topic"
+	case errors.Is(err, errDownlinkTopic):
+		return "downlink_topic"
 	}
 	return "no_rule"
 }
+
+func atomicAdd(p *int64, d int64) { atomic.AddInt64(p, d) }

@@ -13,8 +13,11 @@ type metrics struct {
 	appendSeconds prometheus.Histogram
 	inflight      prometheus.Gauge
 	acks          prometheus.Counter
-	events        prometheus.Counter
-	eventFailures prometheus.Counter
+	events          prometheus.Counter
+	eventFailures   prometheus.Counter
+	receipts        prometheus.Counter
+	receiptFailures prometheus.Counter
+	downlink        *prometheus.CounterVec // by outcome
 }
 
 func newMetrics() *metrics {
@@ -60,10 +63,22 @@ func newMetrics() *metrics {
 			Name: "ferrymq_presence_event_failures_total",
 			Help: "Device presence events the core refused.",
 		}),
+		receipts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferrymq_downlink_receipts_total",
+			Help: "Delivery receipts stored in the core.",
+		}),
+		receiptFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferrymq_downlink_receipt_failures_total",
+			Help: "Delivery receipts the core refused.",
+		}),
+		downlink: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferrymq_downlink_messages_total",
+			Help: "Downlink messages by what happened: consumed, published, not_here (P2P client on another node or offline), delivered, expired, dropped, invalid_topic.",
+		}, []string{"outcome"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.received, m.bridged, m.failures, m.unbridged, m.duplicates,
-		m.appendSeconds, m.inflight, m.acks, m.events, m.eventFailures}
+		m.appendSeconds, m.inflight, m.acks, m.events, m.eventFailures, m.receipts, m.receiptFailures, m.downlink}
 }

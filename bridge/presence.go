@@ -58,35 +58,43 @@ const (
 	ReasonCoreRefuse = "core_refused"      // an MQTT 3 client's publish was refused by the core
 )
 
-// OnSessionEstablish runs before mochi takes over an existing session: a
-// live connection with the same client ID is being replaced.
+// OnSessionEstablish runs once a connection is accepted, before mochi
+// takes over an existing session and before the CONNACK: the takeover
+// event (a live connection with this client ID is replaced) and the
+// connected event are emitted here, so they are stored before anything the
+// client can do after its CONNACK — including being taken over itself.
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
-	if h.opts.DisableEvents || h.server == nil {
-		return
-	}
-	old, ok := h.server.Clients.Get(cl.ID)
-	if !ok || old == cl || old.Closed() {
-		return
-	}
-	h.takenOver.Store(old, struct{}{})
-	h.emit(&Event{Event: EventTakeover, ClientID: cl.ID, Username: string(cl.Properties.Username),
-		Remote: cl.Net.Remote, Listener: cl.Net.Listener, OldRemote: old.Net.Remote})
-}
-
-// OnSessionEstablished emits the connected event.
-func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	if h.opts.DisableEvents {
 		return
+	}
+	if h.server != nil {
+		if old, ok := h.server.Clients.Get(cl.ID); ok && old != cl && !old.Closed() {
+			h.takenOver.Store(old, struct{}{})
+			h.emit(&Event{Event: EventTakeover, ClientID: cl.ID, Username: string(cl.Properties.Username),
+				Remote: cl.Net.Remote, Listener: cl.Net.Listener, OldRemote: old.Net.Remote})
+		}
 	}
 	h.emit(&Event{Event: EventConnected, ClientID: cl.ID, Username: string(cl.Properties.Username),
 		Remote: cl.Net.Remote, Listener: cl.Net.Listener, Proto: cl.Properties.ProtocolVersion,
 		Clean: cl.Properties.Clean, Keepalive: cl.State.Keepalive})
 }
 
+// OnSessionEstablished gives the client its point-to-point subscription
+// (after mochi restored any session it resumes).
+func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	if h.server != nil && !h.opts.DisableDownlink {
+		h.subscribeP2P(cl)
+	}
+}
+
 // OnDisconnect emits the disconnected event (a connection that was taken
 // over has its takeover event instead) and forgets the client's pipeline.
-func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
+func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	h.clients.Delete(cl)
+	h.wake(cl.ID)
+	if expire && !cl.IsTakenOver() {
+		h.forgetPending(cl.ID)
+	}
 	if _, ok := h.takenOver.LoadAndDelete(cl); ok || h.opts.DisableEvents {
 		return
 	}
@@ -115,53 +123,57 @@ func (h *Hook) ClientClosed(cl *mqtt.Client, reason string, err error) {
 	h.emit(e)
 }
 
-// emit stamps an event and hands it to the events goroutine, which stores
-// events in batches: one append per batch instead of one per event keeps a
-// connect storm from turning into a storm of commit-log cycles (each an
-// fsync under --flush sync). Events keep their order: one channel, one
-// goroutine, appended in call order.
+// emit stamps an event and queues it for storing.
 func (h *Hook) emit(e *Event) {
 	e.Seq = h.seq.Add(1)
 	e.Time = time.Now().UTC()
 	e.Node = h.opts.Node
+	h.enqueue(&core.Message{Topic: h.opts.EventsTopic, ShardingKey: e.ClientID, Tag: e.Event, Body: e.appendJSON(nil)})
+}
+
+// enqueue hands a presence event or receipt to the notices goroutine, which
+// stores them in batches: one append per batch instead of one per message
+// keeps a connect storm from turning into a storm of commit-log cycles
+// (each an fsync under --flush sync). Order is kept: one channel, one
+// goroutine, appended in call order.
+func (h *Hook) enqueue(m *core.Message) {
 	h.evMu.RLock()
 	if h.evClosed { // after shutdown (a connection cleaned up late): store it alone
 		h.evMu.RUnlock()
-		h.storeEvents([]*Event{e})
+		h.storeNotices([]*core.Message{m})
 		return
 	}
-	h.evOnce.Do(h.startEvents)
-	h.evCh <- e // blocks when the core falls behind: backpressure on connects
+	h.evOnce.Do(h.startNotices)
+	h.evCh <- m // blocks when the core falls behind: backpressure
 	h.evMu.RUnlock()
 }
 
-func (h *Hook) startEvents() {
+func (h *Hook) startNotices() {
 	h.evDone = make(chan struct{})
 	go func() {
 		defer close(h.evDone)
-		batch := make([]*Event, 0, maxEventBatch)
-		for e := range h.evCh {
-			batch = append(batch[:0], e)
+		for m := range h.evCh {
+			batch := []*core.Message{m}
 		more:
-			for len(batch) < maxEventBatch {
+			for len(batch) < maxNoticeBatch {
 				select {
-				case e, ok := <-h.evCh:
+				case m, ok := <-h.evCh:
 					if !ok {
 						break more
 					}
-					batch = append(batch, e)
+					batch = append(batch, m)
 				default:
 					break more
 				}
 			}
-			h.storeEvents(batch)
+			h.storeNotices(batch)
 		}
 	}()
 }
 
-// stopEvents stores what is queued and ends the events goroutine; safe to
-// call twice.
-func (h *Hook) stopEvents() {
+// stopNotices stores what is queued and ends the notices goroutine; safe
+// to call twice.
+func (h *Hook) stopNotices() {
 	h.evMu.Lock()
 	if h.evClosed {
 		h.evMu.Unlock()
@@ -176,21 +188,23 @@ func (h *Hook) stopEvents() {
 	}
 }
 
-const maxEventBatch = 256
+const maxNoticeBatch = 256
 
-func (h *Hook) storeEvents(es []*Event) {
-	msgs := make([]*core.Message, len(es))
-	for i, e := range es {
-		msgs[i] = &core.Message{Topic: h.opts.EventsTopic, ShardingKey: e.ClientID, Tag: e.Event, Body: e.appendJSON(nil)}
-	}
+func (h *Hook) storeNotices(msgs []*core.Message) {
 	h.produces.Add(1)
 	h.opts.Broker.ProduceAsync(msgs, func(_ []core.SendResult, err error) {
 		defer h.produces.Done()
-		if err != nil {
-			h.m.eventFailures.Add(float64(len(msgs)))
-			return
+		for _, m := range msgs {
+			ok, failed := h.m.events, h.m.eventFailures
+			if m.Topic != h.opts.EventsTopic {
+				ok, failed = h.m.receipts, h.m.receiptFailures
+			}
+			if err != nil {
+				failed.Inc()
+			} else {
+				ok.Inc()
+			}
 		}
-		h.m.events.Add(float64(len(msgs)))
 	})
 }
 

@@ -12,6 +12,8 @@ import (
 //	${clientid}   the publisher's MQTT client ID
 //	${username}   the username it connected with ("" if none)
 //	${level:N}    the N-th level of the MQTT topic, counting from 1 ("" past the end)
+//	${key}        the core message's sharding key (downlink)
+//	${prop:NAME}  the core message's property NAME, "" if absent (downlink)
 //
 // Everything else is literal. "$$" is a literal "$".
 type template struct {
@@ -26,11 +28,13 @@ const (
 	varClientID
 	varUsername
 	varLevel
+	varKey
+	varProp
 )
 
 type part struct {
 	kind  partKind
-	text  string // literal text
+	text  string // literal text, or the property name for varProp
 	level int    // 1-based topic level for varLevel
 }
 
@@ -39,6 +43,8 @@ type vars struct {
 	clientID string
 	username string
 	topic    string
+	key      string
+	props    map[string]string
 }
 
 func parseTemplate(src string) (template, error) {
@@ -87,6 +93,10 @@ func parseVar(name string) (part, error) {
 		return part{kind: varClientID}, nil
 	case name == "username":
 		return part{kind: varUsername}, nil
+	case name == "key":
+		return part{kind: varKey}, nil
+	case strings.HasPrefix(name, "prop:") && len(name) > len("prop:"):
+		return part{kind: varProp, text: name[len("prop:"):]}, nil
 	case strings.HasPrefix(name, "level:"):
 		n, err := strconv.Atoi(name[len("level:"):])
 		if err != nil || n < 1 || n > 64 {
@@ -94,7 +104,7 @@ func parseVar(name string) (part, error) {
 		}
 		return part{kind: varLevel, level: n}, nil
 	}
-	return part{}, fmt.Errorf("unknown variable ${%s} (want clientid, username or level:N)", name)
+	return part{}, fmt.Errorf("unknown variable ${%s} (want clientid, username, level:N, key or prop:NAME)", name)
 }
 
 // constant reports whether the template has no variables.
@@ -121,6 +131,10 @@ func (p part) value(v *vars) string {
 		return v.username
 	case varLevel:
 		return topicLevel(v.topic, p.level)
+	case varKey:
+		return v.key
+	case varProp:
+		return v.props[p.text]
 	}
 	return p.text
 }

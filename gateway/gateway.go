@@ -275,6 +275,7 @@ func (g *Gateway) forget(cl *mqtt.Client, cause error) {
 			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: w.Qos, Retain: w.Retain},
 			TopicName:   w.TopicName, Payload: w.Payload, Properties: packets.Properties{User: w.User},
 			Origin: cl.ID, Created: time.Now().Unix(),
+			PacketID: uint16(w.Qos), // mochi's validity check wants one for QoS > 0
 		}
 		_ = g.server.InjectPacket(g.inline, pk)
 		for _, h := range g.opts.Hooks {

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,7 +44,9 @@ func TestMosquittoClients(t *testing.T) {
 	var subOut strings.Builder
 	subCmd.Stdout = &subOut
 	require.NoError(t, subCmd.Start())
-	require.Eventually(t, func() bool { return atomic.LoadInt64(&env.Gateway.Server().Info.Subscriptions) >= 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return len(env.Gateway.Server().Topics.Subscribers("alerts/x").Subscriptions) == 1
+	}, 10*time.Second, 10*time.Millisecond)
 
 	for _, v := range []string{"mqttv311", "mqttv5"} {
 		cmd := exec.CommandContext(ctx, pub, "-h", host, "-p", port, "-V", v, "-i", "dev-"+v, "-q", "1", "-t", "alerts/dev-"+v, "-l")

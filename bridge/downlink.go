@@ -1,0 +1,544 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+// DownlinkRule maps a core topic onto MQTT: every gateway node consumes
+// the topic in broadcast mode (its own offsets) and publishes each message
+// to its MQTT clients.
+type DownlinkRule struct {
+	// Topic is the core topic to consume.
+	Topic string `json:"topic"`
+	// MQTTTopic is the MQTT topic template (${key}, ${prop:NAME}, literal
+	// text). A message's mqtt.topic property, when set, wins.
+	MQTTTopic string `json:"mqtt_topic"`
+	// QoS is the MQTT QoS (0–2); a message's mqtt.qos property wins.
+	QoS byte `json:"qos"`
+	// TTL, when > 0, drops messages older than this (since they were
+	// produced) with an "expired" receipt; a message's mqtt.ttl property (a
+	// Go duration or seconds) wins. MQTT 5 devices get the rest as Message
+	// Expiry Interval.
+	TTL time.Duration `json:"ttl"`
+}
+
+// DefaultDownlinkRules is the downlink with no configuration: core topic
+// "commands" goes to the MQTT topic in the message's mqtt.topic property,
+// or commands/<key>, at QoS 1.
+func DefaultDownlinkRules() []DownlinkRule {
+	return []DownlinkRule{{Topic: "commands", MQTTTopic: "commands/${key}", QoS: 1}}
+}
+
+// Properties a downlink message may carry.
+const (
+	PropTTL = "mqtt.ttl" // Go duration ("90s") or whole seconds
+	// PropClientID (mqtt.clientid) makes a message point-to-point: only that
+	// client gets it, subscribed or not. PropTopic, PropQoS and PropRetain
+	// (mqtt.topic, mqtt.qos, mqtt.retain) override the rule.
+)
+
+// DefaultReceiptsTopic receives delivery receipts.
+const DefaultReceiptsTopic = "device-receipts"
+
+// Receipt outcomes.
+const (
+	OutcomeDelivered    = "delivered"     // the device acknowledged it (PUBACK / PUBCOMP)
+	OutcomeExpired      = "expired"       // its TTL passed before the device acknowledged it
+	OutcomeDropped      = "dropped"       // the device's queue or inflight window was full
+	OutcomeInvalidTopic = "invalid_topic" // no valid MQTT topic: never published
+)
+
+// Receipt is the JSON body of a message on the receipts topic (key = the
+// client ID, or the command's key when no single client is meant).
+type Receipt struct {
+	MessageID string    `json:"message_id"`
+	ClientID  string    `json:"clientid,omitempty"`
+	Outcome   string    `json:"outcome"`
+	Time      time.Time `json:"ts"`
+	Topic     string    `json:"topic,omitempty"` // the MQTT topic
+	Node      string    `json:"node,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+}
+
+// Internal MQTT names. Each client is subscribed to p2pPrefix+clientID so
+// point-to-point messages travel mochi's normal path (queue, inflight,
+// packet IDs, resend); the topic is rewritten to the real one as the packet
+// is encoded. Clients cannot subscribe or unsubscribe these filters.
+const (
+	internalPrefix = "$ferrymq/"
+	p2pPrefix      = "$ferrymq/p2p/"
+	// Origins of downlink packets (never a client ID: '$' prefix):
+	// originDown+id for topic deliveries, originP2P+id+"/"+topic for P2P.
+	originDown = "$ferrymq/down/"
+	originP2P  = "$ferrymq/p2p/"
+)
+
+type downlinkRule struct {
+	DownlinkRule
+	mqtt template
+}
+
+func compileDownlink(rules []DownlinkRule) ([]downlinkRule, error) {
+	if rules == nil {
+		rules = DefaultDownlinkRules()
+	}
+	var out []downlinkRule
+	var errs []error
+	seen := map[string]bool{}
+	for i, r := range rules {
+		var err error
+		switch {
+		case core.ValidateTopic(r.Topic) != nil:
+			err = fmt.Errorf("%w: %w", ErrBadRule, core.ValidateTopic(r.Topic))
+		case seen[r.Topic]:
+			err = fmt.Errorf("%w: core topic %q consumed twice", ErrBadRule, r.Topic)
+		case r.QoS > 2:
+			err = fmt.Errorf("%w: qos %d", ErrBadRule, r.QoS)
+		case r.MQTTTopic == "":
+			err = fmt.Errorf("%w: no mqtt topic", ErrBadRule)
+		}
+		cr := downlinkRule{DownlinkRule: r}
+		if err == nil {
+			cr.mqtt, err = parseTemplate(r.MQTTTopic)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("downlink rule %d: %w", i+1, err))
+			continue
+		}
+		seen[r.Topic] = true
+		out = append(out, cr)
+	}
+	return out, errors.Join(errs...)
+}
+
+// downlink consumes the downlink topics; started when mochi serves
+// (OnStarted), stopped before mochi's hooks stop.
+type downlink struct {
+	group  string
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[string]map[uint16]pendingDown // client → packet ID → what it carries
+	waiters map[string]chan struct{}          // client → closed when its inflight window moves
+}
+
+// downWindow is how many QoS 1/2 messages one client may have unacknowledged
+// before point-to-point delivery to it waits (so a burst of commands is not
+// dropped by mochi's bounded per-client queue); downWait bounds the wait.
+const (
+	downWindow = 64
+	downWait   = 30 * time.Second
+)
+
+// waitWindow waits until cl has room in its inflight window, it goes away,
+// or downWait passes (false: not delivered).
+func (h *Hook) waitWindow(ctx context.Context, cl *mqtt.Client) bool {
+	deadline := time.NewTimer(downWait)
+	defer deadline.Stop()
+	for cl.State.Inflight.Len() >= downWindow {
+		if cl.Closed() {
+			return false
+		}
+		h.dl.mu.Lock()
+		ch := h.dl.waiters[cl.ID]
+		if ch == nil {
+			ch = make(chan struct{})
+			h.dl.waiters[cl.ID] = ch
+		}
+		h.dl.mu.Unlock()
+		if cl.State.Inflight.Len() < downWindow { // moved while registering
+			break
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return false
+		}
+	}
+	return true
+}
+
+// wake releases whoever waits for cl's window.
+func (h *Hook) wake(client string) {
+	h.dl.mu.Lock()
+	if ch := h.dl.waiters[client]; ch != nil {
+		close(ch)
+		delete(h.dl.waiters, client)
+	}
+	h.dl.mu.Unlock()
+}
+
+type pendingDown struct {
+	id, topic string
+}
+
+// groupName is the per-node broadcast group: each node has its own offsets.
+func groupName(node string) string {
+	b := []byte("gateway-" + node)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}
+
+// OnStarted starts consuming the downlink topics.
+func (h *Hook) OnStarted() {
+	if h.opts.DisableDownlink || h.server == nil || len(h.down) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.dl.cancel = cancel
+	start := time.Now() // before Gateway.Start returns: nothing produced after that is skipped
+	for i := range h.down {
+		r := &h.down[i]
+		h.dl.wg.Go(func() { h.consumeDownlink(ctx, r, start) })
+	}
+}
+
+func (h *Hook) stopDownlink() {
+	if h.dl.cancel != nil {
+		h.dl.cancel()
+		h.dl.wg.Wait()
+	}
+}
+
+// consumeDownlink reads every queue of r.Topic from this node's offsets,
+// delivers, commits, and waits for arrivals when caught up. A node that
+// never consumed a queue starts at the messages stored since it started.
+func (h *Hook) consumeDownlink(ctx context.Context, r *downlinkRule, start time.Time) {
+	next := map[int]int64{}
+	for ctx.Err() == nil {
+		arrived := h.opts.Broker.Arrivals(r.Topic)
+		info, err := h.opts.Broker.Topic(ctx, r.Topic)
+		progressed := false
+		if err == nil {
+			for q := range info.Queues {
+				progressed = h.consumeQueue(ctx, r, q, next, start) || progressed
+			}
+		} else if !errors.Is(err, core.ErrTopicNotFound) && ctx.Err() == nil {
+			h.log.Warn().Err(err).Str("topic", r.Topic).Msg("downlink topic")
+		}
+		if progressed {
+			continue
+		}
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (h *Hook) consumeQueue(ctx context.Context, r *downlinkRule, q int, next map[int]int64, start time.Time) bool {
+	off, ok := next[q]
+	if !ok {
+		var err error
+		off, err = h.opts.Broker.CommittedOffset(ctx, h.dl.group, r.Topic, q)
+		if errors.Is(err, core.ErrNoCommittedOffset) {
+			off, err = h.opts.Broker.OffsetAt(ctx, r.Topic, q, start)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn().Err(err).Str("topic", r.Topic).Int("queue", q).Msg("downlink offset")
+			}
+			return false
+		}
+	}
+	res, err := h.opts.Broker.Read(ctx, core.ReadRequest{Topic: r.Topic, Queue: q, Offset: off, MaxCount: 256})
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Str("topic", r.Topic).Int("queue", q).Msg("downlink read")
+		}
+		return false
+	}
+	for _, m := range res.Messages {
+		h.deliverDown(ctx, r, m)
+	}
+	next[q] = res.NextOffset
+	if res.NextOffset == off {
+		return false
+	}
+	if err := h.opts.Broker.CommitOffset(ctx, h.dl.group, r.Topic, q, res.NextOffset); err != nil && ctx.Err() == nil {
+		h.log.Warn().Err(err).Str("topic", r.Topic).Int("queue", q).Msg("downlink commit")
+	}
+	return true
+}
+
+// deliverDown publishes one core message to MQTT on this node.
+func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredMessage) {
+	props := m.Properties
+	target := props[PropClientID]
+	topic := props[PropTopic]
+	if topic == "" {
+		topic = r.mqtt.expand(&vars{key: m.ShardingKey, props: props})
+	}
+	qos := r.QoS
+	if v, ok := props[PropQoS]; ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 && n <= 2 {
+			qos = byte(n)
+		}
+	}
+	ttl := r.TTL
+	if v, ok := props[PropTTL]; ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			ttl = d
+		} else if n, err := strconv.Atoi(v); err == nil {
+			ttl = time.Duration(n) * time.Second
+		}
+	}
+	id := m.ID.String()
+	receiptKey := target
+	if receiptKey == "" {
+		receiptKey = m.ShardingKey
+	}
+	h.m.downlink.WithLabelValues("consumed").Inc()
+	var left time.Duration
+	if ttl > 0 {
+		if left = ttl - time.Since(m.BornAt); left <= 0 {
+			h.m.downlink.WithLabelValues(OutcomeExpired).Inc()
+			h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeExpired, Topic: topic})
+			return
+		}
+	}
+	if !validTopicName(topic) {
+		h.m.downlink.WithLabelValues(OutcomeInvalidTopic).Inc()
+		h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeInvalidTopic, Topic: topic,
+			Reason: "not a valid MQTT topic name (empty, wildcards, or over 65535 bytes)"})
+		return
+	}
+	now := time.Now()
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
+		TopicName:   topic,
+		Payload:     m.Body,
+		Created:     now.Unix(),
+		PacketID:    uint16(qos), // mochi's validity check wants one for QoS > 0; never used inbound
+	}
+	if left > 0 {
+		secs := int64((left + time.Second - 1) / time.Second)
+		pk.Properties.MessageExpiryInterval = uint32(secs)
+		pk.Expiry = now.Unix() + secs
+	}
+	origin := originDown + id
+	if target != "" {
+		cl, here := h.server.Clients.Get(target)
+		if !here || !validP2PClient(target) {
+			h.m.downlink.WithLabelValues("not_here").Inc()
+			return // connected to another node, or offline
+		}
+		if qos > 0 && !h.waitWindow(ctx, cl) {
+			if ctx.Err() == nil {
+				h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
+				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic,
+					Reason: "the device did not acknowledge earlier messages in time"})
+			}
+			return
+		}
+		pk.TopicName = p2pPrefix + target
+		origin = originP2P + id + "/" + topic
+	} else {
+		pk.FixedHeader.Retain = props[PropRetain] == "true"
+	}
+	pk.Connect.ClientIdentifier = origin // becomes pk.Origin in OnPublish
+	if err := h.server.InjectPacket(h.inline, pk); err != nil {
+		h.log.Debug().Err(err).Str("topic", topic).Msg("downlink publish")
+		return
+	}
+	h.m.downlink.WithLabelValues("published").Inc()
+}
+
+// validTopicName: non-empty, no wildcards, no NUL, at most 65535 bytes
+// [MQTT-3.3.2-2] [MQTT-4.7.3-1].
+func validTopicName(t string) bool {
+	return t != "" && len(t) <= 65535 && !strings.ContainsAny(t, "+#\x00") && !strings.HasPrefix(t, internalPrefix)
+}
+
+// validP2PClient: the client ID can be part of a topic filter.
+func validP2PClient(id string) bool { return id != "" && !strings.ContainsAny(id, "+#\x00") }
+
+// subscribeP2P gives a client its internal point-to-point subscription.
+func (h *Hook) subscribeP2P(cl *mqtt.Client) {
+	if !validP2PClient(cl.ID) {
+		return
+	}
+	sub := packets.Subscription{Filter: p2pPrefix + cl.ID, Qos: 2}
+	if h.server.Topics.Subscribe(cl.ID, sub) {
+		atomicAdd(&h.server.Info.Subscriptions, 1)
+	}
+	cl.State.Subscriptions.Add(sub.Filter, sub)
+}
+
+// OnSubscribe refuses filters in the internal namespace: a client must not
+// read another client's point-to-point messages.
+func (h *Hook) OnSubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet {
+	for i := range pk.Filters {
+		if strings.HasPrefix(pk.Filters[i].Filter, internalPrefix) {
+			pk.Filters[i].Filter = "#/refused" // invalid: answered 0x8F (v5) / 0x80 (v3)
+		}
+	}
+	return pk
+}
+
+// OnUnsubscribe keeps the internal subscription in place.
+func (h *Hook) OnUnsubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet {
+	for i := range pk.Filters {
+		if strings.HasPrefix(pk.Filters[i].Filter, internalPrefix) {
+			pk.Filters[i].Filter = internalPrefix + "none"
+		}
+	}
+	return pk
+}
+
+// OnPacketEncode gives point-to-point packets their real topic (and no
+// topic alias: the alias mochi may have set names the internal topic).
+func (h *Hook) OnPacketEncode(_ *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type != packets.Publish || !strings.HasPrefix(pk.Origin, originP2P) {
+		return pk
+	}
+	if _, topic, ok := parseP2POrigin(pk.Origin); ok {
+		pk.TopicName = topic
+		pk.Properties.TopicAlias, pk.Properties.TopicAliasFlag = 0, false
+	}
+	return pk
+}
+
+func parseP2POrigin(o string) (id, topic string, ok bool) {
+	rest := strings.TrimPrefix(o, originP2P)
+	id, topic, ok = strings.Cut(rest, "/")
+	return id, topic, ok
+}
+
+func downlinkOf(origin, topic string) (id, mqttTopic string, ok bool) {
+	switch {
+	case strings.HasPrefix(origin, originP2P):
+		return parseP2POrigin(origin)
+	case strings.HasPrefix(origin, originDown):
+		return origin[len(originDown):], topic, true
+	}
+	return "", "", false
+}
+
+// OnQosPublish remembers which downlink message a QoS 1/2 packet carries.
+func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
+	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
+	if !ok || pk.FixedHeader.Type != packets.Publish {
+		return
+	}
+	h.dl.mu.Lock()
+	m := h.dl.pending[cl.ID]
+	if m == nil {
+		m = map[uint16]pendingDown{}
+		h.dl.pending[cl.ID] = m
+	}
+	m[pk.PacketID] = pendingDown{id: id, topic: topic}
+	h.dl.mu.Unlock()
+}
+
+func (h *Hook) takePending(client string, pid uint16) (pendingDown, bool) {
+	h.dl.mu.Lock()
+	defer h.dl.mu.Unlock()
+	m := h.dl.pending[client]
+	p, ok := m[pid]
+	if ok {
+		delete(m, pid)
+		if len(m) == 0 {
+			delete(h.dl.pending, client)
+		}
+	}
+	return p, ok
+}
+
+// OnQosComplete turns a device's PUBACK / PUBCOMP into a receipt.
+func (h *Hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Type != packets.Puback && pk.FixedHeader.Type != packets.Pubcomp {
+		return
+	}
+	h.wake(cl.ID)
+	if p, ok := h.takePending(cl.ID, pk.PacketID); ok {
+		h.m.downlink.WithLabelValues(OutcomeDelivered).Inc()
+		h.receipt(cl.ID, &Receipt{MessageID: p.id, ClientID: cl.ID, Outcome: OutcomeDelivered, Topic: p.topic})
+	}
+}
+
+// OnQosDropped: mochi gave up on a packet (expired in the inflight window).
+func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	h.wake(cl.ID)
+	if p, ok := h.takePending(cl.ID, pk.PacketID); ok {
+		outcome := OutcomeDropped
+		if pk.Expiry > 0 && pk.Expiry <= time.Now().Unix() || pk.Expiry == 0 {
+			outcome = OutcomeExpired
+		}
+		h.m.downlink.WithLabelValues(outcome).Inc()
+		h.receipt(cl.ID, &Receipt{MessageID: p.id, ClientID: cl.ID, Outcome: outcome, Topic: p.topic})
+	}
+}
+
+// forgetPending drops the receipts a clean session can no longer produce.
+func (h *Hook) forgetPending(client string) {
+	h.dl.mu.Lock()
+	delete(h.dl.pending, client)
+	h.dl.mu.Unlock()
+}
+
+// OnPublishDropped: mochi's queue to a device was full. A downlink message
+// gets a "dropped" receipt.
+func (h *Hook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
+	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
+	if !ok {
+		return
+	}
+	h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
+	h.receipt(cl.ID, &Receipt{MessageID: id, ClientID: cl.ID, Outcome: OutcomeDropped, Topic: topic,
+		Reason: "the device's outbound queue was full"})
+}
+
+func (h *Hook) receipt(key string, r *Receipt) {
+	if h.opts.DisableReceipts {
+		return
+	}
+	r.Time = time.Now().UTC()
+	r.Node = h.opts.Node
+	h.enqueue(&core.Message{Topic: h.opts.ReceiptsTopic, ShardingKey: key, Tag: r.Outcome, Body: r.appendJSON(nil)})
+}
+
+// appendJSON encodes r as encoding/json would.
+func (r *Receipt) appendJSON(b []byte) []byte {
+	b = append(b, `{"message_id":`...)
+	b = appendJSONString(b, r.MessageID)
+	if r.ClientID != "" {
+		b = append(b, `,"clientid":`...)
+		b = appendJSONString(b, r.ClientID)
+	}
+	b = append(b, `,"outcome":`...)
+	b = appendJSONString(b, r.Outcome)
+	b = append(b, `,"ts":"`...)
+	b = r.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	for _, f := range [...]struct{ k, v string }{{"topic", r.Topic}, {"node", r.Node}, {"reason", r.Reason}} {
+		if f.v != "" {
+			b = append(b, ',', '"')
+			b = append(b, f.k...)
+			b = append(b, '"', ':')
+			b = appendJSONString(b, f.v)
+		}
+	}
+	return append(b, '}')
+}
