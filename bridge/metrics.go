@@ -5,14 +5,14 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics are the bridge's counters, registered by whoever serves /metrics
 // (Hook.Collectors).
 type metrics struct {
-	received      *prometheus.CounterVec // by qos
-	bridged       prometheus.Counter
-	failures      *prometheus.CounterVec // by reason
-	unbridged     *prometheus.CounterVec // by reason
-	duplicates    prometheus.Counter
-	appendSeconds prometheus.Histogram
-	inflight      prometheus.Gauge
-	acks          prometheus.Counter
+	received        *prometheus.CounterVec // by qos
+	bridged         prometheus.Counter
+	failures        *prometheus.CounterVec // by reason
+	unbridged       *prometheus.CounterVec // by reason
+	duplicates      prometheus.Counter
+	appendSeconds   prometheus.Histogram
+	inflight        prometheus.Gauge
+	acks            prometheus.Counter
 	events          prometheus.Counter
 	eventFailures   prometheus.Counter
 	receipts        prometheus.Counter
