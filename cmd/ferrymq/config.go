@@ -86,12 +86,43 @@ type mqttConfig struct {
 	MaxClients       int64    `yaml:"max_clients"`
 }
 
-// bridgeConfig maps MQTT onto the core.
+// bridgeConfig maps MQTT onto the core and back.
 type bridgeConfig struct {
-	Uplink        []bridge.UplinkRule `yaml:"uplink"`
-	EventsTopic   string              `yaml:"events_topic"`
-	DisableEvents bool                `yaml:"disable_events"`
-	MaxInflight   int                 `yaml:"max_inflight"`
+	Uplink          []bridge.UplinkRule `yaml:"uplink"`
+	EventsTopic     string              `yaml:"events_topic"`
+	DisableEvents   bool                `yaml:"disable_events"`
+	MaxInflight     int                 `yaml:"max_inflight"`
+	Downlink        []downlinkConfig    `yaml:"downlink"`
+	DisableDownlink bool                `yaml:"disable_downlink"`
+	ReceiptsTopic   string              `yaml:"receipts_topic"`
+	DisableReceipts bool                `yaml:"disable_receipts"`
+}
+
+// downlinkConfig is one downlink rule; qos defaults to 1.
+type downlinkConfig struct {
+	Topic     string   `yaml:"topic"`
+	MQTTTopic string   `yaml:"mqtt_topic"`
+	QoS       *int     `yaml:"qos"`
+	TTL       duration `yaml:"ttl"`
+}
+
+// downlinkRules converts the config's rules (nil: the bridge's default).
+func (b bridgeConfig) downlinkRules() ([]bridge.DownlinkRule, error) {
+	if b.Downlink == nil {
+		return nil, nil
+	}
+	rules := make([]bridge.DownlinkRule, len(b.Downlink))
+	for i, d := range b.Downlink {
+		qos := 1
+		if d.QoS != nil {
+			qos = *d.QoS
+		}
+		if qos < 0 || qos > 2 {
+			return nil, fmt.Errorf("bridge downlink rule %d: qos %d: want 0, 1 or 2", i+1, qos)
+		}
+		rules[i] = bridge.DownlinkRule{Topic: d.Topic, MQTTTopic: d.MQTTTopic, QoS: byte(qos), TTL: time.Duration(d.TTL)}
+	}
+	return rules, nil
 }
 
 // duration is a time.Duration written as "90s", "72h".

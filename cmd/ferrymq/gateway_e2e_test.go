@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -129,4 +130,64 @@ func TestGatewayKill9KeepsEveryAckedMessage(t *testing.T) {
 		total += len(seqs)
 	}
 	t.Logf("%d acknowledged messages, all stored after SIGKILL", total)
+}
+
+// `ferrymq produce --topic commands --key car42 --prop mqtt.topic=…` from a
+// backend reaches a subscribed paho device through a running `ferrymq serve`,
+// and a point-to-point command reaches a device that subscribed to nothing.
+func TestBinaryCommandReachesDevice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	srv := startProcess(t, bin, "serve", "--data", filepath.Join(t.TempDir(), "data"), "--core", "127.0.0.1:0",
+		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	var mqttAddr, coreAddr string
+	require.Eventually(t, func() bool {
+		for _, l := range nonEmptyLines(srv.out.String()) {
+			if rest, ok := strings.CutPrefix(l, "tcp "); ok {
+				mqttAddr = strings.TrimSpace(rest)
+			}
+			if rest, ok := strings.CutPrefix(l, "core "); ok {
+				coreAddr = strings.TrimSpace(rest)
+			}
+		}
+		return mqttAddr != "" && coreAddr != ""
+	}, 30*time.Second, 10*time.Millisecond)
+
+	got := make(chan string, 4)
+	connect := func(id string) paho3.Client {
+		o := paho3.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID(id).SetAutoReconnect(false).
+			SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- id + " " + m.Topic() + " " + string(m.Payload()) })
+		c := paho3.NewClient(o)
+		tok := c.Connect()
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		t.Cleanup(func() { c.Disconnect(100) })
+		return c
+	}
+	car42 := connect("car42")
+	tok := car42.Subscribe("cars/car42/cmd", 1, nil)
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	connect("car7")
+
+	produce := func(args ...string) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, append([]string{"produce", "--server", coreAddr}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	produce("--topic", "commands", "--key", "car42", "--prop", "mqtt.topic=cars/car42/cmd", "unlock")
+	produce("--topic", "commands", "--key", "car7", "--prop", "mqtt.clientid=car7", "honk")
+	var recv []string
+	for len(recv) < 2 {
+		select {
+		case s := <-got:
+			recv = append(recv, s)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("devices got only %v", recv)
+		}
+	}
+	require.ElementsMatch(t, []string{"car42 cars/car42/cmd unlock", "car7 commands/car7 honk"}, recv)
 }

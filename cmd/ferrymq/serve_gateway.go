@@ -18,13 +18,21 @@ import (
 // config file's mqtt and bridge sections.
 func (o *serveOptions) newGateway(st *store.Store, log *zerolog.Logger) (*gateway.Gateway, error) {
 	mc, bc := o.file.MQTT, o.file.Bridge
+	down, err := bc.downlinkRules()
+	if err != nil {
+		return nil, err
+	}
 	br, err := bridge.New(bridge.Options{
-		Broker:        st,
-		Uplink:        bc.Uplink,
-		EventsTopic:   bc.EventsTopic,
-		DisableEvents: bc.DisableEvents,
-		MaxInflight:   bc.MaxInflight,
-		Logger:        log,
+		Broker:          st,
+		Uplink:          bc.Uplink,
+		EventsTopic:     bc.EventsTopic,
+		DisableEvents:   bc.DisableEvents,
+		MaxInflight:     bc.MaxInflight,
+		Downlink:        down,
+		DisableDownlink: bc.DisableDownlink,
+		ReceiptsTopic:   bc.ReceiptsTopic,
+		DisableReceipts: bc.DisableReceipts,
+		Logger:          log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
