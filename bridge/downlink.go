@@ -205,6 +205,9 @@ func (h *Hook) OnStarted() {
 	if h.opts.DisableDownlink || h.server == nil || len(h.down) == 0 {
 		return
 	}
+	for _, cl := range h.server.Clients.GetAll() { // sessions restored from storage
+		h.subscribeP2P(cl)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.dl.cancel = cancel
 	start := time.Now() // before Gateway.Start returns: nothing produced after that is skipped
@@ -344,7 +347,20 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 			h.m.downlink.WithLabelValues("not_here").Inc()
 			return // connected to another node, or offline
 		}
-		if qos > 0 && !h.waitWindow(ctx, cl) {
+		if cl.Closed() { // an offline persistent session: mochi queues QoS 1/2 in its inflight window
+			reason := ""
+			switch {
+			case qos == 0:
+				reason = "QoS 0 is not queued for an offline device"
+			case cl.State.Inflight.Len() >= int(h.server.Options.Capabilities.MaximumInflight):
+				reason = "the offline device's queue is full"
+			}
+			if reason != "" {
+				h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
+				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason})
+				return
+			}
+		} else if qos > 0 && !h.waitWindow(ctx, cl) {
 			if ctx.Err() == nil {
 				h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
 				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sort"
 	"strconv"
 	"syscall"
 	"time"
@@ -64,6 +65,11 @@ const (
 // connected event are emitted here, so they are stored before anything the
 // client can do after its CONNACK — including being taken over itself.
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	if h.server != nil && !cl.Properties.Clean {
+		if old, ok := h.server.Clients.Get(cl.ID); ok && old != cl {
+			orderInflight(old)
+		}
+	}
 	if h.opts.DisableEvents {
 		return
 	}
@@ -90,6 +96,9 @@ func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 // OnDisconnect emits the disconnected event (a connection that was taken
 // over has its takeover event instead) and forgets the client's pipeline.
 func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	if cl.Net.Conn == nil {
+		return // a session loaded from storage at start, not a connection
+	}
 	h.clients.Delete(cl)
 	h.wake(cl.ID)
 	if expire && !cl.IsTakenOver() {
@@ -338,4 +347,39 @@ func disconnectReason(cl *mqtt.Client, err error) (reason, detail string) {
 		return ReasonCoreRefuse, detail
 	}
 	return ReasonProtocol, detail
+}
+
+// orderInflight makes mochi resend a resumed session's messages in the
+// order they were first sent [MQTT-4.6.0-1]. mochi sorts them by the low 16
+// bits of their creation time in seconds, so messages of the same second
+// come back in random order; here their creation times are rewritten to
+// consecutive seconds in packet ID order (IDs are handed out in sending
+// order; the order starts after the widest gap in the 16-bit ID circle).
+func orderInflight(cl *mqtt.Client) {
+	pks := cl.State.Inflight.GetAll(false)
+	if len(pks) < 2 {
+		return
+	}
+	sort.Slice(pks, func(i, j int) bool { return pks[i].PacketID < pks[j].PacketID })
+	start, gap := 0, -1
+	for i := range pks {
+		next := pks[(i+1)%len(pks)].PacketID
+		d := int(next) - int(pks[i].PacketID)
+		if d <= 0 {
+			d += 1 << 16
+		}
+		if d > gap {
+			gap, start = d, (i+1)%len(pks)
+		}
+	}
+	now := time.Now().Unix()
+	base := now - now%(1<<16) // uint16(base+i) grows with i
+	if base+int64(len(pks)) > now {
+		base -= 1 << 16
+	}
+	for i := range pks {
+		pk := pks[(start+i)%len(pks)]
+		pk.Created = base + int64(i)
+		cl.State.Inflight.Set(pk)
+	}
 }

@@ -187,7 +187,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopOnce.Do(func() {
 		g.ready.Store(false)
 		if !g.started.Load() {
-			g.closeListeners()
+			_ = g.server.Close() // closes the listeners and stops the hooks
 			return
 		}
 		done := make(chan struct{})

@@ -5,6 +5,7 @@ package gatewaytest
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/session"
 )
 
 // Options adjust the environment; zero values are fine.
@@ -22,6 +24,8 @@ type Options struct {
 	Store   store.Options
 	Bridge  bridge.Options // Broker is filled in
 	Gateway gateway.Options
+	// Sessions persists MQTT sessions in Dir/sessions (package session).
+	Sessions bool
 }
 
 // Env is a running gateway.
@@ -51,6 +55,14 @@ func Start(t testing.TB, o Options) *Env {
 		o.Gateway.Listeners = []gateway.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}, {Type: "ws", Addr: "127.0.0.1:0"}}
 	}
 	o.Gateway.Hooks = append([]mqtt.Hook{br}, o.Gateway.Hooks...)
+	if o.Sessions {
+		ss, err := session.Open(filepath.Join(o.Dir, "sessions"), session.Options{})
+		if err != nil {
+			_ = st.Close()
+			require.NoError(t, err)
+		}
+		o.Gateway.Hooks = append(o.Gateway.Hooks, ss)
+	}
 	o.Gateway.Store = st
 	gw, err := gateway.New(o.Gateway)
 	if err != nil {

@@ -1,0 +1,77 @@
+package gateway_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
+)
+
+// A car with a persistent session subscribes and goes offline; 100
+// commands are sent; the gateway restarts; the car reconnects with clean
+// session 0 and receives all 100 in order, and a receipt appears for each.
+func TestPersistentSessionGetsCommandsAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	env := gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
+	persistent := func(o *paho3.ClientOptions) { o.SetCleanSession(false) }
+	c := dialV3(t, env.TCP, "car42", persistent)
+	tok := c.Subscribe("cars/car42/cmd", 1, nil)
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	require.NoError(t, tok.Error())
+	c.Disconnect(100)
+
+	const n = 100
+	want := make([]string, n)
+	ids := map[string]bool{}
+	for i := range n {
+		want[i] = fmt.Sprintf("cars/car42/cmd=c%03d", i)
+		ids[command(t, env, "car42", fmt.Sprintf("c%03d", i), map[string]string{bridge.PropTopic: "cars/car42/cmd"})] = true
+	}
+	require.Eventually(t, func() bool {
+		cl, ok := env.Gateway.Server().Clients.Get("car42")
+		return ok && cl.State.Inflight.Len() == n
+	}, 10*time.Second, 10*time.Millisecond, "commands queued for the offline car")
+	env.Stop(t)
+
+	env = gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
+	_, ok := env.Gateway.Server().Clients.Get("car42")
+	require.True(t, ok, "the offline session is back after the restart")
+	var got received
+	dialV3(t, env.TCP, "car42", persistent, func(o *paho3.ClientOptions) {
+		o.SetDefaultPublishHandler(got.add).SetOrderMatters(true)
+	})
+	require.Eventually(t, func() bool { return len(got.get()) >= n }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, want, got.get())
+	require.Eventually(t, func() bool {
+		delivered := 0
+		for id, r := range receipts(t, env) {
+			if ids[id] && r.Outcome == bridge.OutcomeDelivered {
+				delivered++
+			}
+		}
+		return delivered == n
+	}, 10*time.Second, 10*time.Millisecond, "a delivered receipt per command")
+}
+
+// A point-to-point command to a car that is offline with a persistent
+// session waits in its session; one to a clean-session car that is gone is
+// not queued.
+func TestPointToPointToOfflineSession(t *testing.T) {
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true})
+	c := dialV3(t, env.TCP, "car8", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
+	c.Disconnect(100)
+	command(t, env, "car8", "wake", map[string]string{bridge.PropClientID: "car8"})
+	var got received
+	require.Eventually(t, func() bool {
+		cl, ok := env.Gateway.Server().Clients.Get("car8")
+		return ok && cl.State.Inflight.Len() == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	dialV3(t, env.TCP, "car8", func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetDefaultPublishHandler(got.add) })
+	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"commands/car8=wake"}, got.get())
+}
