@@ -108,3 +108,5 @@ func replay(b []byte, apply func(op byte, key string, value []byte, off int64), 
 		off = off + 1 + next
 	}
 }
+
+func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
