@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -190,4 +191,94 @@ func TestBinaryCommandReachesDevice(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"car42 cars/car42/cmd unlock", "car7 commands/car7 honk"}, recv)
+}
+
+// A car with a persistent session subscribes QoS 1 and goes offline; 100
+// commands are produced; `ferrymq serve` is killed with SIGKILL and
+// restarted; the car reconnects with clean session 0 and gets all 100 in
+// order, and a "delivered" receipt appears for each.
+func TestBinarySessionSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	data := filepath.Join(t.TempDir(), "data")
+	start := func() (mqttAddr, coreAddr string, p *process) {
+		p = startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
+			"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+		require.Eventually(t, func() bool {
+			for _, l := range nonEmptyLines(p.out.String()) {
+				if rest, ok := strings.CutPrefix(l, "tcp "); ok {
+					mqttAddr = strings.TrimSpace(rest)
+				}
+				if rest, ok := strings.CutPrefix(l, "core "); ok {
+					coreAddr = strings.TrimSpace(rest)
+				}
+			}
+			return mqttAddr != "" && coreAddr != ""
+		}, 30*time.Second, 10*time.Millisecond)
+		return mqttAddr, coreAddr, p
+	}
+	mqttAddr, coreAddr, srv := start()
+	got := make(chan string, 200)
+	dial := func(addr string) paho3.Client {
+		o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("car42").SetCleanSession(false).
+			SetAutoReconnect(false).SetOrderMatters(true).
+			SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- string(m.Payload()) })
+		c := paho3.NewClient(o)
+		tok := c.Connect()
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		return c
+	}
+	c := dial(mqttAddr)
+	tok := c.Subscribe("cars/car42/cmd", 1, nil)
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	c.Disconnect(100)
+
+	const n = 100
+	var lines strings.Builder
+	for i := range n {
+		fmt.Fprintf(&lines, "c%03d\n", i)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	prod := exec.CommandContext(ctx, bin, "produce", "--server", coreAddr, "--topic", "commands", "--key", "car42",
+		"--prop", "mqtt.topic=cars/car42/cmd", "-")
+	prod.Stdin = strings.NewReader(lines.String())
+	out, err := prod.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(data, "sessions", "sessions.log"))
+		return err == nil && strings.Count(string(b), `"topic_name":"cars/car42/cmd"`) >= n
+	}, 20*time.Second, 10*time.Millisecond, "commands queued in the session")
+
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGKILL))
+	<-srv.exited
+	srv.exited <- nil
+
+	mqttAddr, coreAddr, _ = start()
+	c = dial(mqttAddr)
+	defer c.Disconnect(100)
+	var recv []string
+	for len(recv) < n {
+		select {
+		case s := <-got:
+			recv = append(recv, s)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("got %d of %d commands: %v", len(recv), n, recv)
+		}
+	}
+	want := strings.Fields(lines.String())
+	require.Equal(t, want, recv)
+
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, "consume", "--server", coreAddr, "--topic", "device-receipts",
+			"--group", fmt.Sprintf("r%d", time.Now().UnixNano()), "--from", "earliest", "--count", fmt.Sprint(n), "--json",
+			"--idle-timeout", "3s").Output()
+		return err == nil && strings.Count(string(out), `\"outcome\":\"delivered\"`) >= n
+	}, 30*time.Second, 500*time.Millisecond, "a delivered receipt per command")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -12,6 +13,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/listener"
+	"github.com/ferrymq/ferrymq/session"
 )
 
 // newGateway builds the MQTT gateway and its bridge from flags and the
@@ -57,9 +59,13 @@ func (o *serveOptions) newGateway(st *store.Store, log *zerolog.Logger) (*gatewa
 	if len(lns) == 0 {
 		return nil, errors.New("no mqtt listener: give --mqtt, --ws or a tls listener")
 	}
-	return gateway.New(gateway.Options{
+	sessions, err := session.Open(filepath.Join(o.dataDir, "sessions"), session.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	gw, err := gateway.New(gateway.Options{
 		Listeners:        lns,
-		Hooks:            []mqtt.Hook{br},
+		Hooks:            []mqtt.Hook{br, sessions},
 		MaxPacketBytes:   mc.MaxPacketBytes,
 		ConnectTimeout:   time.Duration(mc.ConnectTimeout),
 		MaxKeepalive:     mc.MaxKeepalive,
@@ -73,4 +79,9 @@ func (o *serveOptions) newGateway(st *store.Store, log *zerolog.Logger) (*gatewa
 		Store:            st,
 		Logger:           log,
 	})
+	if err != nil {
+		_ = sessions.Close()
+		return nil, err
+	}
+	return gw, nil
 }
