@@ -136,6 +136,7 @@ func (g *Gateway) Start() error {
 	if err := g.server.Serve(); err != nil {
 		return fmt.Errorf("gateway: serve: %w", err)
 	}
+	g.publishRestoredWills()
 	g.ready.Store(true)
 	for _, l := range g.lns {
 		g.log.Info().Str("listener", l.name).Str("addr", l.addr()).Msg("mqtt listening")
@@ -269,22 +270,7 @@ func (g *Gateway) establish(id string, raw net.Conn, next listeners.EstablishFn)
 // the hooks.
 func (g *Gateway) forget(cl *mqtt.Client, cause error) {
 	cl.Stop(cause)
-	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
-		w := cl.Properties.Will
-		pk := packets.Packet{
-			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: w.Qos, Retain: w.Retain},
-			TopicName:   w.TopicName, Payload: w.Payload, Properties: packets.Properties{User: w.User},
-			Origin: cl.ID, Created: time.Now().Unix(),
-			PacketID: uint16(w.Qos), // mochi's validity check wants one for QoS > 0
-		}
-		_ = g.server.InjectPacket(g.inline, pk)
-		for _, h := range g.opts.Hooks {
-			if h.Provides(mqtt.OnWillSent) {
-				h.OnWillSent(cl, pk)
-			}
-		}
-		atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
-	}
+	g.publishWill(cl)
 	if cur, ok := g.server.Clients.Get(cl.ID); ok && cur == cl {
 		g.server.UnsubscribeClient(cl)
 		g.server.Clients.Delete(cl.ID)
@@ -294,6 +280,42 @@ func (g *Gateway) forget(cl *mqtt.Client, cause error) {
 			ClientClosed(*mqtt.Client, string, error)
 		}); ok {
 			c.ClientClosed(cl, "malformed_packet", cause)
+		}
+	}
+}
+
+// publishRestoredWills publishes the wills of sessions loaded from storage:
+// their connections ended without DISCONNECT when the previous process died,
+// so the will is due [MQTT-3.1.2-8]. A graceful stop sent them already and
+// stored the sessions with the will spent.
+func (g *Gateway) publishRestoredWills() {
+	for _, cl := range g.server.Clients.GetAll() {
+		if cl.Net.Conn == nil && atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
+			g.log.Info().Str("client", cl.ID).Str("topic", cl.Properties.Will.TopicName).
+				Msg("publishing the will of a session whose connection ended with the previous process")
+			g.publishWill(cl)
+		}
+	}
+}
+
+// publishWill publishes cl's will to MQTT subscribers and hands it to the
+// hooks (the bridge stores it in the core, the session store forgets it).
+func (g *Gateway) publishWill(cl *mqtt.Client) {
+	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 0 {
+		return
+	}
+	w := cl.Properties.Will
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: w.Qos, Retain: w.Retain},
+		TopicName:   w.TopicName, Payload: w.Payload, Properties: packets.Properties{User: w.User},
+		Origin: cl.ID, Created: time.Now().Unix(),
+		PacketID: uint16(w.Qos), // mochi's validity check wants one for QoS > 0
+	}
+	_ = g.server.InjectPacket(g.inline, pk)
+	atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
+	for _, h := range g.opts.Hooks {
+		if h.Provides(mqtt.OnWillSent) {
+			h.OnWillSent(cl, pk)
 		}
 	}
 }

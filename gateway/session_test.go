@@ -1,10 +1,13 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
 
@@ -75,3 +78,46 @@ func TestPointToPointToOfflineSession(t *testing.T) {
 	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"commands/car8=wake"}, got.get())
 }
+
+// Retained messages survive a restart; a session whose expiry passed does
+// not (MQTT 5 session expiry of 1 s).
+func TestRetainedSurviveAndSessionsExpire(t *testing.T) {
+	dir := t.TempDir()
+	env := gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
+	pub := dialV3(t, env.TCP, "pub")
+	tok := pub.Publish("config/car-1", 1, true, "v7")
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	require.NoError(t, tok.Error())
+
+	conn, err := net.Dial("tcp", env.TCP)
+	require.NoError(t, err)
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = c.Connect(ctx, &paho.Connect{ClientID: "short-lived", KeepAlive: 30, CleanStart: true,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(1))}})
+	require.NoError(t, err)
+	require.NoError(t, c.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	<-c.Done()
+	keep := dialV3(t, env.TCP, "keeper", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
+	keep.Disconnect(100)
+	require.Eventually(t, func() bool {
+		_, ok := env.Gateway.Server().Clients.Get("short-lived")
+		return !ok
+	}, 10*time.Second, 50*time.Millisecond, "expired after 1 s")
+	env.Stop(t)
+
+	env = gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
+	_, ok := env.Gateway.Server().Clients.Get("keeper")
+	require.True(t, ok)
+	_, ok = env.Gateway.Server().Clients.Get("short-lived")
+	require.False(t, ok)
+	var got received
+	sub := dialV3(t, env.TCP, "reader")
+	tok = sub.Subscribe("config/#", 1, got.add)
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"config/car-1=v7"}, got.get())
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -14,7 +14,7 @@ func (s *Store) ID() string { return "ferrymq-session" }
 // Provides implements mqtt.Hook.
 func (s *Store) Provides(b byte) bool {
 	return bytes.Contains([]byte{
-		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
+		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
 		mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWillSent, mqtt.OnClientExpired,
 		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
 		mqtt.StoredClients, mqtt.StoredSubscriptions, mqtt.StoredInflightMessages, mqtt.StoredRetainedMessages,
@@ -50,22 +50,32 @@ func (s *Store) putClient(cl *mqtt.Client) {
 	})
 }
 
-// OnSessionEstablished stores a persistent client (a clean one drops
-// whatever an earlier persistent session of that ID left).
-func (s *Store) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+// OnSessionEstablish stores a persistent client before its CONNACK is
+// sent, so a session the client was told about survives a crash right
+// after; a clean one drops whatever an earlier persistent session of that
+// ID left.
+func (s *Store) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 	if !persistent(cl) {
 		s.delClient(cl.ID)
 		return
 	}
 	s.putClient(cl)
-	for _, sub := range cl.State.Subscriptions.GetAll() { // inherited from a resumed session
+}
+
+// OnSessionEstablished stores the subscriptions a resumed session brought.
+func (s *Store) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	if !persistent(cl) {
+		return
+	}
+	for _, sub := range cl.State.Subscriptions.GetAll() {
 		s.putSub(cl.ID, sub)
 	}
 }
 
-// OnWillSent stores the client without its will.
+// OnWillSent stores the client with its will spent (mochi clears the will
+// flag before this hook runs), so a restart does not send it again.
 func (s *Store) OnWillSent(cl *mqtt.Client, _ packets.Packet) {
-	if persistent(cl) && cl.Net.Conn != nil {
+	if persistent(cl) {
 		s.putClient(cl)
 	}
 }

@@ -282,3 +282,55 @@ func TestBinarySessionSurvivesKill9(t *testing.T) {
 		return err == nil && strings.Count(string(out), `\"outcome\":\"delivered\"`) >= n
 	}, 30*time.Second, 500*time.Millisecond, "a delivered receipt per command")
 }
+
+// A persistent session with a will whose connection dies with the process
+// (kill -9) gets its will published when the gateway comes back — once: a
+// later graceful restart does not send it again.
+func TestBinaryWillAfterKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	data := filepath.Join(t.TempDir(), "data")
+	start := func() (mqttAddr, coreAddr string, p *process) {
+		p = startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
+			"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+		require.Eventually(t, func() bool {
+			for _, l := range nonEmptyLines(p.out.String()) {
+				if rest, ok := strings.CutPrefix(l, "tcp "); ok {
+					mqttAddr = strings.TrimSpace(rest)
+				}
+				if rest, ok := strings.CutPrefix(l, "core "); ok {
+					coreAddr = strings.TrimSpace(rest)
+				}
+			}
+			return mqttAddr != "" && coreAddr != ""
+		}, 30*time.Second, 10*time.Millisecond)
+		return mqttAddr, coreAddr, p
+	}
+	mqttAddr, _, srv := start()
+	o := paho3.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID("car-w").SetCleanSession(false).
+		SetAutoReconnect(false).SetWill("status/car-w", "offline", 1, false)
+	c := paho3.NewClient(o)
+	tok := c.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGKILL))
+	<-srv.exited
+	srv.exited <- nil
+	c.Disconnect(0)
+
+	wills := func(coreAddr string) int {
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, "consume", "--server", coreAddr, "--topic", "status",
+			"--group", fmt.Sprintf("w%d", time.Now().UnixNano()), "--from", "earliest", "--json", "--idle-timeout", "2s").CombinedOutput()
+		t.Logf("consume: %v %s", err, out)
+		return strings.Count(string(out), `"body":"offline"`)
+	}
+	_, coreAddr, srv := start()
+	require.Eventually(t, func() bool { return wills(coreAddr) == 1 }, 20*time.Second, 200*time.Millisecond)
+	srv.interrupt(t)
+	_, coreAddr, _ = start()
+	require.Equal(t, 1, wills(coreAddr), "the will is sent once")
+}
