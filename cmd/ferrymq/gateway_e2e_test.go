@@ -309,7 +309,7 @@ func TestBinaryWillAfterKill9(t *testing.T) {
 		return mqttAddr, coreAddr, p
 	}
 	mqttAddr, _, srv := start()
-	o := paho3.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID("car-w").SetCleanSession(false).
+	o := paho3.NewClientOptions().AddBroker("tcp://"+mqttAddr).SetClientID("car-w").SetCleanSession(false).
 		SetAutoReconnect(false).SetWill("status/car-w", "offline", 1, false)
 	c := paho3.NewClient(o)
 	tok := c.Connect()
