@@ -224,65 +224,17 @@ func (h *Hook) stopDownlink() {
 	}
 }
 
-// consumeDownlink reads every queue of r.Topic from this node's offsets,
-// delivers, commits, and waits for arrivals when caught up. A node that
-// never consumed a queue starts at the messages stored since it started.
+// consumeDownlink delivers every message of r.Topic on this node until
+// ctx ends (the Core retries errors; the last one is logged).
 func (h *Hook) consumeDownlink(ctx context.Context, r *downlinkRule, start time.Time) {
-	next := map[int]int64{}
-	for ctx.Err() == nil {
-		arrived := h.opts.Broker.Arrivals(r.Topic)
-		info, err := h.opts.Broker.Topic(ctx, r.Topic)
-		progressed := false
-		if err == nil {
-			for q := range info.Queues {
-				progressed = h.consumeQueue(ctx, r, q, next, start) || progressed
-			}
-		} else if !errors.Is(err, core.ErrTopicNotFound) && ctx.Err() == nil {
-			h.log.Warn().Err(err).Str("topic", r.Topic).Msg("downlink topic")
-		}
-		if progressed {
-			continue
-		}
-		select {
-		case <-arrived:
-		case <-ctx.Done():
-		}
-	}
-}
-
-func (h *Hook) consumeQueue(ctx context.Context, r *downlinkRule, q int, next map[int]int64, start time.Time) bool {
-	off, ok := next[q]
-	if !ok {
-		var err error
-		off, err = h.opts.Broker.CommittedOffset(ctx, h.dl.group, r.Topic, q)
-		if errors.Is(err, core.ErrNoCommittedOffset) {
-			off, err = h.opts.Broker.OffsetAt(ctx, r.Topic, q, start)
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn().Err(err).Str("topic", r.Topic).Int("queue", q).Msg("downlink offset")
-			}
-			return false
-		}
-	}
-	res, err := h.opts.Broker.Read(ctx, core.ReadRequest{Topic: r.Topic, Queue: q, Offset: off, MaxCount: 256})
-	if err != nil {
-		if ctx.Err() == nil {
-			h.log.Warn().Err(err).Str("topic", r.Topic).Int("queue", q).Msg("downlink read")
-		}
-		return false
-	}
-	for _, m := range res.Messages {
+	err := h.core.Broadcast(ctx, r.Topic, h.dl.group, h.opts.Node, start, func(ctx context.Context, m *core.StoredMessage) {
 		h.deliverDown(ctx, r, m)
+	})
+	if err != nil && ctx.Err() == nil {
+		h.log.Error().Err(err).Str("topic", r.Topic).Msg("downlink stopped")
+	} else if err != nil {
+		h.log.Debug().Err(err).Str("topic", r.Topic).Msg("downlink ended")
 	}
-	next[q] = res.NextOffset
-	if res.NextOffset == off {
-		return false
-	}
-	if err := h.opts.Broker.CommitOffset(ctx, h.dl.group, r.Topic, q, res.NextOffset); err != nil && ctx.Err() == nil {
-		h.log.Warn().Err(err).Str("topic", r.Topic).Int("queue", q).Msg("downlink commit")
-	}
-	return true
 }
 
 // deliverDown publishes one core message to MQTT on this node.

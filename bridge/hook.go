@@ -26,7 +26,10 @@ const (
 
 // Options configure the bridge hook.
 type Options struct {
-	// Broker is the core the bridge produces to. Required.
+	// Core is the core queue the bridge produces to and consumes downlink
+	// topics from (Embedded or Remote). If nil, Broker is used (Embedded).
+	Core Core
+	// Broker is the embedded engine; used when Core is nil.
 	Broker core.Broker
 	// Uplink rules; nil means DefaultUplinkRules.
 	Uplink []UplinkRule
@@ -59,6 +62,7 @@ type Hook struct {
 	mqtt.HookBase
 
 	opts   Options
+	core   Core
 	up     *Uplink
 	log    zerolog.Logger
 	m      *metrics
@@ -88,8 +92,11 @@ type Hook struct {
 // New builds the hook. Rules are checked here: a bad rule is an error.
 func New(o Options) (*Hook, error) {
 	var err error
-	if o.Broker == nil {
-		return nil, errors.New("bridge: Options.Broker is required")
+	if o.Core == nil {
+		if o.Broker == nil {
+			return nil, errors.New("bridge: Options.Core or Options.Broker is required")
+		}
+		o.Core = Embedded(o.Broker)
 	}
 	if o.EventsTopic == "" {
 		o.EventsTopic = DefaultEventsTopic
@@ -123,7 +130,7 @@ func New(o Options) (*Hook, error) {
 			return nil, err
 		}
 	}
-	h := &Hook{opts: o, up: up, log: zerolog.Nop(), m: newMetrics(), evCh: make(chan *core.Message, 4096),
+	h := &Hook{opts: o, core: o.Core, up: up, log: zerolog.Nop(), m: newMetrics(), evCh: make(chan *core.Message, 4096),
 		down: down, downTopic: map[string]bool{}}
 	for _, r := range down {
 		h.downTopic[r.Topic] = true
@@ -219,7 +226,7 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	start := time.Now()
 	if qos == 0 {
 		h.produces.Add(1)
-		h.opts.Broker.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+		h.core.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
 			defer h.produces.Done()
 			h.m.appendSeconds.Observe(time.Since(start).Seconds())
 			if err != nil {
@@ -237,7 +244,7 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	h.m.inflight.Inc()
 	h.produces.Add(1)
-	h.opts.Broker.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+	h.core.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
 		defer h.produces.Done()
 		h.m.appendSeconds.Observe(time.Since(start).Seconds())
 		if err != nil {
@@ -262,7 +269,7 @@ func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 		return
 	}
 	h.produces.Add(1)
-	h.opts.Broker.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+	h.core.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
 		defer h.produces.Done()
 		if err != nil {
 			h.m.failures.WithLabelValues(failureReason(err)).Inc()

@@ -201,7 +201,7 @@ const maxNoticeBatch = 256
 
 func (h *Hook) storeNotices(msgs []*core.Message) {
 	h.produces.Add(1)
-	h.opts.Broker.ProduceAsync(msgs, func(_ []core.SendResult, err error) {
+	h.core.ProduceAsync(msgs, func(_ []core.SendResult, err error) {
 		defer h.produces.Done()
 		for _, m := range msgs {
 			ok, failed := h.m.events, h.m.eventFailures

@@ -96,6 +96,9 @@ type bridgeConfig struct {
 	DisableDownlink bool                `yaml:"disable_downlink"`
 	ReceiptsTopic   string              `yaml:"receipts_topic"`
 	DisableReceipts bool                `yaml:"disable_receipts"`
+	// Node names this gateway in events, receipts and its downlink offsets;
+	// default the host name (with --core-remote: host name and process ID).
+	Node string `yaml:"node"`
 }
 
 // downlinkConfig is one downlink rule; qos defaults to 1.

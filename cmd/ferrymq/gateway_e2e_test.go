@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/store"
 )
 
@@ -333,4 +334,111 @@ func TestBinaryWillAfterKill9(t *testing.T) {
 	srv.interrupt(t)
 	_, coreAddr, _ = start()
 	require.Equal(t, 1, wills(coreAddr), "the will is sent once")
+}
+
+// Two gateway processes (`serve --core-remote`) in front of one core
+// process: a point-to-point command reaches its device on whichever node it
+// is connected to, exactly once, and uplink from both nodes lands in the one
+// core.
+func TestBinaryTwoGatewaysOneCore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	addrs := func(p *process, keys ...string) map[string]string {
+		got := map[string]string{}
+		require.Eventually(t, func() bool {
+			for _, l := range nonEmptyLines(p.out.String()) {
+				for _, k := range keys {
+					if rest, ok := strings.CutPrefix(l, k+" "); ok {
+						got[k] = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), "remote "))
+					}
+				}
+			}
+			return len(got) == len(keys)
+		}, 30*time.Second, 10*time.Millisecond, "%s printed %v", p.cmd.Args[1], keys)
+		return got
+	}
+	coreProc := startProcess(t, bin, "serve", "--data", filepath.Join(t.TempDir(), "core"), "--core", "127.0.0.1:0",
+		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	coreAddr := addrs(coreProc, "core")["core"]
+	var gws []string
+	for i := range 2 {
+		p := startProcess(t, bin, "serve", "--core-remote", coreAddr, "--data", filepath.Join(t.TempDir(), fmt.Sprint("gw", i)),
+			"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+		gws = append(gws, addrs(p, "tcp")["tcp"])
+	}
+
+	got := make(chan string, 16)
+	connect := func(addr, id string) paho3.Client {
+		o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetAutoReconnect(false).
+			SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- id + " " + string(m.Payload()) })
+		c := paho3.NewClient(o)
+		tok := c.Connect()
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		t.Cleanup(func() { c.Disconnect(100) })
+		return c
+	}
+	a := connect(gws[0], "car-a")
+	b := connect(gws[1], "car-b")
+
+	// Uplink from both nodes, acknowledged once the core has it.
+	for _, c := range []struct {
+		cl paho3.Client
+		id string
+	}{{a, "car-a"}, {b, "car-b"}} {
+		tok := c.cl.Publish("telemetry/"+c.id, 1, false, "hello from "+c.id)
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "consume", "--server", coreAddr, "--topic", "telemetry", "--group", "t",
+		"--from", "earliest", "--count", "2", "--json").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), `"body":"hello from car-a"`)
+	require.Contains(t, string(out), `"body":"hello from car-b"`)
+
+	// Downlink: both nodes see every command; each reaches its device once.
+	// Wait until both nodes' broadcast consumers own the commands queues
+	// (a new member starts at the latest offset).
+	cc, err := client.Dial(ctx, client.Options{Addr: coreAddr})
+	require.NoError(t, err)
+	defer cc.Close()
+	require.Eventually(t, func() bool {
+		gs, err := cc.Groups(ctx)
+		if err != nil {
+			return false
+		}
+		ready := 0
+		for _, g := range gs {
+			for _, m := range g.Members {
+				if strings.HasPrefix(g.Group, "gateway-") && len(m.Queues) > 0 {
+					ready++
+				}
+			}
+		}
+		return ready == 2
+	}, 20*time.Second, 20*time.Millisecond)
+	for _, id := range []string{"car-a", "car-b"} {
+		out, err := exec.CommandContext(ctx, bin, "produce", "--server", coreAddr, "--topic", "commands", "--key", id,
+			"--prop", "mqtt.clientid="+id, "cmd for "+id).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	var recv []string
+	for len(recv) < 2 {
+		select {
+		case s := <-got:
+			recv = append(recv, s)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("devices got only %v", recv)
+		}
+	}
+	select { // and nothing twice
+	case s := <-got:
+		t.Fatalf("delivered twice: %s (after %v)", s, recv)
+	case <-time.After(time.Second):
+	}
+	require.ElementsMatch(t, []string{"car-a cmd for car-a", "car-b cmd for car-b"}, recv)
 }

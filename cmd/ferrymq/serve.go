@@ -15,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/httpapi"
 	"github.com/ferrymq/ferrymq/core/pop"
@@ -34,6 +36,7 @@ type serveOptions struct {
 	httpAddr  string
 	mqttAddr  string
 	wsAddr    string
+	remote    string
 	token     string
 	cpuProf   string
 	file      fileConfig // from --config; flags win
@@ -52,6 +55,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.httpAddr, "http", ":18083", "address of the HTTP API (produce, POP consume) and the stats endpoint (/metrics, /stats, /healthz, /readyz)")
 	f.StringVar(&o.mqttAddr, "mqtt", ":1883", "address of the MQTT listener (TCP); empty disables it")
 	f.StringVar(&o.wsAddr, "ws", ":8083", "address of the MQTT WebSocket listener (path /mqtt); empty disables it")
+	f.StringVar(&o.remote, "core-remote", "", "run only the MQTT gateway, in front of the core server at this address (no local store; sessions stay in --data)")
 	f.StringVar(&o.token, "token", "", "token core clients must present (default: none); also read from FERRYMQ_TOKEN")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logPretty, "log-pretty", false, "human-readable logs instead of JSON lines")
@@ -83,6 +87,7 @@ type node struct {
 	pop        *pop.Service
 	core       *server.Server
 	gateway    *gateway.Gateway
+	remote     *client.Client // --core-remote: the core server this gateway fronts
 	http       *http.Server
 	httpCancel context.CancelFunc // ends long polls in flight at shutdown
 	httpDone   chan struct{}
@@ -167,6 +172,9 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	n := &node{}
 	defer n.close(context.Background())
+	if o.remote != "" {
+		return o.runRemote(cmd, n, &log)
+	}
 	st := o.file.Store
 	n.store, err = store.Open(o.dataDir, store.Options{
 		Logger:            &log,
@@ -202,7 +210,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		n.core = nil
 		return err
 	}
-	if n.gateway, err = o.newGateway(n.store, &log); err != nil {
+	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.store}, n.store, &log); err != nil {
 		return err
 	}
 	httpAddr, err := n.startHTTP(o.httpAddr, &log)
@@ -230,12 +238,14 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 // startHTTP serves the HTTP API (produce and POP consume) on addr.
 func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 	const maxWait = 30 * time.Second
-	api, err := httpapi.New(httpapi.Options{Broker: n.store, Pop: n.pop, Logger: log, MaxWait: maxWait})
-	if err != nil {
-		return nil, err
-	}
 	h := http.NewServeMux()
-	h.Handle("/api/", api)
+	if n.store != nil {
+		api, err := httpapi.New(httpapi.Options{Broker: n.store, Pop: n.pop, Logger: log, MaxWait: maxWait})
+		if err != nil {
+			return nil, err
+		}
+		h.Handle("/api/", api)
+	}
 	h.Handle("/", n.gateway.StatsHandler())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -269,6 +279,10 @@ func (n *node) close(ctx context.Context) error {
 		// First: wills and in-flight publishes still go into the core.
 		errs = append(errs, n.gateway.Shutdown(ctx))
 		n.gateway = nil
+	}
+	if n.remote != nil {
+		errs = append(errs, n.remote.Close())
+		n.remote = nil
 	}
 	if n.http != nil {
 		n.httpCancel() // long polls return at once

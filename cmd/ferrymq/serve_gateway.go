@@ -1,15 +1,20 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
 
 	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/listener"
@@ -17,15 +22,17 @@ import (
 )
 
 // newGateway builds the MQTT gateway and its bridge from flags and the
-// config file's mqtt and bridge sections.
-func (o *serveOptions) newGateway(st *store.Store, log *zerolog.Logger) (*gateway.Gateway, error) {
+// config file's mqtt and bridge sections; bo says which core the bridge
+// uses (Broker or Core), st (nil for a remote core) adds store metrics.
+func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerolog.Logger) (*gateway.Gateway, error) {
 	mc, bc := o.file.MQTT, o.file.Bridge
 	down, err := bc.downlinkRules()
 	if err != nil {
 		return nil, err
 	}
 	br, err := bridge.New(bridge.Options{
-		Broker:          st,
+		Core:            bo.Core,
+		Broker:          bo.Broker,
 		Uplink:          bc.Uplink,
 		EventsTopic:     bc.EventsTopic,
 		DisableEvents:   bc.DisableEvents,
@@ -34,6 +41,7 @@ func (o *serveOptions) newGateway(st *store.Store, log *zerolog.Logger) (*gatewa
 		DisableDownlink: bc.DisableDownlink,
 		ReceiptsTopic:   bc.ReceiptsTopic,
 		DisableReceipts: bc.DisableReceipts,
+		Node:            cmp.Or(bo.Node, bc.Node),
 		Logger:          log,
 	})
 	if err != nil {
@@ -84,4 +92,44 @@ func (o *serveOptions) newGateway(st *store.Store, log *zerolog.Logger) (*gatewa
 		return nil, err
 	}
 	return gw, nil
+}
+
+// runRemote runs only the gateway, in front of the core server at
+// --core-remote: uplink produces there, downlink consumes there (each node
+// its own broadcast offsets, the node being this process's client ID).
+func (o *serveOptions) runRemote(cmd *cobra.Command, n *node, log *zerolog.Logger) error {
+	node, _ := os.Hostname()
+	if o.file.Bridge.Node != "" {
+		node = o.file.Bridge.Node
+	}
+	node = fmt.Sprintf("%s-%d", node, os.Getpid())
+	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Addr: o.remote, Token: o.token, ClientID: node, Logger: log})
+	if err != nil {
+		return fmt.Errorf("core-remote %s: %w", o.remote, err)
+	}
+	n.remote = c
+	if n.gateway, err = o.newGateway(bridge.Options{Core: bridge.Remote(c, log), Node: node}, nil, log); err != nil {
+		return err
+	}
+	httpAddr, err := n.startHTTP(o.httpAddr, log)
+	if err != nil {
+		return err
+	}
+	if err := n.gateway.Start(); err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "ferrymq %s\n", buildVersion())
+	for _, name := range n.gateway.Listeners() {
+		fmt.Fprintf(out, "%-5s %s\n", name, n.gateway.Addr(name))
+	}
+	fmt.Fprintf(out, "core  remote %s\nhttp  %s\ndata  %s (sessions)\n", o.remote, httpAddr, o.dataDir)
+	log.Info().Str("core_remote", o.remote).Str("node", node).Str("http", httpAddr.String()).Msg("serving (gateway only)")
+	<-cmd.Context().Done()
+	log.Info().Msg("shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	return n.close(sctx)
 }

@@ -1,0 +1,177 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/client"
+	"github.com/ferrymq/ferrymq/core/consumer"
+	"github.com/ferrymq/ferrymq/core/group"
+)
+
+// Core is all the bridge needs of the core queue, so a gateway can run
+// with the embedded engine (Embedded) or in front of a remote core server
+// (Remote).
+type Core interface {
+	// ProduceAsync appends msgs in call order and calls done once they are
+	// durable under the core's flush policy (see core.Broker).
+	ProduceAsync(msgs []*core.Message, done func([]core.SendResult, error))
+	// Broadcast calls deliver for every message of topic, queue by queue in
+	// order, as member node of group in broadcast mode (each node has its
+	// own offsets). A node new to the group starts at the messages stored
+	// since since. It returns when ctx ends.
+	Broadcast(ctx context.Context, topic, group, node string, since time.Time, deliver func(context.Context, *core.StoredMessage)) error
+}
+
+// Embedded is the Core of a gateway with the embedded engine in process.
+func Embedded(b core.Broker) Core { return embedded{b} }
+
+type embedded struct{ core.Broker }
+
+// Broadcast reads every queue of topic from this node's committed offsets,
+// delivers, commits, and waits for arrivals when caught up.
+func (e embedded) Broadcast(ctx context.Context, topic, grp, _ string, since time.Time, deliver func(context.Context, *core.StoredMessage)) error {
+	next := map[int]int64{}
+	var lastErr error
+	for ctx.Err() == nil {
+		arrived := e.Arrivals(topic)
+		info, err := e.Topic(ctx, topic)
+		progressed := false
+		if err == nil {
+			for q := range info.Queues {
+				p, err := e.consumeQueue(ctx, topic, grp, q, next, since, deliver)
+				progressed = progressed || p
+				if err != nil && ctx.Err() == nil && (lastErr == nil || err.Error() != lastErr.Error()) {
+					lastErr = err
+				}
+			}
+		} else if !errors.Is(err, core.ErrTopicNotFound) && ctx.Err() == nil {
+			lastErr = err
+		}
+		if progressed {
+			continue
+		}
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+		case <-time.After(time.Second): // retry after an error, re-read the topic's queues
+		}
+	}
+	return lastErr
+}
+
+func (e embedded) consumeQueue(ctx context.Context, topic, grp string, q int, next map[int]int64, since time.Time,
+	deliver func(context.Context, *core.StoredMessage)) (bool, error) {
+	off, ok := next[q]
+	if !ok {
+		var err error
+		off, err = e.CommittedOffset(ctx, grp, topic, q)
+		if errors.Is(err, core.ErrNoCommittedOffset) {
+			off, err = e.OffsetAt(ctx, topic, q, since)
+		}
+		if err != nil {
+			return false, fmt.Errorf("downlink %s/%d offset: %w", topic, q, err)
+		}
+	}
+	res, err := e.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256})
+	if err != nil {
+		return false, fmt.Errorf("downlink %s/%d read: %w", topic, q, err)
+	}
+	for _, m := range res.Messages {
+		deliver(ctx, m)
+	}
+	next[q] = res.NextOffset
+	if res.NextOffset == off {
+		return false, nil
+	}
+	if err := e.CommitOffset(ctx, grp, topic, q, res.NextOffset); err != nil {
+		return true, fmt.Errorf("downlink %s/%d commit: %w", topic, q, err)
+	}
+	return true, nil
+}
+
+// Remote is the Core of a gateway in front of a core server: produce
+// through c's producer, consume downlink topics with a broadcast push
+// consumer that delivers one message at a time (the node is c's client ID, so each node keeps its own
+// offsets on the server).
+func Remote(c *client.Client, log *zerolog.Logger) Core {
+	return &remote{c: c, p: c.NewProducer(), log: log}
+}
+
+type remote struct {
+	c   *client.Client
+	p   *client.Producer
+	log *zerolog.Logger
+}
+
+// ProduceAsync sends each message asynchronously (the producer coalesces
+// them) and calls done when all are answered: with the first error, or the
+// results in order.
+func (r *remote) ProduceAsync(msgs []*core.Message, done func([]core.SendResult, error)) {
+	if len(msgs) == 0 {
+		done(nil, nil)
+		return
+	}
+	res := make([]core.SendResult, len(msgs))
+	var mu sync.Mutex
+	left, first := len(msgs), error(nil)
+	for i, m := range msgs {
+		r.p.SendAsync(context.Background(), m, func(sr core.SendResult, err error) {
+			mu.Lock()
+			res[i] = sr
+			if err != nil && first == nil {
+				first = err
+			}
+			left--
+			last := left == 0
+			mu.Unlock()
+			if last {
+				if first != nil {
+					done(nil, first)
+				} else {
+					done(res, nil)
+				}
+			}
+		})
+	}
+}
+
+func (r *remote) Broadcast(ctx context.Context, topic, grp, _ string, _ time.Time, deliver func(context.Context, *core.StoredMessage)) error {
+	// A new member starts at the latest offset: the topic must exist first,
+	// or the message that creates it would be behind that start.
+	if _, err := r.c.Topic(ctx, topic); errors.Is(err, core.ErrTopicNotFound) {
+		if _, err := r.c.CreateTopic(ctx, topic, 0); err != nil && !errors.Is(err, core.ErrTopicExists) {
+			return fmt.Errorf("downlink %s: create topic: %w", topic, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("downlink %s: %w", topic, err)
+	}
+	pc, err := r.c.NewPushConsumer(consumer.Options{
+		Group: grp,
+		Mode:  group.Broadcast,
+		From:  group.FromLatest,
+		// Orderly consumption is for clustering mode; one consuming
+		// goroutine keeps each queue's order in broadcast mode.
+		ConsumeGoroutines: 1,
+		Subscriptions:     []group.Subscription{{Topic: topic}},
+		Logger:            r.log,
+		Listener: func(ctx context.Context, m *core.StoredMessage) consumer.Result {
+			deliver(ctx, m)
+			return consumer.Success
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("downlink %s: %w", topic, err)
+	}
+	if err := pc.Start(ctx); err != nil {
+		return fmt.Errorf("downlink %s: %w", topic, err)
+	}
+	<-ctx.Done()
+	return pc.Close(context.WithoutCancel(ctx))
+}
