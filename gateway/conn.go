@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -187,6 +188,15 @@ func v3ConnackCode(code byte) byte {
 		return 5
 	}
 	return 3 // server unavailable: everything else is the server's refusal
+}
+
+// ConnectionState reports the TLS state of a TLS connection (ok false for
+// plain TCP and WebSocket), for hooks that authenticate by certificate.
+func (c *conn) ConnectionState() (tls.ConnectionState, bool) {
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		return tc.ConnectionState(), true
+	}
+	return tls.ConnectionState{}, false
 }
 
 // SetDeadline is called by mochi with the keepalive deadline; it applies

@@ -229,6 +229,13 @@ func (g *Gateway) closeListeners() {
 	}
 }
 
+// Admitter is implemented by hooks that decide whether a socket may even
+// start (connection caps, connect rate and bans per IP), before a byte is
+// read from it. release is called when the connection ends.
+type Admitter interface {
+	AdmitConnection(remote net.Addr) (release func(), err error)
+}
+
 // guarded hands mochi each connection wrapped in a conn, and runs the
 // connection's whole read path under a recover: a panic while decoding or
 // handling one client's packet closes that client only.
@@ -242,8 +249,19 @@ func (l *guarded) Serve(establish listeners.EstablishFn) {
 }
 
 func (g *Gateway) establish(id string, raw net.Conn, next listeners.EstablishFn) (err error) {
-	c := newConn(raw, &g.opts)
 	g.m.accepted.Inc()
+	for _, h := range g.opts.Hooks {
+		if a, ok := h.(Admitter); ok {
+			release, err := a.AdmitConnection(raw.RemoteAddr())
+			if err != nil {
+				g.m.refused.WithLabelValues("admission").Inc()
+				_ = raw.Close()
+				return fmt.Errorf("gateway: connection from %s refused: %w", raw.RemoteAddr(), err)
+			}
+			defer release()
+		}
+	}
+	c := newConn(raw, &g.opts)
 	defer func() {
 		r := recover()
 		if r == nil {
