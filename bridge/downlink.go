@@ -131,6 +131,7 @@ type downlink struct {
 
 	mu      sync.Mutex
 	pending map[string]map[uint16]pendingDown // client → packet ID → what it carries
+	queued  map[string]int                    // client → payload bytes in pending
 	waiters map[string]chan struct{}          // client → closed when its inflight window moves
 }
 
@@ -184,6 +185,7 @@ func (h *Hook) wake(client string) {
 
 type pendingDown struct {
 	id, topic string
+	size      int // payload bytes
 }
 
 // groupName is the per-node broadcast group: each node has its own offsets.
@@ -301,11 +303,14 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 		}
 		if cl.Closed() { // an offline persistent session: mochi queues QoS 1/2 in its inflight window
 			reason := ""
+			n, bytes := h.queuedFor(target)
 			switch {
 			case qos == 0:
 				reason = "QoS 0 is not queued for an offline device"
-			case cl.State.Inflight.Len() >= int(h.server.Options.Capabilities.MaximumInflight):
-				reason = "the offline device's queue is full"
+			case n >= h.opts.OfflineMaxMessages || cl.State.Inflight.Len() >= int(h.server.Options.Capabilities.MaximumInflight):
+				reason = "the offline device's queue is full (messages)"
+			case bytes+len(m.Body) > h.opts.OfflineMaxBytes:
+				reason = "the offline device's queue is full (bytes)"
 			}
 			if reason != "" {
 				h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
@@ -416,7 +421,11 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) 
 		m = map[uint16]pendingDown{}
 		h.dl.pending[cl.ID] = m
 	}
-	m[pk.PacketID] = pendingDown{id: id, topic: topic}
+	if old, ok := m[pk.PacketID]; ok {
+		h.dl.queued[cl.ID] -= old.size // a resend replaces the entry
+	}
+	m[pk.PacketID] = pendingDown{id: id, topic: topic, size: len(pk.Payload)}
+	h.dl.queued[cl.ID] += len(pk.Payload)
 	h.dl.mu.Unlock()
 }
 
@@ -427,8 +436,10 @@ func (h *Hook) takePending(client string, pid uint16) (pendingDown, bool) {
 	p, ok := m[pid]
 	if ok {
 		delete(m, pid)
+		h.dl.queued[client] -= p.size
 		if len(m) == 0 {
 			delete(h.dl.pending, client)
+			delete(h.dl.queued, client)
 		}
 	}
 	return p, ok
@@ -463,7 +474,15 @@ func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 func (h *Hook) forgetPending(client string) {
 	h.dl.mu.Lock()
 	delete(h.dl.pending, client)
+	delete(h.dl.queued, client)
 	h.dl.mu.Unlock()
+}
+
+// queuedFor reports what is waiting for client's acks: messages and bytes.
+func (h *Hook) queuedFor(client string) (n, bytes int) {
+	h.dl.mu.Lock()
+	defer h.dl.mu.Unlock()
+	return len(h.dl.pending[client]), h.dl.queued[client]
 }
 
 // OnPublishDropped: mochi's queue to a device was full. A downlink message

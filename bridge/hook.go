@@ -45,6 +45,13 @@ type Options struct {
 	// the downlink off.
 	Downlink        []DownlinkRule
 	DisableDownlink bool
+	// OfflineMaxMessages and OfflineMaxBytes bound the downlink messages
+	// queued for one offline persistent session (counting those sent and
+	// not yet acknowledged); a command past either bound is refused with a
+	// "dropped" receipt, so the backend knows at once. QoS 0 is never
+	// queued for an offline device. Defaults 1,000 and 1 MiB.
+	OfflineMaxMessages int
+	OfflineMaxBytes    int
 	// ReceiptsTopic receives delivery receipts; "" means
 	// DefaultReceiptsTopic. DisableReceipts turns them off.
 	ReceiptsTopic   string
@@ -116,6 +123,12 @@ func New(o Options) (*Hook, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.OfflineMaxMessages <= 0 {
+		o.OfflineMaxMessages = 1000
+	}
+	if o.OfflineMaxBytes <= 0 {
+		o.OfflineMaxBytes = 1 << 20
+	}
 	if o.ReceiptsTopic == "" {
 		o.ReceiptsTopic = DefaultReceiptsTopic
 	}
@@ -138,6 +151,7 @@ func New(o Options) (*Hook, error) {
 	h.dl.group = groupName(o.Node)
 	h.dl.pending = map[string]map[uint16]pendingDown{}
 	h.dl.waiters = map[string]chan struct{}{}
+	h.dl.queued = map[string]int{}
 	if o.Logger != nil {
 		h.log = o.Logger.With().Str("component", "bridge").Logger()
 	}

@@ -121,3 +121,25 @@ func TestRetainedSurviveAndSessionsExpire(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// An offline session's queue is bounded: past the configured count the
+// backend gets "dropped" receipts at once; QoS 0 is not queued.
+func TestOfflineQueueBounded(t *testing.T) {
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, Bridge: bridge.Options{OfflineMaxMessages: 3}})
+	c := dialV3(t, env.TCP, "car5", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
+	c.Disconnect(100)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, command(t, env, "car5", fmt.Sprint("c", i), map[string]string{bridge.PropClientID: "car5"}))
+	}
+	q0 := command(t, env, "car5", "q0", map[string]string{bridge.PropClientID: "car5", bridge.PropQoS: "0"})
+	require.Eventually(t, func() bool { return len(receipts(t, env)) == 3 }, 10*time.Second, 10*time.Millisecond)
+	rs := receipts(t, env)
+	require.Equal(t, bridge.OutcomeDropped, rs[ids[3]].Outcome)
+	require.Equal(t, bridge.OutcomeDropped, rs[ids[4]].Outcome)
+	require.Equal(t, bridge.OutcomeDropped, rs[q0].Outcome)
+	var got received
+	dialV3(t, env.TCP, "car5", func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetDefaultPublishHandler(got.add) })
+	require.Eventually(t, func() bool { return len(got.get()) == 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"commands/car5=c0", "commands/car5=c1", "commands/car5=c2"}, got.get())
+}

@@ -88,14 +88,16 @@ type mqttConfig struct {
 
 // bridgeConfig maps MQTT onto the core and back.
 type bridgeConfig struct {
-	Uplink          []bridge.UplinkRule `yaml:"uplink"`
-	EventsTopic     string              `yaml:"events_topic"`
-	DisableEvents   bool                `yaml:"disable_events"`
-	MaxInflight     int                 `yaml:"max_inflight"`
-	Downlink        []downlinkConfig    `yaml:"downlink"`
-	DisableDownlink bool                `yaml:"disable_downlink"`
-	ReceiptsTopic   string              `yaml:"receipts_topic"`
-	DisableReceipts bool                `yaml:"disable_receipts"`
+	Uplink             []bridge.UplinkRule `yaml:"uplink"`
+	EventsTopic        string              `yaml:"events_topic"`
+	DisableEvents      bool                `yaml:"disable_events"`
+	MaxInflight        int                 `yaml:"max_inflight"`
+	Downlink           []downlinkConfig    `yaml:"downlink"`
+	DisableDownlink    bool                `yaml:"disable_downlink"`
+	ReceiptsTopic      string              `yaml:"receipts_topic"`
+	DisableReceipts    bool                `yaml:"disable_receipts"`
+	OfflineMaxMessages int                 `yaml:"offline_max_messages"`
+	OfflineMaxBytes    int                 `yaml:"offline_max_bytes"`
 	// Node names this gateway in events, receipts and its downlink offsets;
 	// default the host name (with --core-remote: host name and process ID).
 	Node string `yaml:"node"`

@@ -31,18 +31,20 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		return nil, err
 	}
 	br, err := bridge.New(bridge.Options{
-		Core:            bo.Core,
-		Broker:          bo.Broker,
-		Uplink:          bc.Uplink,
-		EventsTopic:     bc.EventsTopic,
-		DisableEvents:   bc.DisableEvents,
-		MaxInflight:     bc.MaxInflight,
-		Downlink:        down,
-		DisableDownlink: bc.DisableDownlink,
-		ReceiptsTopic:   bc.ReceiptsTopic,
-		DisableReceipts: bc.DisableReceipts,
-		Node:            cmp.Or(bo.Node, bc.Node),
-		Logger:          log,
+		Core:               bo.Core,
+		Broker:             bo.Broker,
+		Uplink:             bc.Uplink,
+		EventsTopic:        bc.EventsTopic,
+		DisableEvents:      bc.DisableEvents,
+		MaxInflight:        bc.MaxInflight,
+		Downlink:           down,
+		DisableDownlink:    bc.DisableDownlink,
+		ReceiptsTopic:      bc.ReceiptsTopic,
+		DisableReceipts:    bc.DisableReceipts,
+		OfflineMaxMessages: bc.OfflineMaxMessages,
+		OfflineMaxBytes:    bc.OfflineMaxBytes,
+		Node:               cmp.Or(bo.Node, bc.Node),
+		Logger:             log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
