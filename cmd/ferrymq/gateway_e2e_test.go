@@ -31,16 +31,7 @@ func TestGatewayKill9KeepsEveryAckedMessage(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	srv := startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
 		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
-	var mqttAddr string
-	require.Eventually(t, func() bool {
-		for _, l := range nonEmptyLines(srv.out.String()) {
-			if rest, ok := strings.CutPrefix(l, "tcp "); ok {
-				mqttAddr = strings.TrimSpace(rest)
-				return true
-			}
-		}
-		return false
-	}, 30*time.Second, 10*time.Millisecond, "serve prints its mqtt address")
+	mqttAddr := printedAddrs(t, srv, "tcp")["tcp"]
 
 	const devices = 8
 	var mu sync.Mutex
@@ -144,18 +135,8 @@ func TestBinaryCommandReachesDevice(t *testing.T) {
 	bin := buildBinary(t)
 	srv := startProcess(t, bin, "serve", "--data", filepath.Join(t.TempDir(), "data"), "--core", "127.0.0.1:0",
 		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
-	var mqttAddr, coreAddr string
-	require.Eventually(t, func() bool {
-		for _, l := range nonEmptyLines(srv.out.String()) {
-			if rest, ok := strings.CutPrefix(l, "tcp "); ok {
-				mqttAddr = strings.TrimSpace(rest)
-			}
-			if rest, ok := strings.CutPrefix(l, "core "); ok {
-				coreAddr = strings.TrimSpace(rest)
-			}
-		}
-		return mqttAddr != "" && coreAddr != ""
-	}, 30*time.Second, 10*time.Millisecond)
+	a := printedAddrs(t, srv, "tcp", "core")
+	mqttAddr, coreAddr := a["tcp"], a["core"]
 
 	got := make(chan string, 4)
 	connect := func(id string) paho3.Client {
@@ -204,22 +185,7 @@ func TestBinarySessionSurvivesKill9(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
-	start := func() (mqttAddr, coreAddr string, p *process) {
-		p = startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
-			"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
-		require.Eventually(t, func() bool {
-			for _, l := range nonEmptyLines(p.out.String()) {
-				if rest, ok := strings.CutPrefix(l, "tcp "); ok {
-					mqttAddr = strings.TrimSpace(rest)
-				}
-				if rest, ok := strings.CutPrefix(l, "core "); ok {
-					coreAddr = strings.TrimSpace(rest)
-				}
-			}
-			return mqttAddr != "" && coreAddr != ""
-		}, 30*time.Second, 10*time.Millisecond)
-		return mqttAddr, coreAddr, p
-	}
+	start := func() (mqttAddr, coreAddr string, p *process) { return startSyncServe(t, bin, data) }
 	mqttAddr, coreAddr, srv := start()
 	got := make(chan string, 200)
 	dial := func(addr string) paho3.Client {
@@ -293,22 +259,7 @@ func TestBinaryWillAfterKill9(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
-	start := func() (mqttAddr, coreAddr string, p *process) {
-		p = startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
-			"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
-		require.Eventually(t, func() bool {
-			for _, l := range nonEmptyLines(p.out.String()) {
-				if rest, ok := strings.CutPrefix(l, "tcp "); ok {
-					mqttAddr = strings.TrimSpace(rest)
-				}
-				if rest, ok := strings.CutPrefix(l, "core "); ok {
-					coreAddr = strings.TrimSpace(rest)
-				}
-			}
-			return mqttAddr != "" && coreAddr != ""
-		}, 30*time.Second, 10*time.Millisecond)
-		return mqttAddr, coreAddr, p
-	}
+	start := func() (mqttAddr, coreAddr string, p *process) { return startSyncServe(t, bin, data) }
 	mqttAddr, _, srv := start()
 	o := paho3.NewClientOptions().AddBroker("tcp://"+mqttAddr).SetClientID("car-w").SetCleanSession(false).
 		SetAutoReconnect(false).SetWill("status/car-w", "offline", 1, false)
@@ -345,28 +296,14 @@ func TestBinaryTwoGatewaysOneCore(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildBinary(t)
-	addrs := func(p *process, keys ...string) map[string]string {
-		got := map[string]string{}
-		require.Eventually(t, func() bool {
-			for _, l := range nonEmptyLines(p.out.String()) {
-				for _, k := range keys {
-					if rest, ok := strings.CutPrefix(l, k+" "); ok {
-						got[k] = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), "remote "))
-					}
-				}
-			}
-			return len(got) == len(keys)
-		}, 30*time.Second, 10*time.Millisecond, "%s printed %v", p.cmd.Args[1], keys)
-		return got
-	}
 	coreProc := startProcess(t, bin, "serve", "--data", filepath.Join(t.TempDir(), "core"), "--core", "127.0.0.1:0",
 		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
-	coreAddr := addrs(coreProc, "core")["core"]
+	coreAddr := printedAddrs(t, coreProc, "core")["core"]
 	var gws []string
 	for i := range 2 {
 		p := startProcess(t, bin, "serve", "--core-remote", coreAddr, "--data", filepath.Join(t.TempDir(), fmt.Sprint("gw", i)),
 			"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
-		gws = append(gws, addrs(p, "tcp")["tcp"])
+		gws = append(gws, printedAddrs(t, p, "tcp")["tcp"])
 	}
 
 	got := make(chan string, 16)
@@ -441,4 +378,32 @@ func TestBinaryTwoGatewaysOneCore(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 	require.ElementsMatch(t, []string{"car-a cmd for car-a", "car-b cmd for car-b"}, recv)
+}
+
+// printedAddrs waits until serve printed a line for each key ("tcp",
+// "core", "http") and returns the addresses.
+func printedAddrs(t *testing.T, p *process, keys ...string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	require.Eventually(t, func() bool {
+		for _, l := range nonEmptyLines(p.out.String()) {
+			for _, k := range keys {
+				if rest, ok := strings.CutPrefix(l, k+" "); ok {
+					got[k] = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), "remote "))
+				}
+			}
+		}
+		return len(got) == len(keys)
+	}, 30*time.Second, 10*time.Millisecond, "%s printed %v", p.cmd.Args[1], keys)
+	return got
+}
+
+// startSyncServe runs `ferrymq serve --flush sync` on data with MQTT over
+// TCP and the core on free loopback ports, and returns their addresses.
+func startSyncServe(t *testing.T, bin, data string) (mqttAddr, coreAddr string, p *process) {
+	t.Helper()
+	p = startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
+		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	a := printedAddrs(t, p, "tcp", "core")
+	return a["tcp"], a["core"], p
 }

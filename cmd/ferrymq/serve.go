@@ -213,19 +213,11 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.store}, n.store, &log); err != nil {
 		return err
 	}
-	httpAddr, err := n.startHTTP(o.httpAddr, &log)
+	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, &log)
 	if err != nil {
 		return err
 	}
-	if err := n.gateway.Start(); err != nil {
-		return err
-	}
-	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "ferrymq %s\n", buildVersion())
-	for _, name := range n.gateway.Listeners() {
-		fmt.Fprintf(out, "%-5s %s\n", name, n.gateway.Addr(name))
-	}
-	fmt.Fprintf(out, "core  %s\nhttp  %s\ndata  %s (flush %s)\n", n.core.Addr(), httpAddr, o.dataDir, o.flush)
+	fmt.Fprintf(cmd.OutOrStdout(), "core  %s\nhttp  %s\ndata  %s (flush %s)\n", n.core.Addr(), httpAddr, o.dataDir, o.flush)
 	log.Info().Str("data", o.dataDir).Str("flush", o.flush).Str("core", n.core.Addr().String()).Str("http", httpAddr.String()).Msg("serving")
 
 	<-cmd.Context().Done()

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -115,23 +117,32 @@ func (o *serveOptions) runRemote(cmd *cobra.Command, n *node, log *zerolog.Logge
 	if n.gateway, err = o.newGateway(bridge.Options{Core: bridge.Remote(c, log), Node: node}, nil, log); err != nil {
 		return err
 	}
-	httpAddr, err := n.startHTTP(o.httpAddr, log)
+	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, log)
 	if err != nil {
 		return err
 	}
-	if err := n.gateway.Start(); err != nil {
-		return err
-	}
-	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "ferrymq %s\n", buildVersion())
-	for _, name := range n.gateway.Listeners() {
-		fmt.Fprintf(out, "%-5s %s\n", name, n.gateway.Addr(name))
-	}
-	fmt.Fprintf(out, "core  remote %s\nhttp  %s\ndata  %s (sessions)\n", o.remote, httpAddr, o.dataDir)
+	fmt.Fprintf(cmd.OutOrStdout(), "core  remote %s\nhttp  %s\ndata  %s (sessions)\n", o.remote, httpAddr, o.dataDir)
 	log.Info().Str("core_remote", o.remote).Str("node", node).Str("http", httpAddr.String()).Msg("serving (gateway only)")
 	<-cmd.Context().Done()
 	log.Info().Msg("shutting down")
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
 	return n.close(sctx)
+}
+
+// startGateway serves HTTP (API and stats), starts the MQTT listeners and
+// prints the version and every listener's address to out.
+func (n *node) startGateway(out io.Writer, httpAddr string, log *zerolog.Logger) (net.Addr, error) {
+	addr, err := n.startHTTP(httpAddr, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.gateway.Start(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "ferrymq %s\n", buildVersion())
+	for _, name := range n.gateway.Listeners() {
+		fmt.Fprintf(out, "%-5s %s\n", name, n.gateway.Addr(name))
+	}
+	return addr, nil
 }
