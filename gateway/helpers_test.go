@@ -10,6 +10,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -109,3 +110,5 @@ func keys(m map[string][]string) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+func zerologNop() zerolog.Logger { return zerolog.Nop() }

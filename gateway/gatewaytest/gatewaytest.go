@@ -26,6 +26,8 @@ type Options struct {
 	Gateway gateway.Options
 	// Sessions persists MQTT sessions in Dir/sessions (package session).
 	Sessions bool
+	// Auth, if set, is added before the bridge (package auth's hook).
+	Auth mqtt.Hook
 }
 
 // Env is a running gateway.
@@ -55,6 +57,9 @@ func Start(t testing.TB, o Options) *Env {
 		o.Gateway.Listeners = []gateway.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}, {Type: "ws", Addr: "127.0.0.1:0"}}
 	}
 	o.Gateway.Hooks = append([]mqtt.Hook{br}, o.Gateway.Hooks...)
+	if o.Auth != nil {
+		o.Gateway.Hooks = append([]mqtt.Hook{o.Auth}, o.Gateway.Hooks...)
+	}
 	if o.Sessions {
 		ss, err := session.Open(filepath.Join(o.Dir, "sessions"), session.Options{})
 		if err != nil {

@@ -1,0 +1,188 @@
+package gateway_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/ferrymq/ferrymq/auth"
+	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
+)
+
+// authEnv runs a gateway whose devices authenticate from a static file
+// (car1/secret1, car2/secret2, bound to client IDs car1, car2) and are
+// confined to their own topics.
+func authEnv(t *testing.T, q *auth.Quotas) *gatewaytest.Env {
+	t.Helper()
+	var users strings.Builder
+	users.WriteString("users:\n")
+	for _, u := range [][2]string{{"car1", "secret1"}, {"car2", "secret2"}} {
+		h, err := bcrypt.GenerateFromPassword([]byte(u[1]), bcrypt.MinCost)
+		require.NoError(t, err)
+		users.WriteString("  - username: " + u[0] + "\n    password_hash: \"" + string(h) + "\"\n    clientid: " + u[0] + "\n")
+	}
+	path := filepath.Join(t.TempDir(), "users.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(users.String()), 0o600))
+	static, err := auth.NewStaticFile(path, time.Minute, zerologNop())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = static.Close() })
+	acl, err := auth.NewACL([]auth.ACLRule{{Action: "allow", Publish: []string{"devices/%c/#"}, Subscribe: []string{"devices/%c/commands/#"}}})
+	require.NoError(t, err)
+	return gatewaytest.Start(t, gatewaytest.Options{Auth: auth.NewHook(auth.HookOptions{
+		Chain: &auth.Chain{Providers: []auth.Provider{static}}, ACL: acl, Quotas: q,
+	})})
+}
+
+func dialAuth(t *testing.T, addr, id, user, pass string, tune ...func(*paho3.ClientOptions)) (paho3.Client, error) {
+	o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetUsername(user).SetPassword(pass).
+		SetAutoReconnect(false).SetConnectRetry(false)
+	for _, f := range tune {
+		f(o)
+	}
+	c := paho3.NewClient(o)
+	tok := c.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	if tok.Error() == nil {
+		t.Cleanup(func() { c.Disconnect(50) })
+	}
+	return c, tok.Error()
+}
+
+// Only known devices get in; MQTT 3 sees return code 4, MQTT 5 0x86.
+func TestAuthRefusesUnknownDevices(t *testing.T) {
+	env := authEnv(t, nil)
+	_, err := dialAuth(t, env.TCP, "car1", "car1", "secret1")
+	require.NoError(t, err)
+	for _, c := range [][3]string{{"car1", "car1", "wrong"}, {"car1", "", ""}, {"car9", "car9", "x"}, {"car2", "car1", "secret1"}, {"a+b", "car1", "secret1"}} {
+		_, err := dialAuth(t, env.TCP, c[0], c[1], c[2])
+		require.Error(t, err, "%v", c)
+		require.Contains(t, err.Error(), "not Authorized", "%v: MQTT 3 return code 5", c)
+	}
+	conn := rawConn(t, env.TCP, nil)
+	_, err = conn.Write(packet(0x10, str("MQTT"), []byte{5, 0xC2, 0, 60, 0}, str("car1"), str("car1"), str("bad")))
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	ack := readPacket(t, conn)
+	require.Equal(t, byte(0x86), ack[3], "MQTT 5: bad user name or password")
+}
+
+// A device confined to its own topics cannot subscribe beyond them, gets
+// no other device's live or retained messages, and cannot publish outside
+// them (MQTT 5: PUBACK 0x87; MQTT 3: disconnected).
+func TestACLConfinesDevices(t *testing.T) {
+	env := authEnv(t, nil)
+	var got received
+	car1, err := dialAuth(t, env.TCP, "car1", "car1", "secret1")
+	require.NoError(t, err)
+	car2, err := dialAuth(t, env.TCP, "car2", "car2", "secret2")
+	require.NoError(t, err)
+	tok := car2.Publish("devices/car2/commands/x", 1, true, "retained for car2") // retained, car2's own
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	require.NoError(t, tok.Error())
+	for _, f := range []string{"#", "+/+/#", "devices/+/#", "$share/g/devices/car2/#", "devices/car2/commands/#"} {
+		tok := car1.Subscribe(f, 1, got.add)
+		require.True(t, tok.WaitTimeout(5*time.Second))
+		res := tok.(*paho3.SubscribeToken).Result()
+		code, ok := res[f]
+		if !ok { // paho files shared subscriptions under the filter without $share/<group>/
+			code = res[strings.SplitN(f, "/", 3)[2]]
+		}
+		require.Equal(t, byte(0x80), code, "filter %s refused", f)
+	}
+	tok = car1.Subscribe("devices/car1/commands/#", 1, got.add)
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	require.Equal(t, byte(1), tok.(*paho3.SubscribeToken).Result()["devices/car1/commands/#"])
+	tok = car2.Publish("devices/car2/commands/y", 1, false, "live for car2")
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	time.Sleep(200 * time.Millisecond) // nothing may arrive; give it the chance
+	require.Empty(t, got.get())
+
+	// MQTT 5 publish outside its topics: PUBACK 0x87.
+	conn, err := net.Dial("tcp", env.TCP)
+	require.NoError(t, err)
+	c5 := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = c5.Connect(ctx, &paho.Connect{ClientID: "car2", KeepAlive: 30, CleanStart: true,
+		UsernameFlag: true, Username: "car2", PasswordFlag: true, Password: []byte("secret2")})
+	require.NoError(t, err)
+	res, _ := c5.Publish(ctx, &paho.Publish{Topic: "devices/car1/x", QoS: 1, Payload: []byte("x")})
+	require.NotNil(t, res)
+	require.Equal(t, byte(0x87), res.ReasonCode)
+	// $SYS/… is dropped by mochi before any hook runs (no ack): it never
+	// reaches subscribers or the core.
+	pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = c5.Publish(pctx, &paho.Publish{Topic: "$SYS/x", QoS: 1, Payload: []byte("x")})
+	pcancel()
+	require.Error(t, err)
+	_ = c5.Disconnect(&paho.Disconnect{})
+	<-c5.Done()
+
+	// MQTT 3: disconnected.
+	lost := make(chan struct{}, 1)
+	c3, err := dialAuth(t, env.TCP, "car1", "car1", "secret1", func(o *paho3.ClientOptions) {
+		o.SetConnectionLostHandler(func(paho3.Client, error) { lost <- struct{}{} })
+	})
+	require.NoError(t, err)
+	c3.Publish("devices/car2/x", 1, false, "not yours")
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("MQTT 3 client publishing outside its topics was not disconnected")
+	}
+}
+
+// Over its publish rate an MQTT 5 device gets 0x96; connect floods from one
+// IP are banned while other IPs still connect.
+func TestQuotas(t *testing.T) {
+	now := time.Now()
+	q := auth.NewQuotas(auth.QuotaConfig{PublishRate: 1, PublishBurst: 2, ConnectRatePerIP: 5, ConnectBurstPerIP: 5,
+		BanAfter: 3, BanFor: time.Hour}, func() time.Time { return now })
+	env := authEnv(t, q)
+
+	conn, err := net.Dial("tcp", env.TCP)
+	require.NoError(t, err)
+	c5 := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = c5.Connect(ctx, &paho.Connect{ClientID: "car1", KeepAlive: 30, CleanStart: true,
+		UsernameFlag: true, Username: "car1", PasswordFlag: true, Password: []byte("secret1")})
+	require.NoError(t, err)
+	codes := []byte{}
+	for range 4 {
+		res, _ := c5.Publish(ctx, &paho.Publish{Topic: "devices/car1/t", QoS: 1, Payload: []byte("x")})
+		require.NotNil(t, res)
+		codes = append(codes, res.ReasonCode)
+	}
+	require.Equal(t, []byte{0, 0, 0x96, 0x96}, codes)
+	_ = c5.Disconnect(&paho.Disconnect{})
+	<-c5.Done()
+
+	// A flood from 127.0.0.1 (the clock does not move: no refill).
+	for range 20 {
+		c, err := net.Dial("tcp", env.TCP)
+		if err == nil {
+			_ = c.Close()
+		}
+	}
+	c := rawConn(t, env.TCP, nil)
+	requireClosed(t, c, 5*time.Second) // banned: closed before CONNECT
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	other, err := d.Dial("tcp", env.TCP)
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.Write(connectV4("car2x"))
+	require.NoError(t, err)
+	require.NoError(t, other.SetReadDeadline(time.Now().Add(5*time.Second)))
+	ack := readPacket(t, other)
+	require.Equal(t, byte(0x20), ack[0], "another IP still gets a CONNACK")
+}
