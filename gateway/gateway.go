@@ -93,7 +93,7 @@ func New(o Options) (*Gateway, error) {
 	if !anyProvides(o.Hooks, mqtt.OnConnectAuthenticate) {
 		// No authentication configured: every client may connect and use
 		// every topic, as in a broker's development mode.
-		g.log.Info().Msg("no mqtt authentication configured: every client may connect and use every topic")
+		g.log.Warn().Msg("MQTT AUTHENTICATION IS OFF: every client may connect anonymously and use every topic; configure auth (docs/security.md) before exposing this gateway")
 		lim.allowAll = true
 	}
 	hooks := append([]mqtt.Hook{lim}, o.Hooks...)

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/bridge"
 )
 
@@ -54,6 +55,36 @@ type fileConfig struct {
 	} `yaml:"http"`
 	MQTT   mqttConfig   `yaml:"mqtt"`
 	Bridge bridgeConfig `yaml:"bridge"`
+	Auth   *authConfig  `yaml:"auth"`
+}
+
+// authConfig is device authentication, the ACL and quotas (docs/security.md).
+// Absent: every MQTT client may connect and use every topic (logged as a
+// warning at start).
+type authConfig struct {
+	Anonymous bool `yaml:"anonymous"` // allow clients with no credentials
+	Static    *struct {
+		File   string   `yaml:"file"`
+		Reload duration `yaml:"reload"`
+	} `yaml:"static"`
+	HMAC *struct {
+		Products map[string]string `yaml:"products"` // product → secret
+		Devices  map[string]string `yaml:"devices"`  // "product:device" → secret
+		Skew     duration          `yaml:"skew"`
+	} `yaml:"hmac"`
+	JWT *struct {
+		Secret     string   `yaml:"secret"`
+		PublicKeys string   `yaml:"public_keys"` // PEM file
+		Algorithms []string `yaml:"algorithms"`
+		Issuer     string   `yaml:"issuer"`
+		Audience   string   `yaml:"audience"`
+	} `yaml:"jwt"`
+	MTLS *struct {
+		Field           string `yaml:"field"` // cn (default), dns, uri, email
+		RequireClientID bool   `yaml:"require_clientid"`
+	} `yaml:"mtls"`
+	ACL    []auth.ACLRule    `yaml:"acl"`
+	Quotas *auth.QuotaConfig `yaml:"quotas"`
 }
 
 // mqttConfig is the gateway's section. Zero values mean the gateway's

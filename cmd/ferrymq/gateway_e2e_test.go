@@ -407,3 +407,42 @@ func startSyncServe(t *testing.T, bin, data string) (mqttAddr, coreAddr string, 
 	a := printedAddrs(t, p, "tcp", "core")
 	return a["tcp"], a["core"], p
 }
+
+// serve with an auth section: the sample device logs in with its password,
+// a wrong password is refused, and the device is confined by the ACL.
+func TestBinaryServeWithAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	users, err := filepath.Abs("../../testdata/auth/users.yaml")
+	require.NoError(t, err)
+	cfg := filepath.Join(t.TempDir(), "ferrymq.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("auth:\n  static: {file: "+users+"}\n  acl:\n    - {action: allow, publish: [\"devices/%c/#\"]}\n"), 0o600))
+	srv := startProcess(t, bin, "serve", "--config", cfg, "--data", filepath.Join(t.TempDir(), "data"), "--core", "127.0.0.1:0",
+		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	addr := printedAddrs(t, srv, "tcp")["tcp"]
+	connect := func(pass string, lost chan struct{}) (paho3.Client, error) {
+		o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("car-42").SetUsername("car-42").
+			SetPassword(pass).SetAutoReconnect(false).SetConnectRetry(false).
+			SetConnectionLostHandler(func(paho3.Client, error) { close(lost) })
+		c := paho3.NewClient(o)
+		tok := c.Connect()
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		return c, tok.Error()
+	}
+	_, err = connect("wrong", make(chan struct{}))
+	require.Error(t, err)
+	lost := make(chan struct{})
+	c, err := connect("demo-password", lost)
+	require.NoError(t, err)
+	tok := c.Publish("devices/car-42/t", 1, false, "mine")
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	c.Publish("devices/car-7/t", 1, false, "not mine")
+	select {
+	case <-lost: // MQTT 3: disconnected for publishing outside its topics
+	case <-time.After(10 * time.Second):
+		t.Fatal("not disconnected")
+	}
+}

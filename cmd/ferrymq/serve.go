@@ -39,7 +39,8 @@ type serveOptions struct {
 	remote    string
 	token     string
 	cpuProf   string
-	file      fileConfig // from --config; flags win
+	file      fileConfig     // from --config; flags win
+	closers   []func() error // closed when serve returns (auth providers)
 	logLevel  string
 	logPretty bool
 }
@@ -170,6 +171,11 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			_ = f.Close()
 		}()
 	}
+	defer func() { // after the node: the gateway may still authenticate while it stops
+		for _, f := range o.closers {
+			_ = f()
+		}
+	}()
 	n := &node{}
 	defer n.close(context.Background())
 	if o.remote != "" {

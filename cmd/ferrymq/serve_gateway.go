@@ -71,13 +71,22 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	if len(lns) == 0 {
 		return nil, errors.New("no mqtt listener: give --mqtt, --ws or a tls listener")
 	}
+	authHook, authClosers, err := newAuth(o.file.Auth, log)
+	if err != nil {
+		return nil, err
+	}
+	o.closers = append(o.closers, authClosers...)
+	hooks := []mqtt.Hook{br}
+	if authHook != nil {
+		hooks = []mqtt.Hook{authHook, br} // before the bridge: refused publishes never reach the core
+	}
 	sessions, err := session.Open(filepath.Join(o.dataDir, "sessions"), session.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	gw, err := gateway.New(gateway.Options{
 		Listeners:        lns,
-		Hooks:            []mqtt.Hook{br, sessions},
+		Hooks:            append(hooks, sessions),
 		MaxPacketBytes:   mc.MaxPacketBytes,
 		ConnectTimeout:   time.Duration(mc.ConnectTimeout),
 		MaxKeepalive:     mc.MaxKeepalive,
