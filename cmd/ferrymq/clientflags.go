@@ -35,7 +35,7 @@ type clientOptions struct {
 func (o *clientOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.server, "server", defaultServer, "core address of the server, host:port; also read from "+envServer)
-	f.StringVar(&o.token, "token", "", "token the server requires (default: none); also read from "+envToken)
+	f.StringVar(&o.token, "token", "", "token the server requires; default: "+envToken+", else the file data/token that serve writes when it generates one")
 	f.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound on connecting and on each request")
 	f.StringVar(&o.logLevel, "log-level", "disabled", "client log level on stderr: debug, info, warn, error, disabled")
 }
@@ -48,6 +48,9 @@ func (o *clientOptions) resolve(cmd *cobra.Command) error {
 	}
 	if v := getenv(envToken); v != "" && !cmd.Flags().Changed("token") {
 		o.token = v
+	}
+	if o.token == "" && !cmd.Flags().Changed("token") {
+		o.token = readTokenFile("data") // what `serve` generated in its default data folder
 	}
 	if o.server == "" {
 		return errors.New("--server is empty")

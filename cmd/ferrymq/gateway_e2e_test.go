@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -445,4 +447,54 @@ func TestBinaryServeWithAuth(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not disconnected")
 	}
+}
+
+// serve listening beyond loopback without a configured token generates one
+// (written to <data>/token): the HTTP API answers 401 without it, the core
+// port refuses clients without it, and both work with it; health stays open.
+func TestBinaryTokenWhenExposed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	data := filepath.Join(t.TempDir(), "data")
+	srv := startProcess(t, bin, "serve", "--data", data, "--core", ":0", "--http", ":0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	a := printedAddrs(t, srv, "core", "http")
+	_, corePort, _ := net.SplitHostPort(a["core"])
+	_, httpPort, _ := net.SplitHostPort(a["http"])
+	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	require.NoError(t, err)
+	token := strings.TrimSpace(string(tok))
+	require.Len(t, token, 48)
+
+	get := func(path, auth string) int {
+		req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+httpPort+path, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, get("/api/v1/topics/x/messages", ""))
+	require.Equal(t, http.StatusUnauthorized, get("/api/v1/topics/x/messages", "wrong"))
+	require.NotEqual(t, http.StatusUnauthorized, get("/api/v1/topics/x/messages", token))
+	require.Equal(t, http.StatusOK, get("/healthz", ""))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	produce := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, bin, append([]string{"produce", "--server", "127.0.0.1:" + corePort, "--topic", "t"}, args...)...)
+		cmd.Dir = t.TempDir() // no data/token here
+		cmd.Env = append(os.Environ(), "FERRYMQ_TOKEN=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}
+	require.Error(t, produce("x"))
+	require.NoError(t, produce("--token", token, "x"))
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"time"
 
@@ -89,6 +90,7 @@ type node struct {
 	core       *server.Server
 	gateway    *gateway.Gateway
 	remote     *client.Client // --core-remote: the core server this gateway fronts
+	token      string         // required by the HTTP API (and the core port)
 	http       *http.Server
 	httpCancel context.CancelFunc // ends long polls in flight at shutdown
 	httpDone   chan struct{}
@@ -195,6 +197,14 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", o.dataDir, err)
 	}
+	var generated bool
+	if o.token, generated, err = ensureToken(o.token, o.dataDir, o.coreAddr, o.httpAddr); err != nil {
+		return err
+	}
+	if generated {
+		log.Warn().Str("file", filepath.Join(o.dataDir, tokenFile)).
+			Msg("the core port or the HTTP API listens beyond loopback and no token was configured: generated one; clients read it from this file or FERRYMQ_TOKEN")
+	}
 	if n.groups, err = group.New(n.store, group.Options{Logger: &log}); err != nil {
 		return err
 	}
@@ -216,6 +226,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		n.core = nil
 		return err
 	}
+	n.token = o.token
 	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.store}, n.store, &log); err != nil {
 		return err
 	}
@@ -242,7 +253,7 @@ func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 		if err != nil {
 			return nil, err
 		}
-		h.Handle("/api/", api)
+		h.Handle("/api/", requireToken(n.token, api))
 	}
 	h.Handle("/", n.gateway.StatsHandler())
 	ln, err := net.Listen("tcp", addr)
