@@ -11,6 +11,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
@@ -185,4 +186,59 @@ func TestQuotas(t *testing.T) {
 	require.NoError(t, other.SetReadDeadline(time.Now().Add(5*time.Second)))
 	ack := readPacket(t, other)
 	require.Equal(t, byte(0x20), ack[0], "another IP still gets a CONNACK")
+}
+
+// A JWT's expiry ends the connection: MQTT 5 gets DISCONNECT 0xA0.
+func TestJWTExpiryDisconnects(t *testing.T) {
+	secret := []byte("jwt-secret")
+	p, err := auth.NewJWT(auth.JWTOptions{Secret: secret})
+	require.NoError(t, err)
+	env := gatewaytest.Start(t, gatewaytest.Options{Auth: auth.NewHook(auth.HookOptions{Chain: &auth.Chain{Providers: []auth.Provider{p}}})})
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"clientid": "car-j", "exp": time.Now().Add(1500 * time.Millisecond).Unix(),
+	}).SignedString(secret)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", env.TCP)
+	require.NoError(t, err)
+	gone := make(chan byte, 1)
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, OnServerDisconnect: func(d *paho.Disconnect) { gone <- d.ReasonCode }})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = c.Connect(ctx, &paho.Connect{ClientID: "car-j", KeepAlive: 30, CleanStart: true,
+		UsernameFlag: true, Username: "car-j", PasswordFlag: true, Password: []byte(tok)})
+	require.NoError(t, err)
+	select {
+	case code := <-gone:
+		require.Equal(t, byte(0xA0), code, "maximum connect time")
+	case <-time.After(10 * time.Second):
+		t.Fatal("not disconnected at the token's expiry")
+	}
+	<-c.Done()
+}
+
+// A flood of connects from one IP (as fast as this machine dials, on the
+// real clock) gets that IP banned, while another IP connects normally.
+func TestConnectFloodBanned(t *testing.T) {
+	q := auth.NewQuotas(auth.QuotaConfig{ConnectRatePerIP: 100, ConnectBurstPerIP: 100, BanAfter: 50, BanFor: time.Hour}, time.Now)
+	env := gatewaytest.Start(t, gatewaytest.Options{Auth: auth.NewHook(auth.HookOptions{Chain: &auth.Chain{AllowAnonymous: true}, Quotas: q})})
+	flood := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
+	start := time.Now()
+	for range 2000 {
+		c, err := flood.Dial("tcp", env.TCP)
+		if err == nil {
+			_ = c.Close()
+		}
+	}
+	t.Logf("2,000 connects from 127.0.0.3 in %v", time.Since(start))
+	c, err := flood.Dial("tcp", env.TCP)
+	require.NoError(t, err)
+	requireClosed(t, c, 5*time.Second) // banned: closed before CONNECT is read
+	other := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.4")}}
+	o, err := other.Dial("tcp", env.TCP)
+	require.NoError(t, err)
+	defer o.Close()
+	_, err = o.Write(connectV4("fine"))
+	require.NoError(t, err)
+	require.NoError(t, o.SetReadDeadline(time.Now().Add(5*time.Second)))
+	require.Equal(t, []byte{0x20, 2, 0, 0}, readPacket(t, o))
 }
