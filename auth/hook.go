@@ -116,6 +116,12 @@ func (h *Hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		h.log.Info().Err(err).Str("client", cl.ID).Str("remote", cl.Net.Remote).Msg("authentication refused")
 		return false
 	}
+	if old := h.session(cl); old != nil && old.id.Username != id.Username {
+		// The session of this client ID belongs to someone else: a
+		// different identity may not take it over.
+		h.log.Info().Str("client", cl.ID).Str("remote", cl.Net.Remote).Msg("refused: client ID held by another identity")
+		return false
+	}
 	s := &session{owner: cl, id: id}
 	if h.o.Quotas != nil {
 		s.lim = h.o.Quotas.NewClientLimiter()

@@ -242,3 +242,25 @@ func TestConnectFloodBanned(t *testing.T) {
 	require.NoError(t, o.SetReadDeadline(time.Now().Add(5*time.Second)))
 	require.Equal(t, []byte{0x20, 2, 0, 0}, readPacket(t, o))
 }
+
+// A client ID's session cannot be taken over by a different identity.
+func TestTakeoverNeedsSameIdentity(t *testing.T) {
+	secret := []byte("jwt-secret")
+	p, err := auth.NewJWT(auth.JWTOptions{Secret: secret})
+	require.NoError(t, err)
+	env := gatewaytest.Start(t, gatewaytest.Options{Auth: auth.NewHook(auth.HookOptions{Chain: &auth.Chain{Providers: []auth.Provider{p}}})})
+	token := func(sub string) string {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+			"clientid": "car-t", "sub": sub, "exp": time.Now().Add(time.Hour).Unix(),
+		}).SignedString(secret)
+		require.NoError(t, err)
+		return tok
+	}
+	owner, err := dialAuth(t, env.TCP, "car-t", "owner", token("owner"))
+	require.NoError(t, err)
+	_, err = dialAuth(t, env.TCP, "car-t", "intruder", token("intruder"))
+	require.Error(t, err, "another identity is refused")
+	require.True(t, owner.IsConnectionOpen(), "the owner keeps its connection")
+	_, err = dialAuth(t, env.TCP, "car-t", "owner", token("owner"))
+	require.NoError(t, err, "the same identity takes over")
+}

@@ -42,7 +42,12 @@ type conn struct {
 
 	version    atomic.Uint32 // protocol level from CONNECT: 3, 4 or 5
 	wroteFirst atomic.Bool
+	stopping   atomic.Bool // the gateway shuts down: writes get shutdownWriteTimeout
 }
+
+// shutdownWriteTimeout bounds each write once shutdown began, so a client
+// that stopped reading cannot hold up the DISCONNECT to everyone.
+const shutdownWriteTimeout = time.Second
 
 const (
 	stHeader = iota
@@ -168,7 +173,9 @@ func (c *conn) Write(p []byte) (int, error) {
 }
 
 func (c *conn) write(p []byte) (int, error) {
-	if c.writeTimeout > 0 {
+	if c.stopping.Load() {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(shutdownWriteTimeout))
+	} else if c.writeTimeout > 0 {
 		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	}
 	return c.Conn.Write(p)

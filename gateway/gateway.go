@@ -191,6 +191,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			_ = g.server.Close() // closes the listeners and stops the hooks
 			return
 		}
+		for _, cl := range g.server.Clients.GetAll() {
+			if c, ok := cl.Net.Conn.(*conn); ok {
+				c.stopping.Store(true)
+			}
+		}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
