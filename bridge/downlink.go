@@ -276,9 +276,10 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 		}
 	}
 	if !validTopicName(topic) {
+		const reason = "not a valid MQTT topic name (empty, wildcards, $ferrymq/, or over 65535 bytes)"
 		h.m.downlink.WithLabelValues(OutcomeInvalidTopic).Inc()
-		h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeInvalidTopic, Topic: topic,
-			Reason: "not a valid MQTT topic name (empty, wildcards, or over 65535 bytes)"})
+		h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeInvalidTopic, Topic: topic, Reason: reason})
+		h.deadLetter(m, reason)
 		return
 	}
 	now := time.Now()
@@ -528,4 +529,36 @@ func (r *Receipt) appendJSON(b []byte) []byte {
 		}
 	}
 	return append(b, '}')
+}
+
+// Properties of a dead-lettered downlink message (besides the original's).
+const (
+	PropDLQReason      = "dlq.reason"
+	PropDLQOriginID    = "dlq.origin_id"
+	PropDLQOriginTopic = "dlq.origin_topic"
+)
+
+// deadLetter stores a copy of a downlink message that can never be
+// delivered in the dead-letter topic, with the reason; each node that
+// consumed it does so (the copies carry the same dlq.origin_id).
+func (h *Hook) deadLetter(m *core.StoredMessage, reason string) {
+	if h.opts.DeadLetterTopic == "-" {
+		return
+	}
+	props := make(map[string]string, len(m.Properties)+3)
+	for k, v := range m.Properties {
+		props[k] = v
+	}
+	props[PropDLQReason] = reason
+	props[PropDLQOriginID] = m.ID.String()
+	props[PropDLQOriginTopic] = m.Topic
+	msg := &core.Message{Topic: h.opts.DeadLetterTopic, ShardingKey: m.ShardingKey, Tag: m.Tag, Keys: m.Keys,
+		Properties: props, Body: m.Body, BornAt: m.BornAt}
+	h.produces.Add(1)
+	h.core.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+		defer h.produces.Done()
+		if err != nil {
+			h.log.Warn().Err(err).Str("id", m.ID.String()).Msg("dead-letter downlink message")
+		}
+	})
 }

@@ -20,8 +20,9 @@ import (
 
 // Defaults.
 const (
-	DefaultEventsTopic = "device-events"
-	DefaultMaxInflight = 256
+	DefaultDeadLetterTopic = "downlink-dlq"
+	DefaultEventsTopic     = "device-events"
+	DefaultMaxInflight     = 256
 )
 
 // Options configure the bridge hook.
@@ -52,6 +53,10 @@ type Options struct {
 	// queued for an offline device. Defaults 1,000 and 1 MiB.
 	OfflineMaxMessages int
 	OfflineMaxBytes    int
+	// DeadLetterTopic keeps a copy of every downlink message that can
+	// never be delivered (an invalid MQTT topic), with dlq.* properties;
+	// "" means DefaultDeadLetterTopic, "-" turns it off.
+	DeadLetterTopic string
 	// ReceiptsTopic receives delivery receipts; "" means
 	// DefaultReceiptsTopic. DisableReceipts turns them off.
 	ReceiptsTopic   string
@@ -128,6 +133,14 @@ func New(o Options) (*Hook, error) {
 	}
 	if o.OfflineMaxBytes <= 0 {
 		o.OfflineMaxBytes = 1 << 20
+	}
+	if o.DeadLetterTopic == "" {
+		o.DeadLetterTopic = DefaultDeadLetterTopic
+	}
+	if o.DeadLetterTopic != "-" {
+		if err := core.ValidateTopic(o.DeadLetterTopic); err != nil {
+			return nil, fmt.Errorf("%w: dead-letter topic: %w", ErrBadRule, err)
+		}
 	}
 	if o.ReceiptsTopic == "" {
 		o.ReceiptsTopic = DefaultReceiptsTopic

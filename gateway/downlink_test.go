@@ -134,6 +134,12 @@ func TestDownlinkExpiredInvalidAndNoLoop(t *testing.T) {
 	require.Equal(t, bridge.OutcomeExpired, rs[old.ID.String()].Outcome)
 	require.Equal(t, bridge.OutcomeInvalidTopic, rs[bad].Outcome)
 	require.Equal(t, bridge.OutcomeDelivered, rs[ok].Outcome)
+	require.Eventually(t, func() bool { return len(readAll(t, env.Store, bridge.DefaultDeadLetterTopic)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	dl := readAll(t, env.Store, bridge.DefaultDeadLetterTopic)[0]
+	require.Equal(t, bad, dl.Properties[bridge.PropDLQOriginID])
+	require.Equal(t, "commands", dl.Properties[bridge.PropDLQOriginTopic])
+	require.NotEmpty(t, dl.Properties[bridge.PropDLQReason])
+	require.Equal(t, "bad", string(dl.Body))
 
 	// A device publishing on commands/… is not fed back into the commands topic.
 	tok = watcher.Publish("commands/car1", 1, false, "from a device")

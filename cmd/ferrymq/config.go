@@ -127,6 +127,7 @@ type bridgeConfig struct {
 	DisableDownlink    bool                `yaml:"disable_downlink"`
 	ReceiptsTopic      string              `yaml:"receipts_topic"`
 	DisableReceipts    bool                `yaml:"disable_receipts"`
+	DeadLetterTopic    string              `yaml:"dead_letter_topic"`
 	OfflineMaxMessages int                 `yaml:"offline_max_messages"`
 	OfflineMaxBytes    int                 `yaml:"offline_max_bytes"`
 	// Node names this gateway in events, receipts and its downlink offsets;

@@ -43,6 +43,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		DisableDownlink:    bc.DisableDownlink,
 		ReceiptsTopic:      bc.ReceiptsTopic,
 		DisableReceipts:    bc.DisableReceipts,
+		DeadLetterTopic:    bc.DeadLetterTopic,
 		OfflineMaxMessages: bc.OfflineMaxMessages,
 		OfflineMaxBytes:    bc.OfflineMaxBytes,
 		Node:               cmp.Or(bo.Node, bc.Node),
