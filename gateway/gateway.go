@@ -249,6 +249,20 @@ type guarded struct {
 	g *Gateway
 }
 
+// Close closes the listener with a client closer of our own: mochi's
+// (closeListenerClients → Clients.GetByListener) takes the clients' read
+// lock twice, which deadlocks when a client disconnecting at the same time
+// waits for the write lock in between (mochi v2.7.9).
+func (l *guarded) Close(_ listeners.CloseFn) {
+	l.Listener.Close(func(id string) {
+		for _, cl := range l.g.server.Clients.GetAll() {
+			if cl.Net.Listener == id && !cl.Closed() {
+				_ = l.g.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			}
+		}
+	})
+}
+
 func (l *guarded) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, raw net.Conn) error { return l.g.establish(id, raw, establish) })
 }

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -30,9 +32,23 @@ type Broker struct {
 }
 
 // Close stops the broker; it may be called more than once (mochi's own
-// Close panics on a second call).
+// Close panics on a second call). Clients are disconnected first, and
+// Close waits until they are gone: mochi's listener close takes the
+// clients' read lock twice and deadlocks if a client leaves in between
+// (mochi v2.7.9).
 func (b *Broker) Close() {
-	b.closeOnce.Do(func() { _ = b.Server.Close() })
+	b.closeOnce.Do(func() {
+		for _, cl := range b.Server.Clients.GetAll() {
+			if !cl.Closed() {
+				cl.Stop(packets.ErrServerShuttingDown)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for atomic.LoadInt64(&b.Server.Info.ClientsConnected) > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		_ = b.Server.Close()
+	})
 }
 
 // Options adjust a test broker.
