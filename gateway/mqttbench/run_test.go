@@ -129,7 +129,20 @@ func TestPubSubCountsForeignPayloads(t *testing.T) {
 	require.True(t, tok.WaitTimeout(5*time.Second))
 	require.NoError(t, tok.Error())
 	c.Disconnect(100)
-	require.Eventually(t, func() bool { return len(b.Server.Topics.Messages("foreign/#")) == 2 }, 5*time.Second, 5*time.Millisecond)
+	// Both are retained once a new subscriber gets them (reading mochi's
+	// retained store directly races its writer).
+	seen := make(chan string, 4)
+	w := paho.NewClient(paho.NewClientOptions().AddBroker(b.Addr).SetClientID("retain-check"))
+	require.True(t, w.Connect().WaitTimeout(5*time.Second))
+	require.True(t, w.Subscribe("foreign/#", 0, func(_ paho.Client, m paho.Message) { seen <- m.Topic() }).WaitTimeout(5*time.Second))
+	for range 2 {
+		select {
+		case <-seen:
+		case <-time.After(5 * time.Second):
+			t.Fatal("retained messages not stored")
+		}
+	}
+	w.Disconnect(100)
 
 	res, err := Run(t.Context(), Options{Addr: b.Addr, QoS: 1, Publishers: 2, Subscribers: 2, Count: 50, Topic: "foreign/%i"})
 	require.NoError(t, err)
