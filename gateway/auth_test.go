@@ -195,7 +195,7 @@ func TestJWTExpiryDisconnects(t *testing.T) {
 	require.NoError(t, err)
 	env := gatewaytest.Start(t, gatewaytest.Options{Auth: auth.NewHook(auth.HookOptions{Chain: &auth.Chain{Providers: []auth.Provider{p}}})})
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-		"clientid": "car-j", "exp": time.Now().Add(1500 * time.Millisecond).Unix(),
+		"clientid": "car-j", "exp": time.Now().Add(3 * time.Second).Unix(), // whole seconds: 2–3 s from now
 	}).SignedString(secret)
 	require.NoError(t, err)
 	conn, err := net.Dial("tcp", env.TCP)
