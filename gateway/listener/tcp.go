@@ -3,10 +3,8 @@ package listener
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -23,13 +21,10 @@ const (
 // TCP is a mochi listener for MQTT over TCP, or over TLS when its Config has
 // TLS set. Its methods are safe for concurrent use.
 type TCP struct {
-	cfg   Config
-	log   zerolog.Logger
-	conns *connSet
-	done  chan struct{} // closed by Close; ends an accept back-off
-
-	mu sync.Mutex // guards ln
-	ln net.Listener
+	bound
+	cfg  Config
+	log  zerolog.Logger
+	done chan struct{} // closed by Close; ends an accept back-off
 }
 
 var _ listeners.Listener = (*TCP)(nil)
@@ -38,15 +33,12 @@ var _ listeners.Listener = (*TCP)(nil)
 func NewTCP(cfg Config) *TCP {
 	cfg = cfg.withDefaults()
 	return &TCP{
+		bound: newBound(cfg.ID, cfg.Address),
 		cfg:   cfg,
 		log:   cfg.Log.With().Str(fieldListener, cfg.ID).Logger(),
-		conns: newConnSet(),
 		done:  make(chan struct{}),
 	}
 }
-
-// ID returns the listener's ID.
-func (l *TCP) ID() string { return l.cfg.ID }
 
 // Protocol returns "tls" when the listener speaks TLS, else "tcp".
 func (l *TCP) Protocol() string {
@@ -56,20 +48,6 @@ func (l *TCP) Protocol() string {
 	return "tcp"
 }
 
-// Address returns the bound address once Init has succeeded, else the
-// configured one.
-func (l *TCP) Address() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln != nil {
-		return l.ln.Addr().String()
-	}
-	return l.cfg.Address
-}
-
-// Stats returns the listener's connection counts.
-func (l *TCP) Stats() Stats { return l.conns.stats() }
-
 // Init validates the config and binds the address. Mochi's logger is not
 // used: the listener logs to Config.Log.
 func (l *TCP) Init(*slog.Logger) error {
@@ -78,18 +56,8 @@ func (l *TCP) Init(*slog.Logger) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.conns.isClosed() {
-		return ErrClosed
-	}
-	if l.ln != nil {
-		return ErrAlreadyOpen
-	}
-	ln, err := listen(l.cfg.Address)
-	if err != nil {
-		return fmt.Errorf("listener %s: %w", l.cfg.ID, err)
-	}
-	l.ln = ln
-	return nil
+	_, err := l.bindLocked()
+	return err
 }
 
 // Serve accepts connections until Close, handing each to establish in a

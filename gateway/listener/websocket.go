@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"fmt"
 	"log"
 	"log/slog"
 	"net"
@@ -26,13 +25,11 @@ const httpShutdownTimeout = 5 * time.Second
 // websockets over TLS ("wss") when its Config has TLS set. Its methods are
 // safe for concurrent use.
 type Websocket struct {
+	bound    // its mu also guards the fields below its ln
 	cfg      WSConfig
 	log      zerolog.Logger
-	conns    *connSet
 	upgrader websocket.Upgrader
 
-	mu        sync.Mutex   // guards the fields below
-	ln        net.Listener // the bound TCP listener
 	srvLn     net.Listener // ln, wrapped in TLS when configured
 	srv       *http.Server
 	establish listeners.EstablishFn
@@ -45,9 +42,9 @@ var _ listeners.Listener = (*Websocket)(nil)
 func NewWebsocket(cfg WSConfig) *Websocket {
 	cfg = cfg.withDefaults()
 	return &Websocket{
+		bound: newBound(cfg.ID, cfg.Address),
 		cfg:   cfg,
 		log:   cfg.Log.With().Str(fieldListener, cfg.ID).Logger(),
-		conns: newConnSet(),
 		upgrader: websocket.Upgrader{
 			HandshakeTimeout: cfg.HandshakeTimeout,
 			ReadBufferSize:   cfg.ReadBufferSize,
@@ -63,9 +60,6 @@ func NewWebsocket(cfg WSConfig) *Websocket {
 	}
 }
 
-// ID returns the listener's ID.
-func (l *Websocket) ID() string { return l.cfg.ID }
-
 // Protocol returns "wss" when the listener speaks TLS, else "ws".
 func (l *Websocket) Protocol() string {
 	if l.cfg.TLS != nil {
@@ -73,20 +67,6 @@ func (l *Websocket) Protocol() string {
 	}
 	return "ws"
 }
-
-// Address returns the bound address once Init has succeeded, else the
-// configured one.
-func (l *Websocket) Address() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln != nil {
-		return l.ln.Addr().String()
-	}
-	return l.cfg.Address
-}
-
-// Stats returns the listener's connection counts.
-func (l *Websocket) Stats() Stats { return l.conns.stats() }
 
 // Init validates the config, binds the address and prepares the HTTP
 // server. Mochi's logger is not used: the listener logs to Config.Log.
@@ -96,17 +76,10 @@ func (l *Websocket) Init(*slog.Logger) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.conns.isClosed() {
-		return ErrClosed
-	}
-	if l.ln != nil {
-		return ErrAlreadyOpen
-	}
-	ln, err := listen(l.cfg.Address)
+	ln, err := l.bindLocked()
 	if err != nil {
-		return fmt.Errorf("listener %s: %w", l.cfg.ID, err)
+		return err
 	}
-	l.ln = ln
 	if l.cfg.TLS != nil {
 		tc := l.cfg.TLS.Clone()
 		// HTTP/1.1 only: websockets upgrade from it, not from HTTP/2.
