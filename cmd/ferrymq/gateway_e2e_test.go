@@ -42,12 +42,9 @@ func TestGatewayKill9KeepsEveryAckedMessage(t *testing.T) {
 	var wg sync.WaitGroup
 	for d := range devices {
 		id := fmt.Sprintf("car-%d", d)
-		o := paho3.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID(id).SetAutoReconnect(false).
-			SetConnectRetry(false).SetCleanSession(true).SetWriteTimeout(5 * time.Second)
-		c := paho3.NewClient(o)
-		tok := c.Connect()
-		require.True(t, tok.WaitTimeout(10*time.Second))
-		require.NoError(t, tok.Error())
+		c := dialMQTT(t, mqttAddr, id, func(o *paho3.ClientOptions) {
+			o.SetConnectRetry(false).SetCleanSession(true).SetWriteTimeout(5 * time.Second)
+		})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -142,12 +139,9 @@ func TestBinaryCommandReachesDevice(t *testing.T) {
 
 	got := make(chan string, 4)
 	connect := func(id string) paho3.Client {
-		o := paho3.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID(id).SetAutoReconnect(false).
-			SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- id + " " + m.Topic() + " " + string(m.Payload()) })
-		c := paho3.NewClient(o)
-		tok := c.Connect()
-		require.True(t, tok.WaitTimeout(10*time.Second))
-		require.NoError(t, tok.Error())
+		c := dialMQTT(t, mqttAddr, id, func(o *paho3.ClientOptions) {
+			o.SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- id + " " + m.Topic() + " " + string(m.Payload()) })
+		})
 		t.Cleanup(func() { c.Disconnect(100) })
 		return c
 	}
@@ -187,18 +181,13 @@ func TestBinarySessionSurvivesKill9(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
-	start := func() (mqttAddr, coreAddr string, p *process) { return startSyncServe(t, bin, data) }
-	mqttAddr, coreAddr, srv := start()
+	mqttAddr, coreAddr, srv := startSyncServe(t, bin, data)
 	got := make(chan string, 200)
 	dial := func(addr string) paho3.Client {
-		o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("car42").SetCleanSession(false).
-			SetAutoReconnect(false).SetOrderMatters(true).
-			SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- string(m.Payload()) })
-		c := paho3.NewClient(o)
-		tok := c.Connect()
-		require.True(t, tok.WaitTimeout(10*time.Second))
-		require.NoError(t, tok.Error())
-		return c
+		return dialMQTT(t, addr, "car42", func(o *paho3.ClientOptions) {
+			o.SetCleanSession(false).SetOrderMatters(true).
+				SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- string(m.Payload()) })
+		})
 	}
 	c := dial(mqttAddr)
 	tok := c.Subscribe("cars/car42/cmd", 1, nil)
@@ -227,7 +216,7 @@ func TestBinarySessionSurvivesKill9(t *testing.T) {
 	<-srv.exited
 	srv.exited <- nil
 
-	mqttAddr, coreAddr, _ = start()
+	mqttAddr, coreAddr, _ = startSyncServe(t, bin, data)
 	c = dial(mqttAddr)
 	defer c.Disconnect(100)
 	var recv []string
@@ -261,14 +250,10 @@ func TestBinaryWillAfterKill9(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
-	start := func() (mqttAddr, coreAddr string, p *process) { return startSyncServe(t, bin, data) }
-	mqttAddr, _, srv := start()
-	o := paho3.NewClientOptions().AddBroker("tcp://"+mqttAddr).SetClientID("car-w").SetCleanSession(false).
-		SetAutoReconnect(false).SetWill("status/car-w", "offline", 1, false)
-	c := paho3.NewClient(o)
-	tok := c.Connect()
-	require.True(t, tok.WaitTimeout(10*time.Second))
-	require.NoError(t, tok.Error())
+	mqttAddr, _, srv := startSyncServe(t, bin, data)
+	c := dialMQTT(t, mqttAddr, "car-w", func(o *paho3.ClientOptions) {
+		o.SetCleanSession(false).SetWill("status/car-w", "offline", 1, false)
+	})
 	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGKILL))
 	<-srv.exited
 	srv.exited <- nil
@@ -282,10 +267,10 @@ func TestBinaryWillAfterKill9(t *testing.T) {
 		t.Logf("consume: %v %s", err, out)
 		return strings.Count(string(out), `"body":"offline"`)
 	}
-	_, coreAddr, srv := start()
+	_, coreAddr, srv := startSyncServe(t, bin, data)
 	require.Eventually(t, func() bool { return wills(coreAddr) == 1 }, 20*time.Second, 200*time.Millisecond)
 	srv.interrupt(t)
-	_, coreAddr, _ = start()
+	_, coreAddr, _ = startSyncServe(t, bin, data)
 	require.Equal(t, 1, wills(coreAddr), "the will is sent once")
 }
 
@@ -310,12 +295,9 @@ func TestBinaryTwoGatewaysOneCore(t *testing.T) {
 
 	got := make(chan string, 16)
 	connect := func(addr, id string) paho3.Client {
-		o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetAutoReconnect(false).
-			SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- id + " " + string(m.Payload()) })
-		c := paho3.NewClient(o)
-		tok := c.Connect()
-		require.True(t, tok.WaitTimeout(10*time.Second))
-		require.NoError(t, tok.Error())
+		c := dialMQTT(t, addr, id, func(o *paho3.ClientOptions) {
+			o.SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- id + " " + string(m.Payload()) })
+		})
 		t.Cleanup(func() { c.Disconnect(100) })
 		return c
 	}
@@ -497,4 +479,19 @@ func TestBinaryTokenWhenExposed(t *testing.T) {
 	}
 	require.Error(t, produce("x"))
 	require.NoError(t, produce("--token", token, "x"))
+}
+
+// dialMQTT connects a paho MQTT 3.1.1 client (no automatic reconnect) and
+// fails the test if the CONNECT is refused; tune adds options.
+func dialMQTT(t *testing.T, addr, id string, tune func(*paho3.ClientOptions)) paho3.Client {
+	t.Helper()
+	o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetAutoReconnect(false)
+	if tune != nil {
+		tune(o)
+	}
+	c := paho3.NewClient(o)
+	tok := c.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	return c
 }
