@@ -242,26 +242,12 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	qos := pk.FixedHeader.Qos
 	h.m.received.WithLabelValues(qosLabel[qos&3]).Inc()
-	msg, err := h.up.Map(publishOf(cl, &pk))
-	if err == nil && h.downTopic[msg.Topic] {
-		err = errDownlinkTopic // no loops: a downlink topic is fed by backends only
-	}
-	if err != nil {
-		h.m.unbridged.WithLabelValues(unbridgedReason(err)).Inc()
+	msg, ok := h.mapPublish(cl, &pk)
+	if !ok {
 		return pk, nil
 	}
-	start := time.Now()
 	if qos == 0 {
-		h.produces.Add(1)
-		h.core.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
-			defer h.produces.Done()
-			h.m.appendSeconds.Observe(time.Since(start).Seconds())
-			if err != nil {
-				h.m.failures.WithLabelValues(failureReason(err)).Inc()
-				return
-			}
-			h.m.bridged.Inc()
-		})
+		h.produce(msg, nil)
 		return pk, nil
 	}
 	st := h.state(cl)
@@ -270,6 +256,43 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, packets.ErrRejectPacket
 	}
 	h.m.inflight.Inc()
+	h.produce(msg, func(err error) { st.complete(h, ack{pk: pk, err: err}) })
+	return pk, packets.ErrRejectPacket
+}
+
+// OnWillSent bridges a will message like any publish (it is not
+// acknowledged to anyone, so nothing waits for it).
+func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	msg, ok := h.mapPublish(cl, &pk)
+	if !ok {
+		return
+	}
+	h.produce(msg, func(err error) {
+		if err != nil {
+			h.log.Warn().Err(err).Str("client", cl.ID).Msg("will not bridged")
+		}
+	})
+}
+
+// mapPublish applies the uplink rules to pk; false (counted by reason)
+// when it stays MQTT-only. No loops: a downlink topic is fed by backends
+// only, never by the uplink.
+func (h *Hook) mapPublish(cl *mqtt.Client, pk *packets.Packet) (*core.Message, bool) {
+	msg, err := h.up.Map(publishOf(cl, pk))
+	if err == nil && h.downTopic[msg.Topic] {
+		err = errDownlinkTopic
+	}
+	if err != nil {
+		h.m.unbridged.WithLabelValues(unbridgedReason(err)).Inc()
+		return nil, false
+	}
+	return msg, true
+}
+
+// produce hands one bridged message to the core and counts the outcome;
+// done, if set, runs on the core's goroutine (it must not block).
+func (h *Hook) produce(msg *core.Message, done func(error)) {
+	start := time.Now()
 	h.produces.Add(1)
 	h.core.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
 		defer h.produces.Done()
@@ -279,31 +302,9 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		} else {
 			h.m.bridged.Inc()
 		}
-		st.complete(h, ack{pk: pk, err: err})
-	})
-	return pk, packets.ErrRejectPacket
-}
-
-// OnWillSent bridges a will message like any publish (it is not
-// acknowledged to anyone, so nothing waits for it).
-func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
-	msg, err := h.up.Map(publishOf(cl, &pk))
-	if err == nil && h.downTopic[msg.Topic] {
-		err = errDownlinkTopic
-	}
-	if err != nil {
-		h.m.unbridged.WithLabelValues(unbridgedReason(err)).Inc()
-		return
-	}
-	h.produces.Add(1)
-	h.core.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
-		defer h.produces.Done()
-		if err != nil {
-			h.m.failures.WithLabelValues(failureReason(err)).Inc()
-			h.log.Warn().Err(err).Str("client", cl.ID).Msg("will not bridged")
-			return
+		if done != nil {
+			done(err)
 		}
-		h.m.bridged.Inc()
 	})
 }
 
