@@ -108,14 +108,10 @@ func TestACLConfinesDevices(t *testing.T) {
 	require.Empty(t, got.get())
 
 	// MQTT 5 publish outside its topics: PUBACK 0x87.
-	conn, err := net.Dial("tcp", env.TCP)
-	require.NoError(t, err)
-	c5 := paho.NewClient(paho.ClientConfig{Conn: conn})
+	c5 := dialV5With(t, env.TCP, &paho.Connect{ClientID: "car2", KeepAlive: 30, CleanStart: true,
+		UsernameFlag: true, Username: "car2", PasswordFlag: true, Password: []byte("secret2")}, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	_, err = c5.Connect(ctx, &paho.Connect{ClientID: "car2", KeepAlive: 30, CleanStart: true,
-		UsernameFlag: true, Username: "car2", PasswordFlag: true, Password: []byte("secret2")})
-	require.NoError(t, err)
 	res, _ := c5.Publish(ctx, &paho.Publish{Topic: "devices/car1/x", QoS: 1, Payload: []byte("x")})
 	require.NotNil(t, res)
 	require.Equal(t, byte(0x87), res.ReasonCode)
@@ -150,14 +146,10 @@ func TestQuotas(t *testing.T) {
 		BanAfter: 3, BanFor: time.Hour}, func() time.Time { return now })
 	env := authEnv(t, q)
 
-	conn, err := net.Dial("tcp", env.TCP)
-	require.NoError(t, err)
-	c5 := paho.NewClient(paho.ClientConfig{Conn: conn})
+	c5 := dialV5With(t, env.TCP, &paho.Connect{ClientID: "car1", KeepAlive: 30, CleanStart: true,
+		UsernameFlag: true, Username: "car1", PasswordFlag: true, Password: []byte("secret1")}, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	_, err = c5.Connect(ctx, &paho.Connect{ClientID: "car1", KeepAlive: 30, CleanStart: true,
-		UsernameFlag: true, Username: "car1", PasswordFlag: true, Password: []byte("secret1")})
-	require.NoError(t, err)
 	codes := []byte{}
 	for range 4 {
 		res, _ := c5.Publish(ctx, &paho.Publish{Topic: "devices/car1/t", QoS: 1, Payload: []byte("x")})
@@ -198,15 +190,12 @@ func TestJWTExpiryDisconnects(t *testing.T) {
 		"clientid": "car-j", "exp": time.Now().Add(3 * time.Second).Unix(), // whole seconds: 2–3 s from now
 	}).SignedString(secret)
 	require.NoError(t, err)
-	conn, err := net.Dial("tcp", env.TCP)
-	require.NoError(t, err)
 	gone := make(chan byte, 1)
-	c := paho.NewClient(paho.ClientConfig{Conn: conn, OnServerDisconnect: func(d *paho.Disconnect) { gone <- d.ReasonCode }})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	_, err = c.Connect(ctx, &paho.Connect{ClientID: "car-j", KeepAlive: 30, CleanStart: true,
-		UsernameFlag: true, Username: "car-j", PasswordFlag: true, Password: []byte(tok)})
-	require.NoError(t, err)
+	c := dialV5With(t, env.TCP, &paho.Connect{ClientID: "car-j", KeepAlive: 30, CleanStart: true,
+		UsernameFlag: true, Username: "car-j", PasswordFlag: true, Password: []byte(tok)},
+		func(cfg *paho.ClientConfig) {
+			cfg.OnServerDisconnect = func(d *paho.Disconnect) { gone <- d.ReasonCode }
+		})
 	select {
 	case code := <-gone:
 		require.Equal(t, byte(0xA0), code, "maximum connect time")

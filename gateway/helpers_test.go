@@ -37,20 +37,32 @@ func dialV3(t testing.TB, addr, id string, tune ...func(*paho3.ClientOptions)) p
 	return c
 }
 
-// dialV5 connects a paho.golang MQTT 5 client.
+// dialV5 connects a paho.golang MQTT 5 client with a clean start.
 func dialV5(t testing.TB, addr, id string, onPub func(paho.PublishReceived) (bool, error)) *paho.Client {
+	t.Helper()
+	return dialV5With(t, addr, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true}, func(cfg *paho.ClientConfig) {
+		if onPub != nil {
+			cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){onPub}
+		}
+	})
+}
+
+// dialV5With dials addr and sends cp with a paho.golang MQTT 5 client
+// (tune, if set, adjusts its config); the CONNECT must succeed. The test's
+// cleanup disconnects it.
+func dialV5With(t testing.TB, addr string, cp *paho.Connect, tune func(*paho.ClientConfig)) *paho.Client {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	require.NoError(t, err)
 	cfg := paho.ClientConfig{Conn: conn}
-	if onPub != nil {
-		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){onPub}
+	if tune != nil {
+		tune(&cfg)
 	}
 	c := paho.NewClient(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true})
-	require.NoError(t, err, "connect %s", id)
+	ca, err := c.Connect(ctx, cp)
+	require.NoError(t, err, "connect %s", cp.ClientID)
 	require.Equal(t, byte(0), ca.ReasonCode)
 	t.Cleanup(func() {
 		_ = c.Disconnect(&paho.Disconnect{ReasonCode: 0})

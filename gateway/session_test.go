@@ -1,9 +1,7 @@
 package gateway_test
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -89,14 +87,8 @@ func TestRetainedSurviveAndSessionsExpire(t *testing.T) {
 	require.True(t, tok.WaitTimeout(5*time.Second))
 	require.NoError(t, tok.Error())
 
-	conn, err := net.Dial("tcp", env.TCP)
-	require.NoError(t, err)
-	c := paho.NewClient(paho.ClientConfig{Conn: conn})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	_, err = c.Connect(ctx, &paho.Connect{ClientID: "short-lived", KeepAlive: 30, CleanStart: true,
-		Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(1))}})
-	require.NoError(t, err)
+	c := dialV5With(t, env.TCP, &paho.Connect{ClientID: "short-lived", KeepAlive: 30, CleanStart: true,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(1))}}, nil)
 	require.NoError(t, c.Disconnect(&paho.Disconnect{ReasonCode: 0}))
 	<-c.Done()
 	keep := dialV3(t, env.TCP, "keeper", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
