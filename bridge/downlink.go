@@ -130,8 +130,7 @@ type downlink struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	pending map[string]map[uint16]pendingDown // client → packet ID → what it carries
-	queued  map[string]int                    // client → payload bytes in pending
+	pending map[string]map[uint16]pendingDown // online client → packet ID → what it carries
 	waiters map[string]chan struct{}          // client → closed when its inflight window moves
 }
 
@@ -183,10 +182,7 @@ func (h *Hook) wake(client string) {
 	h.dl.mu.Unlock()
 }
 
-type pendingDown struct {
-	id, topic string
-	size      int // payload bytes
-}
+type pendingDown struct{ id, topic string }
 
 // groupName is the per-node broadcast group: each node has its own offsets.
 func groupName(node string) string {
@@ -297,18 +293,26 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 	}
 	origin := originDown + id
 	if target != "" {
-		cl, here := h.server.Clients.Get(target)
-		if !here || !validP2PClient(target) {
+		if !validP2PClient(target) {
 			h.m.downlink.WithLabelValues("not_here").Inc()
-			return // connected to another node, or offline
+			return
 		}
-		if cl.Closed() { // an offline persistent session: mochi queues QoS 1/2 in its inflight window
+		cl, here := h.server.Clients.Get(target)
+		if !here && h.opts.Sessions != nil && h.opts.Sessions.Parked(target) {
+			h.queueParked(receiptKey, target, id, topic, qos, origin, pk)
+			return
+		}
+		if !here {
+			h.m.downlink.WithLabelValues("not_here").Inc()
+			return // connected to another node, or unknown
+		}
+		if cl.Closed() { // offline, not parked yet: mochi queues QoS 1/2 in its inflight window
 			reason := ""
-			n, bytes := h.queuedFor(target)
+			n, bytes := inflightOf(cl)
 			switch {
 			case qos == 0:
 				reason = "QoS 0 is not queued for an offline device"
-			case n >= h.opts.OfflineMaxMessages || cl.State.Inflight.Len() >= int(h.server.Options.Capabilities.MaximumInflight):
+			case n >= h.opts.OfflineMaxMessages || n >= int(h.server.Options.Capabilities.MaximumInflight):
 				reason = "the offline device's queue is full (messages)"
 			case bytes+len(m.Body) > h.opts.OfflineMaxBytes:
 				reason = "the offline device's queue is full (bytes)"
@@ -337,6 +341,55 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 		return
 	}
 	h.m.downlink.WithLabelValues("published").Inc()
+}
+
+// queueParked queues a point-to-point message for a parked session.
+func (h *Hook) queueParked(receiptKey, target, id, topic string, qos byte, origin string, pk packets.Packet) {
+	reason := "QoS 0 is not queued for an offline device"
+	if qos > 0 {
+		pk.TopicName = p2pPrefix + target
+		pk.Origin = originP2P + id + "/" + topic
+		err := h.opts.Sessions.Enqueue(target, pk)
+		if err == nil {
+			h.m.downlink.WithLabelValues("queued").Inc()
+			return
+		}
+		reason = err.Error()
+	}
+	h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
+	h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason})
+}
+
+// inflightOf counts an offline client's queued messages and their bytes.
+func inflightOf(cl *mqtt.Client) (n, bytes int) {
+	for _, pk := range cl.State.Inflight.GetAll(false) {
+		n++
+		bytes += len(pk.Payload)
+	}
+	return n, bytes
+}
+
+// P2PTarget names the client a point-to-point topic is addressed to (for
+// the session store: such a publish is queued for that client when it is
+// parked).
+func P2PTarget(topic string) (string, bool) {
+	id, ok := strings.CutPrefix(topic, p2pPrefix)
+	return id, ok && id != ""
+}
+
+// Discarded turns a queued message the session store gave up on into a
+// receipt, when it is a downlink message.
+func (h *Hook) Discarded(clientID string, pk packets.Packet, expired bool, reason string) {
+	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
+	if !ok {
+		return
+	}
+	outcome := OutcomeDropped
+	if expired {
+		outcome = OutcomeExpired
+	}
+	h.m.downlink.WithLabelValues(outcome).Inc()
+	h.receipt(clientID, &Receipt{MessageID: id, ClientID: clientID, Outcome: outcome, Topic: topic, Reason: reason})
 }
 
 // validTopicName: non-empty, no wildcards, no NUL, at most 65535 bytes
@@ -413,8 +466,8 @@ func downlinkOf(origin, topic string) (id, mqttTopic string, ok bool) {
 // OnQosPublish remembers which downlink message a QoS 1/2 packet carries.
 func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
 	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
-	if !ok || pk.FixedHeader.Type != packets.Publish {
-		return
+	if !ok || pk.FixedHeader.Type != packets.Publish || cl.Closed() {
+		return // an offline client's queue is tracked again when it is resent
 	}
 	h.dl.mu.Lock()
 	m := h.dl.pending[cl.ID]
@@ -422,11 +475,7 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) 
 		m = map[uint16]pendingDown{}
 		h.dl.pending[cl.ID] = m
 	}
-	if old, ok := m[pk.PacketID]; ok {
-		h.dl.queued[cl.ID] -= old.size // a resend replaces the entry
-	}
-	m[pk.PacketID] = pendingDown{id: id, topic: topic, size: len(pk.Payload)}
-	h.dl.queued[cl.ID] += len(pk.Payload)
+	m[pk.PacketID] = pendingDown{id: id, topic: topic} // a resend replaces the entry
 	h.dl.mu.Unlock()
 }
 
@@ -437,10 +486,8 @@ func (h *Hook) takePending(client string, pid uint16) (pendingDown, bool) {
 	p, ok := m[pid]
 	if ok {
 		delete(m, pid)
-		h.dl.queued[client] -= p.size
 		if len(m) == 0 {
 			delete(h.dl.pending, client)
-			delete(h.dl.queued, client)
 		}
 	}
 	return p, ok
@@ -458,32 +505,33 @@ func (h *Hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-// OnQosDropped: mochi gave up on a packet (expired in the inflight window).
+// OnQosDropped: mochi gave up on a packet — expired in the inflight
+// window, or its session was discarded (a clean start). A takeover moving
+// the packet to the new connection is not a drop.
 func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	h.wake(cl.ID)
-	if p, ok := h.takePending(cl.ID, pk.PacketID); ok {
-		outcome := OutcomeDropped
-		if pk.Expiry > 0 && pk.Expiry <= time.Now().Unix() || pk.Expiry == 0 {
-			outcome = OutcomeExpired
-		}
-		h.m.downlink.WithLabelValues(outcome).Inc()
-		h.receipt(cl.ID, &Receipt{MessageID: p.id, ClientID: cl.ID, Outcome: outcome, Topic: p.topic})
+	if cl.IsTakenOver() {
+		return
 	}
+	h.takePending(cl.ID, pk.PacketID)
+	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
+	if !ok || pk.FixedHeader.Type != packets.Publish {
+		return
+	}
+	outcome, reason := OutcomeExpired, ""
+	if pk.Expiry > 0 && pk.Expiry > time.Now().Unix() {
+		outcome, reason = OutcomeDropped, "the session was discarded"
+	}
+	h.m.downlink.WithLabelValues(outcome).Inc()
+	h.receipt(cl.ID, &Receipt{MessageID: id, ClientID: cl.ID, Outcome: outcome, Topic: topic, Reason: reason})
 }
 
-// forgetPending drops the receipts a clean session can no longer produce.
+// forgetPending forgets a client's sent messages when its connection ends
+// (a resumed session resends them, which tracks them again).
 func (h *Hook) forgetPending(client string) {
 	h.dl.mu.Lock()
 	delete(h.dl.pending, client)
-	delete(h.dl.queued, client)
 	h.dl.mu.Unlock()
-}
-
-// queuedFor reports what is waiting for client's acks: messages and bytes.
-func (h *Hook) queuedFor(client string) (n, bytes int) {
-	h.dl.mu.Lock()
-	defer h.dl.mu.Unlock()
-	return len(h.dl.pending[client]), h.dl.queued[client]
 }
 
 // OnPublishDropped: mochi's queue to a device was full. A downlink message

@@ -53,6 +53,10 @@ type Options struct {
 	// queued for an offline device. Defaults 1,000 and 1 MiB.
 	OfflineMaxMessages int
 	OfflineMaxBytes    int
+	// Sessions, if set, holds the parked persistent sessions (offline ones
+	// that are no longer mochi clients): point-to-point messages for them
+	// are queued there (package session's Store).
+	Sessions Sessions
 	// DeadLetterTopic keeps a copy of every downlink message that can
 	// never be delivered (an invalid MQTT topic), with dlq.* properties;
 	// "" means DefaultDeadLetterTopic, "-" turns it off.
@@ -65,6 +69,15 @@ type Options struct {
 	// downlink offsets; "" means the host name.
 	Node   string
 	Logger *zerolog.Logger
+}
+
+// Sessions is what the downlink needs of the session store.
+type Sessions interface {
+	// Parked reports whether clientID has a parked session.
+	Parked(clientID string) bool
+	// Enqueue queues a QoS 1/2 publish for a parked session; an error says
+	// why it was refused (queue full, say).
+	Enqueue(clientID string, pk packets.Packet) error
 }
 
 // Hook is the bridge as one mochi-mqtt hook: uplink (publishes into the
@@ -164,7 +177,6 @@ func New(o Options) (*Hook, error) {
 	h.dl.group = groupName(o.Node)
 	h.dl.pending = map[string]map[uint16]pendingDown{}
 	h.dl.waiters = map[string]chan struct{}{}
-	h.dl.queued = map[string]int{}
 	if o.Logger != nil {
 		h.log = o.Logger.With().Str("component", "bridge").Logger()
 	}

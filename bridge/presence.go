@@ -101,8 +101,8 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	}
 	h.clients.Delete(cl)
 	h.wake(cl.ID)
-	if expire && !cl.IsTakenOver() {
-		h.forgetPending(cl.ID)
+	if !cl.IsTakenOver() {
+		h.forgetPending(cl.ID) // rebuilt from the resent packets if the session resumes
 	}
 	if _, ok := h.takenOver.LoadAndDelete(cl); ok || h.opts.DisableEvents {
 		return

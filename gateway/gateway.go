@@ -41,6 +41,9 @@ type Gateway struct {
 	m      *metrics
 	reg    *prometheus.Registry
 
+	willStop chan struct{}  // closed at Shutdown: delayed restored wills wait no more
+	willWG   sync.WaitGroup // delayed restored wills
+
 	started  atomic.Bool
 	ready    atomic.Bool
 	stopOnce sync.Once
@@ -59,7 +62,7 @@ func New(o Options) (*Gateway, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("gateway options: %w", err)
 	}
-	g := &Gateway{opts: o, log: zerolog.Nop()}
+	g := &Gateway{opts: o, log: zerolog.Nop(), willStop: make(chan struct{})}
 	mochiLog := zerolog.Nop()
 	if o.Logger != nil {
 		g.log = o.Logger.With().Str("component", "gateway").Logger()
@@ -187,6 +190,8 @@ func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopOnce.Do(func() {
 		g.ready.Store(false)
+		close(g.willStop)
+		g.willWG.Wait() // a will not yet due stays stored: the next start waits for it again
 		if !g.started.Load() {
 			_ = g.server.Close() // closes the listeners and stops the hooks
 			return
@@ -323,15 +328,37 @@ func (g *Gateway) forget(cl *mqtt.Client, cause error) {
 
 // publishRestoredWills publishes the wills of sessions loaded from storage:
 // their connections ended without DISCONNECT when the previous process died,
-// so the will is due [MQTT-3.1.2-8]. A graceful stop sent them already and
-// stored the sessions with the will spent.
+// so the will is due [MQTT-3.1.2-8] — after its will delay (counted from
+// this start, bounded by the session expiry), unless the client connects
+// again first [MQTT-3.1.3-9]. A graceful stop sent them already and stored
+// the sessions with the will spent.
 func (g *Gateway) publishRestoredWills() {
 	for _, cl := range g.server.Clients.GetAll() {
-		if cl.Net.Conn == nil && atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
-			g.log.Info().Str("client", cl.ID).Str("topic", cl.Properties.Will.TopicName).
-				Msg("publishing the will of a session whose connection ended with the previous process")
-			g.publishWill(cl)
+		if cl.Net.Conn != nil || atomic.LoadUint32(&cl.Properties.Will.Flag) == 0 {
+			continue
 		}
+		delay := time.Duration(cl.Properties.Will.WillDelayInterval) * time.Second
+		if p := cl.Properties.Props; cl.Properties.ProtocolVersion == 5 && p.SessionExpiryIntervalFlag {
+			delay = min(delay, time.Duration(p.SessionExpiryInterval)*time.Second)
+		}
+		g.log.Info().Str("client", cl.ID).Str("topic", cl.Properties.Will.TopicName).Dur("delay", delay).
+			Msg("publishing the will of a session whose connection ended with the previous process")
+		if delay <= 0 {
+			g.publishWill(cl)
+			continue
+		}
+		g.willWG.Go(func() {
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			select {
+			case <-g.willStop:
+				return
+			case <-t.C:
+			}
+			if cur, ok := g.server.Clients.Get(cl.ID); ok && cur == cl && !cl.IsTakenOver() {
+				g.publishWill(cl)
+			}
+		})
 	}
 }
 
@@ -348,6 +375,7 @@ func (g *Gateway) publishWill(cl *mqtt.Client) {
 		Origin: cl.ID, Created: time.Now().Unix(),
 		PacketID: uint16(w.Qos), // mochi's validity check wants one for QoS > 0
 	}
+	pk.Connect.WillFlag = true // marks it for hooks that see it twice (OnPublished, then OnWillSent)
 	_ = g.server.InjectPacket(g.inline, pk)
 	atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
 	for _, h := range g.opts.Hooks {

@@ -33,15 +33,17 @@ func TestPersistentSessionGetsCommandsAcrossRestart(t *testing.T) {
 		want[i] = fmt.Sprintf("cars/car42/cmd=c%03d", i)
 		ids[command(t, env, "car42", fmt.Sprintf("c%03d", i), map[string]string{bridge.PropTopic: "cars/car42/cmd"})] = true
 	}
-	require.Eventually(t, func() bool {
-		cl, ok := env.Gateway.Server().Clients.Get("car42")
-		return ok && cl.State.Inflight.Len() == n
-	}, 10*time.Second, 10*time.Millisecond, "commands queued for the offline car")
+	require.Eventually(t, func() bool { return queued(env, "car42") == n }, 10*time.Second, 10*time.Millisecond,
+		"commands queued for the offline car")
 	env.Stop(t)
 
 	env = gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
-	_, ok := env.Gateway.Server().Clients.Get("car42")
+	in, ok := env.Sessions.Session("car42")
 	require.True(t, ok, "the offline session is back after the restart")
+	require.True(t, in.Parked, "parked at start: not a mochi client until it connects")
+	require.Equal(t, n, in.Queued)
+	_, ok = env.Gateway.Server().Clients.Get("car42")
+	require.False(t, ok)
 	var got received
 	dialV3(t, env.TCP, "car42", persistent, func(o *paho3.ClientOptions) {
 		o.SetDefaultPublishHandler(got.add).SetOrderMatters(true)
@@ -68,10 +70,7 @@ func TestPointToPointToOfflineSession(t *testing.T) {
 	c.Disconnect(100)
 	command(t, env, "car8", "wake", map[string]string{bridge.PropClientID: "car8"})
 	var got received
-	require.Eventually(t, func() bool {
-		cl, ok := env.Gateway.Server().Clients.Get("car8")
-		return ok && cl.State.Inflight.Len() == 1
-	}, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return queued(env, "car8") == 1 }, 10*time.Second, 10*time.Millisecond)
 	dialV3(t, env.TCP, "car8", func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetDefaultPublishHandler(got.add) })
 	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"commands/car8=wake"}, got.get())
@@ -95,14 +94,16 @@ func TestRetainedSurviveAndSessionsExpire(t *testing.T) {
 	keep.Disconnect(100)
 	require.Eventually(t, func() bool {
 		_, ok := env.Gateway.Server().Clients.Get("short-lived")
-		return !ok
+		_, stored := env.Sessions.Session("short-lived")
+		return !ok && !stored
 	}, 10*time.Second, 50*time.Millisecond, "expired after 1 s")
 	env.Stop(t)
 
 	env = gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
-	_, ok := env.Gateway.Server().Clients.Get("keeper")
+	in, ok := env.Sessions.Session("keeper")
 	require.True(t, ok)
-	_, ok = env.Gateway.Server().Clients.Get("short-lived")
+	require.True(t, in.Parked)
+	_, ok = env.Sessions.Session("short-lived")
 	require.False(t, ok)
 	var got received
 	sub := dialV3(t, env.TCP, "reader")
@@ -113,6 +114,18 @@ func TestRetainedSurviveAndSessionsExpire(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// queued counts what waits for clientID: in mochi's inflight window while
+// it is an offline mochi client, in the session store once parked.
+func queued(env *gatewaytest.Env, clientID string) int {
+	if cl, ok := env.Gateway.Server().Clients.Get(clientID); ok {
+		return cl.State.Inflight.Len()
+	}
+	if in, ok := env.Sessions.Session(clientID); ok && in.Parked {
+		return in.Queued
+	}
+	return -1
+}
 
 // An offline session's queue is bounded: past the configured count the
 // backend gets "dropped" receipts at once; QoS 0 is not queued.

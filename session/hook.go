@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
@@ -15,7 +16,7 @@ func (s *Store) ID() string { return "ferrymq-session" }
 func (s *Store) Provides(b byte) bool {
 	return bytes.Contains([]byte{
 		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
-		mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWillSent, mqtt.OnClientExpired,
+		mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWillSent, mqtt.OnClientExpired, mqtt.OnPublished,
 		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
 		mqtt.StoredClients, mqtt.StoredSubscriptions, mqtt.StoredInflightMessages, mqtt.StoredRetainedMessages,
 	}, []byte{b})
@@ -34,9 +35,9 @@ func persistent(cl *mqtt.Client) bool {
 	return !cl.Properties.Clean
 }
 
-func (s *Store) putClient(cl *mqtt.Client) {
+func clientRecord(cl *mqtt.Client) *storage.Client {
 	p := cl.Properties.Props
-	s.put(clientKey(cl.ID), &storage.Client{
+	return &storage.Client{
 		ID: cl.ID, T: storage.ClientKey, Remote: cl.Net.Remote, Listener: cl.Net.Listener,
 		Username: cl.Properties.Username, Clean: cl.Properties.Clean, ProtocolVersion: cl.Properties.ProtocolVersion,
 		Properties: storage.ClientProperties{
@@ -47,55 +48,144 @@ func (s *Store) putClient(cl *mqtt.Client) {
 			TopicAliasMaximum: p.TopicAliasMaximum, User: p.User, MaximumPacketSize: p.MaximumPacketSize,
 		},
 		Will: storage.ClientWill(cl.Properties.Will),
-	})
+	}
 }
 
-// OnSessionEstablish stores a persistent client before its CONNACK is
-// sent, so a session the client was told about survives a crash right
-// after; a clean one drops whatever an earlier persistent session of that
-// ID left.
-func (s *Store) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
-	if !persistent(cl) {
-		s.delClient(cl.ID)
+// putClientLocked writes cl's client record (creating its session).
+func (s *Store) putClientLocked(cl *mqtt.Client) {
+	b, err := clientRecord(cl).MarshalBinary()
+	if err != nil {
+		s.log.Error().Err(err).Str("client", cl.ID).Msg("encode session record")
 		return
 	}
-	s.putClient(cl)
+	ss := s.sessions[cl.ID]
+	if ss == nil {
+		ss = &sess{id: cl.ID}
+		s.sessions[cl.ID] = ss
+	}
+	ss.client = s.replaceLocked(ss.client, kClient+cl.ID, b)
+}
+
+// OnSessionEstablish runs after authentication, before mochi looks for the
+// session to resume: a parked session is rebuilt as a mochi client here
+// (or dropped, for a clean start). A persistent session is then stored
+// before its CONNACK is sent, so a session the client was told about
+// survives a crash right after; a clean one drops what an earlier
+// persistent session of that ID left.
+func (s *Store) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	var expired []discard
+	s.mu.Lock()
+	s.connecting[cl.ID] = cl
+	if ss := s.sessions[cl.ID]; ss != nil && ss.parked && s.server != nil {
+		if pk.Connect.Clean {
+			expired = s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, "the session was discarded by a clean start")
+			for i := range expired {
+				expired[i].expired = false
+			}
+			s.dropLocked(ss, true)
+		} else {
+			expired = s.hydrateLocked(ss, cl.Net.Listener)
+		}
+	}
+	if persistent(cl) {
+		s.putClientLocked(cl)
+	} else if ss := s.sessions[cl.ID]; ss != nil {
+		s.dropLocked(ss, true)
+	}
+	s.mu.Unlock()
+	s.tell(expired)
 }
 
 // OnSessionEstablished stores the subscriptions a resumed session brought.
 func (s *Store) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
-	if !persistent(cl) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connecting[cl.ID] == cl {
+		delete(s.connecting, cl.ID)
+	}
+	ss := s.sessions[cl.ID]
+	if ss == nil || !persistent(cl) {
 		return
 	}
 	for _, sub := range cl.State.Subscriptions.GetAll() {
-		s.putSub(cl.ID, sub)
+		if ss.findSub(sub.Filter) < 0 {
+			s.putSubLocked(ss, sub)
+		}
 	}
 }
 
 // OnWillSent stores the client with its will spent (mochi clears the will
-// flag before this hook runs), so a restart does not send it again.
-func (s *Store) OnWillSent(cl *mqtt.Client, _ packets.Packet) {
+// flag before this hook runs), so a restart does not send it again, and
+// queues the will for parked subscribers. The gateway marks the wills it
+// injects itself (Connect.WillFlag): those reach OnPublished too.
+func (s *Store) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 	if persistent(cl) {
-		s.putClient(cl)
+		s.mu.Lock()
+		if ss := s.sessions[cl.ID]; ss != nil && !ss.parked {
+			s.putClientLocked(cl)
+			ss.will = false
+		}
+		s.mu.Unlock()
+	}
+	if !pk.Connect.WillFlag {
+		s.routePublish(pk)
 	}
 }
 
-// OnDisconnect forgets a session that ends with its connection.
+// OnPublished queues what was published for the parked sessions it
+// reaches (mochi delivered it to the rest).
+func (s *Store) OnPublished(_ *mqtt.Client, pk packets.Packet) {
+	s.routePublish(pk)
+}
+
+// OnDisconnect forgets a session that ends with its connection, and queues
+// a persistent one for parking.
 func (s *Store) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
-	if expire && !cl.IsTakenOver() {
-		s.delClient(cl.ID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connecting[cl.ID] == cl {
+		delete(s.connecting, cl.ID)
+	}
+	if cl.IsTakenOver() {
+		return
+	}
+	if expire {
+		if ss := s.sessions[cl.ID]; ss != nil && !ss.parked {
+			s.dropLocked(ss, true)
+		}
+		return
+	}
+	if ss := s.sessions[cl.ID]; ss != nil && !ss.parked {
+		s.parkq[cl] = time.Now()
 	}
 }
 
-// OnClientExpired forgets a session whose expiry passed.
-func (s *Store) OnClientExpired(cl *mqtt.Client) { s.delClient(cl.ID) }
+// OnClientExpired forgets a session whose expiry passed (one mochi still
+// held: a parked one expires in sweep).
+func (s *Store) OnClientExpired(cl *mqtt.Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.parkq, cl)
+	if ss := s.sessions[cl.ID]; ss != nil && !ss.parked {
+		s.dropLocked(ss, true)
+	}
+}
 
-func (s *Store) putSub(id string, sub packets.Subscription) {
-	s.put(subKey(id, sub.Filter), &storage.Subscription{
-		ID: subKey(id, sub.Filter), T: storage.SubscriptionKey, Client: id, Qos: sub.Qos, Filter: sub.Filter,
-		Identifier: sub.Identifier, NoLocal: sub.NoLocal, RetainHandling: sub.RetainHandling,
-		RetainAsPublished: sub.RetainAsPublished,
-	})
+func (s *Store) putSubLocked(ss *sess, sub packets.Subscription) {
+	b, err := subRecord(ss.id, sub).MarshalBinary()
+	if err != nil {
+		s.log.Error().Err(err).Str("client", ss.id).Msg("encode subscription record")
+		return
+	}
+	r := newSubRef(sub)
+	key := subKey(ss.id, sub.Filter)
+	if i := ss.findSub(sub.Filter); i >= 0 {
+		r.e = s.replaceLocked(ss.subs[i].e, key, b)
+		ss.subs[i] = r
+		return
+	}
+	r.e = s.writeLocked(opPut, key, b)
+	ss.subs = append(ss.subs, r)
 }
 
 // OnSubscribed stores a persistent client's granted subscriptions.
@@ -103,106 +193,235 @@ func (s *Store) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 	if !persistent(cl) {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[cl.ID]
+	if ss == nil || ss.parked {
+		return
+	}
 	for i, f := range pk.Filters {
 		if i < len(codes) && codes[i] <= 2 {
 			f.Qos = codes[i]
-			s.putSub(cl.ID, f)
+			s.putSubLocked(ss, f)
 		}
 	}
 }
 
 // OnUnsubscribed forgets subscriptions.
 func (s *Store) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
-	for _, f := range pk.Filters {
-		s.del(subKey(cl.ID, f.Filter))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[cl.ID]
+	if ss == nil || ss.parked {
+		return
 	}
-}
-
-func message(key, client string, pk packets.Packet, sent int64) *storage.Message {
-	p := pk.Properties
-	return &storage.Message{
-		ID: key, Client: client, Origin: pk.Origin, FixedHeader: pk.FixedHeader, TopicName: pk.TopicName,
-		Payload: pk.Payload, Sent: sent, Created: pk.Created, PacketID: pk.PacketID,
-		Properties: storage.MessageProperties{
-			PayloadFormat: p.PayloadFormat, PayloadFormatFlag: p.PayloadFormatFlag,
-			MessageExpiryInterval: p.MessageExpiryInterval, ContentType: p.ContentType,
-			ResponseTopic: p.ResponseTopic, CorrelationData: p.CorrelationData,
-			SubscriptionIdentifier: p.SubscriptionIdentifier, User: p.User,
-		},
+	for _, f := range pk.Filters {
+		if i := ss.findSub(f.Filter); i >= 0 {
+			s.deleteLocked(ss.subs[i].e, subKey(ss.id, f.Filter))
+			ss.subs = append(ss.subs[:i], ss.subs[i+1:]...)
+		}
 	}
 }
 
 // OnQosPublish stores an outbound QoS 1/2 message of a persistent session
-// until the client acknowledges it: after a restart mochi resends it (DUP).
+// until the client acknowledges it: after a restart it is resent (DUP).
 func (s *Store) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, _ int) {
-	if !persistent(cl) || pk.FixedHeader.Type != packets.Publish {
+	if pk.FixedHeader.Type != packets.Publish || !persistent(cl) {
 		return
 	}
-	k := inflightKey(cl.ID, pk.PacketID)
-	m := message(k, cl.ID, pk, sent)
-	m.T = storage.InflightKey
-	s.put(k, m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[cl.ID]
+	if ss == nil || ss.parked {
+		return // a parked session's queue is written by queueLocked
+	}
+	key := inflightKey(cl.ID, pk.PacketID)
+	v, err := encodeMsg(messageRecord(key, cl.ID, pk, sent), pk.Expiry)
+	if err != nil {
+		s.log.Error().Err(err).Str("client", cl.ID).Msg("encode inflight message")
+		return
+	}
+	ref := msgRef{expiry: pk.Expiry, size: int32(len(pk.Payload)), pid: pk.PacketID}
+	if i := ss.findMsg(pk.PacketID); i >= 0 {
+		ref.e = s.replaceLocked(ss.msgs[i].e, key, v)
+		ss.bytes += int(ref.size) - int(ss.msgs[i].size)
+		ss.msgs[i] = ref
+		return
+	}
+	ref.e = s.writeLocked(opPut, key, v)
+	ss.msgs = append(ss.msgs, ref)
+	ss.bytes += int(ref.size)
 }
 
 // OnQosComplete forgets an acknowledged message.
-func (s *Store) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	s.del(inflightKey(cl.ID, pk.PacketID))
+func (s *Store) OnQosComplete(cl *mqtt.Client, pk packets.Packet) { s.forgetMsg(cl, pk.PacketID) }
+
+// OnQosDropped forgets a message mochi gave up on — not one a session
+// takeover moves to the new connection (mochi drops it from the old
+// client after copying it).
+func (s *Store) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if !cl.IsTakenOver() {
+		s.forgetMsg(cl, pk.PacketID)
+	}
 }
 
-// OnQosDropped forgets a message mochi gave up on.
-func (s *Store) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
-	s.del(inflightKey(cl.ID, pk.PacketID))
+func (s *Store) forgetMsg(cl *mqtt.Client, pid uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[cl.ID]
+	if ss == nil || ss.parked {
+		return
+	}
+	if i := ss.findMsg(pid); i >= 0 {
+		s.deleteLocked(ss.msgs[i].e, inflightKey(ss.id, pid))
+		ss.bytes -= int(ss.msgs[i].size)
+		ss.msgs = append(ss.msgs[:i], ss.msgs[i+1:]...)
+	}
 }
 
 // OnRetainMessage stores (or, r == -1, forgets) a retained message.
 func (s *Store) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	k := retainedKey(pk.TopicName)
+	old := s.retained[pk.TopicName]
 	if r == -1 {
-		s.del(k)
+		if old != nil {
+			s.deleteLocked(*old, k)
+			delete(s.retained, pk.TopicName)
+		}
 		return
 	}
-	m := message(k, cl.ID, pk, 0)
+	m := messageRecord(k, cl.ID, pk, 0)
 	m.T = storage.RetainedKey
-	s.put(k, m)
+	b, err := m.MarshalBinary()
+	if err != nil {
+		s.log.Error().Err(err).Str("topic", pk.TopicName).Msg("encode retained message")
+		return
+	}
+	var prev entry
+	if old != nil {
+		prev = *old
+	}
+	e := s.replaceLocked(prev, k, b)
+	s.retained[pk.TopicName] = &e
 }
 
 // OnRetainedExpired forgets an expired retained message.
-func (s *Store) OnRetainedExpired(topic string) { s.del(retainedKey(topic)) }
+func (s *Store) OnRetainedExpired(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.retained[topic]; old != nil {
+		s.deleteLocked(*old, retainedKey(topic))
+		delete(s.retained, topic)
+	}
+}
 
-// StoredClients returns the sessions loaded at Open.
+// StoredClients returns the stored sessions that are not parked (those
+// with a pending will, or all of them when no server was attached).
 func (s *Store) StoredClients() ([]storage.Client, error) {
-	return decodeAll[storage.Client](s, kClient)
-}
-
-// StoredSubscriptions returns the subscriptions loaded at Open.
-func (s *Store) StoredSubscriptions() ([]storage.Subscription, error) {
-	return decodeAll[storage.Subscription](s, kSub)
-}
-
-// StoredInflightMessages returns the inflight messages loaded at Open.
-func (s *Store) StoredInflightMessages() ([]storage.Message, error) {
-	return decodeAll[storage.Message](s, kInflight)
-}
-
-// StoredRetainedMessages returns the retained messages loaded at Open.
-func (s *Store) StoredRetainedMessages() ([]storage.Message, error) {
-	return decodeAll[storage.Message](s, kRetained)
-}
-
-// decodeAll decodes the values loaded under prefix; one that does not
-// decode is dropped with a log line (its session is lost, no other).
-func decodeAll[T any, PT interface {
-	*T
-	UnmarshalBinary([]byte) error
-}](s *Store, prefix string) ([]T, error) {
-	var out []T
-	for _, b := range s.loadedWith(prefix) {
-		var v T
-		if err := PT(&v).UnmarshalBinary(b); err != nil {
-			s.log.Warn().Err(err).Str("kind", prefix).Msg("session record does not decode; dropped")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []storage.Client
+	for _, ss := range s.sessions {
+		if ss.parked {
 			continue
 		}
-		out = append(out, v)
+		c, err := s.clientLocked(ss)
+		if err != nil {
+			s.log.Warn().Err(err).Str("client", ss.id).Msg("stored session does not load; dropped")
+			s.dropLocked(ss, true)
+			continue
+		}
+		out = append(out, c)
 	}
 	return out, nil
+}
+
+// StoredSubscriptions returns the subscriptions of StoredClients' sessions.
+func (s *Store) StoredSubscriptions() ([]storage.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []storage.Subscription
+	for _, ss := range s.sessions {
+		if ss.parked {
+			continue
+		}
+		for _, r := range ss.subs {
+			var sub storage.Subscription
+			v, err := s.readLocked(r.e)
+			if err == nil {
+				err = sub.UnmarshalBinary(v)
+			}
+			if err != nil {
+				s.log.Warn().Err(err).Str("client", ss.id).Msg("subscription record does not load; dropped")
+				continue
+			}
+			out = append(out, sub)
+		}
+	}
+	return out, nil
+}
+
+// StoredInflightMessages returns the queued messages of StoredClients'
+// sessions.
+func (s *Store) StoredInflightMessages() ([]storage.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []storage.Message
+	for _, ss := range s.sessions {
+		if ss.parked {
+			continue
+		}
+		for _, m := range ss.msgs {
+			v, err := s.readLocked(m.e)
+			var rec storage.Message
+			if err == nil {
+				rec, _, err = decodeMsg(v)
+			}
+			if err != nil {
+				s.log.Warn().Err(err).Str("client", ss.id).Msg("message record does not load; dropped")
+				continue
+			}
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// StoredRetainedMessages returns the retained messages.
+func (s *Store) StoredRetainedMessages() ([]storage.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []storage.Message
+	for topic, e := range s.retained {
+		var m storage.Message
+		v, err := s.readLocked(*e)
+		if err == nil {
+			err = m.UnmarshalBinary(v)
+		}
+		if err != nil {
+			s.log.Warn().Err(err).Str("topic", topic).Msg("retained record does not load; dropped")
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// ClientClosed is the gateway's call for a connection that ended in a
+// recovered panic: the gateway drops its session from mochi, and so does
+// the store.
+func (s *Store) ClientClosed(cl *mqtt.Client, _ string, _ error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.parkq, cl)
+	if s.connecting[cl.ID] == cl {
+		delete(s.connecting, cl.ID)
+	}
+	if ss := s.sessions[cl.ID]; ss != nil && !ss.parked && s.server != nil {
+		if cur, ok := s.server.Clients.Get(cl.ID); !ok || cur == cl {
+			s.dropLocked(ss, true)
+		}
+	}
 }

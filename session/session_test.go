@@ -3,6 +3,7 @@ package session
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
@@ -60,6 +61,32 @@ func open(t *testing.T, dir string) *Store {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// put writes a record as the hooks would and indexes it as Open does.
+func (s *Store) put(key string, v storage.Serializable) {
+	b, err := v.MarshalBinary()
+	if err != nil {
+		panic(err)
+	}
+	if m, ok := v.(*storage.Message); ok && strings.HasPrefix(key, kInflight) {
+		if b, err = encodeMsg(m, 0); err != nil {
+			panic(err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.writeLocked(opPut, key, b)
+	s.live -= int64(e.n) // apply counts it
+	s.apply(opPut, key, b, e)
+}
+
+func (s *Store) delClient(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss := s.sessions[id]; ss != nil {
+		s.dropLocked(ss, true)
+	}
 }
 
 func TestStoreReloads(t *testing.T) {

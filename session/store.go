@@ -11,7 +11,7 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/storage"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/rs/zerolog"
 )
 
@@ -21,14 +21,39 @@ type Options struct {
 	// crash loses nothing written; a power loss at most this much).
 	// Default 200 ms.
 	SyncInterval time.Duration
-	Logger       *zerolog.Logger
+	// ParkAfter is how long a persistent session stays a mochi client after
+	// its connection ended before it is parked: taken out of mochi, its
+	// messages only on disk (see park.go). Default 1 s.
+	ParkAfter time.Duration
+	// SweepInterval is how often parked sessions and their queued messages
+	// are checked for expiry. Default 1 s.
+	SweepInterval time.Duration
+	// MaxQueued and MaxQueuedBytes bound what is queued for one parked
+	// session (QoS 1/2 messages; their payload bytes). Past a bound the new
+	// message is refused (Discarded is told). Defaults 1,000 and 1 MiB.
+	MaxQueued      int
+	MaxQueuedBytes int
+	// Discarded, if set, is told of every message queued for a session that
+	// the store gives up on: expired (its own expiry or its session's) or
+	// refused because the session's queue is full. Called without locks
+	// held, from the goroutine that discarded it.
+	Discarded func(clientID string, pk packets.Packet, expired bool, reason string)
+	// Direct, if set, names the one client a topic is addressed to whatever
+	// its subscriptions (the bridge's point-to-point topics): a publish to
+	// such a topic is queued for that client when it is parked.
+	Direct func(topic string) (clientID string, ok bool)
+	Logger *zerolog.Logger
 }
 
 // Store persists MQTT sessions — clients with their will, subscriptions,
 // outbound QoS 1/2 messages not yet acknowledged (including those queued
-// for an offline client), and retained messages — in dir/sessions.log, and
-// gives them back to mochi at start. It is a mochi storage hook; safe for
-// concurrent use.
+// for an offline client), and retained messages — in dir/sessions.log.
+// It is a mochi hook; safe for concurrent use.
+//
+// Online sessions are mochi clients. An offline one is parked (park.go):
+// mochi forgets it, and what stays in memory is its record offsets, its
+// subscription filters for routing, and the offsets of its queued
+// messages — the messages themselves are on disk until it reconnects.
 type Store struct {
 	mqtt.HookBase
 
@@ -37,39 +62,108 @@ type Store struct {
 	opts Options
 	log  zerolog.Logger
 
-	mu      sync.Mutex // guards everything below
-	f       *os.File
-	size    int64                      // bytes in the file
-	live    int64                      // bytes of live records
-	offsets map[string]entry           // key → its live record
-	keysOf  map[string]map[string]bool // client ID → its subscription and inflight keys
-	loaded  map[string][]byte
-	dirty   bool
-	err     error // sticky write error: the store stops writing
-	buf     []byte
+	mu       sync.Mutex // guards everything below
+	f        *os.File
+	size     int64 // bytes in the file
+	live     int64 // bytes of live records
+	sessions map[string]*sess
+	retained map[string]*entry
+	routes   routes
+	dirty    bool
+	err      error // sticky write error: the store stops writing
+	buf      []byte
+
+	server     *mqtt.Server
+	parkq      map[*mqtt.Client]time.Time // offline mochi clients to park, with when they were queued
+	connecting map[string]*mqtt.Client    // connections between OnSessionEstablish and OnSessionEstablished
+	gen        uint64                     // routing generation (dedupes a session matched by several filters)
+	parked     int                        // sessions parked
+	queued     int                        // messages queued in parked sessions
+	openedAt   int64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
 }
 
-type entry struct{ off, n int64 }
+// entry is where a live record is in the file.
+type entry struct {
+	off int64
+	n   int32
+}
 
-// Key prefixes.
+// sess is what the store keeps of one persistent session.
+type sess struct {
+	id     string
+	client entry // c/ record
+	gone   entry // d/ record: when it went offline (n == 0: none)
+	subs   []subRef
+	msgs   []msgRef // outbound QoS 1/2 messages not acknowledged, oldest first
+	bytes  int      // payload bytes of msgs
+
+	// While parked:
+	parked   bool
+	will     bool   // a will is pending (such sessions are never parked)
+	deadline int64  // unix seconds it expires at; 0 never
+	nextPID  uint16 // next packet ID to try for a queued message
+	mark     uint64 // routing generation it was last matched in
+}
+
+type subRef struct {
+	filter string
+	e      entry
+	slot   int32 // its place in routes (parked only; -1 when not routed)
+	ident  int32 // MQTT 5 subscription identifier
+	qos    byte
+	flags  byte // subNoLocal | subRetainAsPublished
+}
+
+const (
+	subNoLocal = 1 << iota
+	subRetainAsPublished
+	subShared
+)
+
+type msgRef struct {
+	e      entry
+	expiry int64 // unix seconds; 0 never
+	size   int32 // payload bytes
+	pid    uint16
+}
+
+// Key prefixes. A session's keys are its ID after the prefix; a
+// subscription's and a message's add NUL and the filter / packet ID.
 const (
 	kClient   = "c/"
+	kGone     = "d/"
 	kSub      = "s/"
 	kInflight = "i/"
 	kRetained = "r/"
 )
 
-// Open loads dir/sessions.log (creating dir) and starts the syncer.
+// Open loads dir/sessions.log (creating dir) and starts the background
+// goroutine (fsync, parking, expiry, compaction). Attach parks the
+// sessions found.
 func Open(dir string, o Options) (*Store, error) {
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = 200 * time.Millisecond
 	}
+	if o.ParkAfter <= 0 {
+		o.ParkAfter = time.Second
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = time.Second
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = 1000
+	}
+	if o.MaxQueuedBytes <= 0 {
+		o.MaxQueuedBytes = 1 << 20
+	}
 	s := &Store{dir: dir, path: filepath.Join(dir, "sessions.log"), opts: o, log: zerolog.Nop(),
-		offsets: map[string]entry{}, keysOf: map[string]map[string]bool{}, loaded: map[string][]byte{}, stop: make(chan struct{})}
+		sessions: map[string]*sess{}, retained: map[string]*entry{}, routes: routes{},
+		parkq: map[*mqtt.Client]time.Time{}, connecting: map[string]*mqtt.Client{},
+		stop: make(chan struct{}), openedAt: time.Now().Unix()}
 	if o.Logger != nil {
 		s.log = o.Logger.With().Str("component", "session").Logger()
 	}
@@ -82,21 +176,10 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	end := int64(len(data))
 	var lastBad int64 = -1
+	records := 0
 	replay(data, func(op byte, key string, value []byte, off int64) {
-		n := int64(recHeader + 3 + len(key) + len(value))
-		if old, ok := s.offsets[key]; ok {
-			s.live -= old.n
-		}
-		if op == opDelete {
-			delete(s.offsets, key)
-			delete(s.loaded, key)
-			s.untrack(key)
-			return
-		}
-		s.track(key)
-		s.offsets[key] = entry{off, n}
-		s.loaded[key] = value
-		s.live += n
+		s.apply(op, key, value, entry{off, int32(recHeader + 3 + len(key) + len(value))})
+		records++
 		lastBad = -1
 	}, func(off int64, err error) {
 		if lastBad < 0 {
@@ -115,8 +198,9 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("session: cut torn tail of %s: %w", s.path, err)
 	}
 	s.size = end
-	s.log.Info().Int("records", len(s.offsets)).Int64("bytes", end).Msg("sessions loaded")
-	s.wg.Go(s.syncLoop)
+	s.log.Info().Int("records", records).Int64("bytes", end).Int("sessions", len(s.sessions)).
+		Int("parked", s.parked).Int("queued", s.queued).Int("retained", len(s.retained)).Msg("sessions loaded")
+	s.wg.Go(s.loop)
 	return s, nil
 }
 
@@ -133,15 +217,27 @@ func (s *Store) Close() error {
 	return err
 }
 
-func (s *Store) syncLoop() {
-	t := time.NewTicker(s.opts.SyncInterval)
+// loop fsyncs, parks, expires and compacts until Close.
+func (s *Store) loop() {
+	t := time.NewTicker(min(s.opts.SyncInterval, s.opts.ParkAfter, s.opts.SweepInterval))
 	defer t.Stop()
+	var lastSync, lastSweep time.Time
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
 		}
+		now := time.Now()
+		s.parkDue(now)
+		if now.Sub(lastSweep) >= s.opts.SweepInterval {
+			lastSweep = now
+			s.sweep(now)
+		}
+		if now.Sub(lastSync) < s.opts.SyncInterval {
+			continue
+		}
+		lastSync = now
 		s.mu.Lock()
 		if s.dirty && s.err == nil {
 			if err := s.f.Sync(); err != nil {
@@ -165,57 +261,194 @@ func (s *Store) fail(err error) {
 	}
 }
 
-// put and del write one record (to the page cache: a process crash loses
-// nothing; the syncer fsyncs).
-func (s *Store) put(key string, v storage.Serializable) {
-	b, err := v.MarshalBinary()
-	if err != nil {
-		s.log.Error().Err(err).Str("key", key).Msg("encode session record")
-		return
-	}
-	s.write(opPut, key, b)
-}
-
-func (s *Store) del(key string) {
-	s.mu.Lock()
-	_, ok := s.offsets[key]
-	s.mu.Unlock()
-	if ok {
-		s.write(opDelete, key, nil)
-	}
-}
-
-func (s *Store) write(op byte, key string, value []byte) {
-	if len(key) > 0xFFFF {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return
+// writeLocked appends one record (to the page cache: a process crash loses
+// nothing; the loop fsyncs) and returns where it is; n == 0 if nothing was
+// written (the store failed).
+func (s *Store) writeLocked(op byte, key string, value []byte) entry {
+	if s.err != nil || len(key) > 0xFFFF {
+		return entry{}
 	}
 	s.buf = appendRecord(s.buf[:0], op, key, value)
 	if _, err := s.f.WriteAt(s.buf, s.size); err != nil {
 		s.fail(err)
-		return
+		return entry{}
 	}
-	n := int64(len(s.buf))
-	if old, ok := s.offsets[key]; ok {
-		s.live -= old.n
-	}
-	if op == opPut {
-		s.offsets[key] = entry{s.size, n}
-		s.live += n
-		s.track(key)
-	} else {
-		delete(s.offsets, key)
-		s.untrack(key)
-	}
-	s.size += n
+	e := entry{s.size, int32(len(s.buf))}
+	s.size += int64(e.n)
 	s.dirty = true
+	if op == opPut {
+		s.live += int64(e.n)
+	}
+	return e
 }
 
-// compactLocked rewrites the live records into a new file and swaps it in.
+// replaceLocked writes a put of key and returns its entry, counting old
+// (the entry it replaces, n == 0 for none) as dead.
+func (s *Store) replaceLocked(old entry, key string, value []byte) entry {
+	s.live -= int64(old.n)
+	return s.writeLocked(opPut, key, value)
+}
+
+// deleteLocked writes a delete of key whose live record is at e.
+func (s *Store) deleteLocked(e entry, key string) {
+	if e.n == 0 {
+		return
+	}
+	s.live -= int64(e.n)
+	s.writeLocked(opDelete, key, nil)
+}
+
+// readLocked reads and checks the record at e and returns its value.
+func (s *Store) readLocked(e entry) ([]byte, error) {
+	b := make([]byte, e.n)
+	if _, err := s.f.ReadAt(b, e.off); err != nil {
+		return nil, fmt.Errorf("session: read record at %d: %w", e.off, err)
+	}
+	_, _, value, _, err := decodeRecord(b)
+	if err != nil {
+		return nil, fmt.Errorf("session: record at %d: %w", e.off, err)
+	}
+	return value, nil
+}
+
+// apply indexes one record read at Open.
+func (s *Store) apply(op byte, key string, value []byte, e entry) {
+	if len(key) < 2 {
+		return
+	}
+	prefix, rest := key[:2], key[2:]
+	if prefix == kRetained {
+		if old, ok := s.retained[rest]; ok {
+			s.live -= int64(old.n)
+			delete(s.retained, rest)
+		}
+		if op == opPut {
+			s.retained[rest] = &e
+			s.live += int64(e.n)
+		}
+		return
+	}
+	id, sub, _ := strings.Cut(rest, "\x00")
+	ss := s.sessions[id]
+	if ss == nil {
+		if op == opDelete || prefix != kClient {
+			return // nothing of it is live (or it belongs to no session)
+		}
+		ss = &sess{id: id}
+		s.sessions[id] = ss
+	}
+	var put bool
+	if op == opPut {
+		put = true
+		s.live += int64(e.n)
+	}
+	switch prefix {
+	case kClient:
+		if !put {
+			s.dropLocked(ss, false) // delete of the client: the whole session
+			return
+		}
+		s.live -= int64(ss.client.n)
+		ss.client = e
+	case kGone:
+		s.live -= int64(ss.gone.n)
+		ss.gone = entry{}
+		if put {
+			ss.gone = e
+		}
+	case kSub:
+		i := ss.findSub(sub)
+		if i >= 0 {
+			s.live -= int64(ss.subs[i].e.n)
+			ss.subs = append(ss.subs[:i], ss.subs[i+1:]...)
+		}
+		if put {
+			ref, err := decodeSubRef(sub, value)
+			if err != nil {
+				s.live -= int64(e.n)
+				s.log.Warn().Err(err).Str("client", id).Msg("subscription record does not decode; dropped")
+				return
+			}
+			ref.e = e
+			ss.subs = append(ss.subs, ref)
+		}
+	case kInflight:
+		if len(sub) != 2 {
+			return
+		}
+		pid := binary.BigEndian.Uint16([]byte(sub))
+		if i := ss.findMsg(pid); i >= 0 {
+			s.live -= int64(ss.msgs[i].e.n)
+			ss.bytes -= int(ss.msgs[i].size)
+			ss.msgs = append(ss.msgs[:i], ss.msgs[i+1:]...)
+		}
+		if put {
+			ref, err := decodeMsgRef(value)
+			if err != nil {
+				s.live -= int64(e.n)
+				s.log.Warn().Err(err).Str("client", id).Msg("message record does not decode; dropped")
+				return
+			}
+			ref.e, ref.pid = e, pid
+			ss.msgs = append(ss.msgs, ref)
+			ss.bytes += int(ref.size)
+		}
+	}
+}
+
+func (ss *sess) findSub(filter string) int {
+	for i := range ss.subs {
+		if ss.subs[i].filter == filter {
+			return i
+		}
+	}
+	return -1
+}
+
+func (ss *sess) findMsg(pid uint16) int {
+	for i := range ss.msgs {
+		if ss.msgs[i].pid == pid {
+			return i
+		}
+	}
+	return -1
+}
+
+// dropLocked forgets a session and, when write is set, deletes its
+// records; a parked one leaves the routes.
+func (s *Store) dropLocked(ss *sess, write bool) {
+	if ss.parked {
+		s.unrouteLocked(ss)
+		s.parked--
+		s.queued -= len(ss.msgs)
+		ss.parked = false
+	}
+	for _, r := range ss.subs {
+		if write {
+			s.deleteLocked(r.e, subKey(ss.id, r.filter))
+		} else {
+			s.live -= int64(r.e.n)
+		}
+	}
+	for _, m := range ss.msgs {
+		if write {
+			s.deleteLocked(m.e, inflightKey(ss.id, m.pid))
+		} else {
+			s.live -= int64(m.e.n)
+		}
+	}
+	if write {
+		s.deleteLocked(ss.gone, kGone+ss.id)
+		s.deleteLocked(ss.client, kClient+ss.id)
+	} else {
+		s.live -= int64(ss.gone.n) + int64(ss.client.n)
+	}
+	ss.subs, ss.msgs, ss.bytes = nil, nil, 0
+	delete(s.sessions, ss.id)
+}
+
+// compactLocked rewrites the live records into a new file, swaps it in and
+// moves every entry to its new place.
 func (s *Store) compactLocked() error {
 	tmp := s.path + ".tmp"
 	f, err := os.Create(tmp)
@@ -224,15 +457,23 @@ func (s *Store) compactLocked() error {
 	}
 	defer os.Remove(tmp)
 	var out []byte
-	offsets := make(map[string]entry, len(s.offsets))
-	for key, e := range s.offsets {
+	moved := map[*entry]entry{}
+	var rerr error
+	s.eachEntryLocked(func(e *entry) {
+		if rerr != nil || e.n == 0 {
+			return
+		}
 		rec := make([]byte, e.n)
 		if _, err := s.f.ReadAt(rec, e.off); err != nil {
-			_ = f.Close()
-			return fmt.Errorf("read record %q: %w", key, err)
+			rerr = fmt.Errorf("read record at %d: %w", e.off, err)
+			return
 		}
-		offsets[key] = entry{int64(len(out)), e.n}
+		moved[e] = entry{int64(len(out)), e.n}
 		out = append(out, rec...)
+	})
+	if rerr != nil {
+		_ = f.Close()
+		return rerr
 	}
 	if _, err := f.Write(out); err != nil {
 		_ = f.Close()
@@ -251,8 +492,28 @@ func (s *Store) compactLocked() error {
 		_ = d.Close()
 	}
 	_ = s.f.Close()
-	s.f, s.offsets, s.size, s.live, s.dirty = f, offsets, int64(len(out)), int64(len(out)), false
+	for e, n := range moved {
+		*e = n
+	}
+	s.f, s.size, s.live, s.dirty = f, int64(len(out)), int64(len(out)), false
 	return nil
+}
+
+// eachEntryLocked calls fn with every live entry, in place.
+func (s *Store) eachEntryLocked(fn func(*entry)) {
+	for _, ss := range s.sessions {
+		fn(&ss.client)
+		fn(&ss.gone)
+		for i := range ss.subs {
+			fn(&ss.subs[i].e)
+		}
+		for i := range ss.msgs {
+			fn(&ss.msgs[i].e)
+		}
+	}
+	for _, e := range s.retained {
+		fn(e)
+	}
 }
 
 func clientKey(id string) string { return kClient + id }
@@ -264,60 +525,3 @@ func inflightKey(id string, pid uint16) string {
 }
 
 func retainedKey(topic string) string { return kRetained + topic }
-
-// ownerOf returns the client ID a subscription or inflight key belongs to.
-func ownerOf(key string) (string, bool) {
-	if !strings.HasPrefix(key, kSub) && !strings.HasPrefix(key, kInflight) {
-		return "", false
-	}
-	id, _, ok := strings.Cut(key[2:], "\x00")
-	return id, ok
-}
-
-func (s *Store) track(key string) {
-	if id, ok := ownerOf(key); ok {
-		m := s.keysOf[id]
-		if m == nil {
-			m = map[string]bool{}
-			s.keysOf[id] = m
-		}
-		m[key] = true
-	}
-}
-
-func (s *Store) untrack(key string) {
-	if id, ok := ownerOf(key); ok {
-		delete(s.keysOf[id], key)
-		if len(s.keysOf[id]) == 0 {
-			delete(s.keysOf, id)
-		}
-	}
-}
-
-// delClient removes a client and everything of it.
-func (s *Store) delClient(id string) {
-	s.mu.Lock()
-	keys := make([]string, 0, len(s.keysOf[id]))
-	for k := range s.keysOf[id] {
-		keys = append(keys, k)
-	}
-	s.mu.Unlock()
-	for _, k := range keys {
-		s.del(k)
-	}
-	s.del(clientKey(id))
-}
-
-// loadedWith returns and forgets the values loaded at Open under prefix.
-func (s *Store) loadedWith(prefix string) [][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out [][]byte
-	for k, v := range s.loaded {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, v)
-			delete(s.loaded, k)
-		}
-	}
-	return out
-}

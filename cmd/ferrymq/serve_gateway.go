@@ -12,6 +12,7 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -32,7 +33,26 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	if err != nil {
 		return nil, err
 	}
-	br, err := bridge.New(bridge.Options{
+	var br *bridge.Hook
+	sessions, err := session.Open(filepath.Join(o.dataDir, "sessions"), session.Options{
+		MaxQueued:      bc.OfflineMaxMessages,
+		MaxQueuedBytes: bc.OfflineMaxBytes,
+		Direct:         bridge.P2PTarget,
+		Discarded: func(id string, pk packets.Packet, expired bool, reason string) {
+			br.Discarded(id, pk, expired, reason)
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = sessions.Close()
+		}
+	}()
+	br, err = bridge.New(bridge.Options{
 		Core:               bo.Core,
 		Broker:             bo.Broker,
 		Uplink:             bc.Uplink,
@@ -46,6 +66,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		DeadLetterTopic:    bc.DeadLetterTopic,
 		OfflineMaxMessages: bc.OfflineMaxMessages,
 		OfflineMaxBytes:    bc.OfflineMaxBytes,
+		Sessions:           sessions,
 		Node:               cmp.Or(bo.Node, bc.Node),
 		Logger:             log,
 	})
@@ -77,17 +98,16 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		return nil, err
 	}
 	o.closers = append(o.closers, authClosers...)
-	hooks := []mqtt.Hook{br}
+	// Order: auth (refused publishes never reach the core), sessions (a
+	// parked session is restored before the bridge sees the connection),
+	// bridge.
+	hooks := []mqtt.Hook{sessions, br}
 	if authHook != nil {
-		hooks = []mqtt.Hook{authHook, br} // before the bridge: refused publishes never reach the core
-	}
-	sessions, err := session.Open(filepath.Join(o.dataDir, "sessions"), session.Options{Logger: log})
-	if err != nil {
-		return nil, err
+		hooks = []mqtt.Hook{authHook, sessions, br}
 	}
 	gw, err := gateway.New(gateway.Options{
 		Listeners:        lns,
-		Hooks:            append(hooks, sessions),
+		Hooks:            hooks,
 		MaxPacketBytes:   mc.MaxPacketBytes,
 		ConnectTimeout:   time.Duration(mc.ConnectTimeout),
 		MaxKeepalive:     mc.MaxKeepalive,
@@ -102,9 +122,9 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		Logger:           log,
 	})
 	if err != nil {
-		_ = sessions.Close()
 		return nil, err
 	}
+	ok = true
 	return gw, nil
 }
 

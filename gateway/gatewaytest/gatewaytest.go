@@ -10,6 +10,7 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/bridge"
@@ -24,8 +25,10 @@ type Options struct {
 	Store   store.Options
 	Bridge  bridge.Options // Broker is filled in
 	Gateway gateway.Options
-	// Sessions persists MQTT sessions in Dir/sessions (package session).
-	Sessions bool
+	// Sessions persists MQTT sessions in Dir/sessions (package session),
+	// with SessionOptions (Discarded and Direct are wired to the bridge).
+	Sessions       bool
+	SessionOptions session.Options
 	// Auth, if set, is added before the bridge (package auth's hook).
 	Auth mqtt.Hook
 }
@@ -35,6 +38,8 @@ type Env struct {
 	Store   *store.Store
 	Bridge  *bridge.Hook
 	Gateway *gateway.Gateway
+	// Sessions is the session store (Options.Sessions), or nil.
+	Sessions *session.Store
 	TCP     string // host:port of the MQTT TCP listener
 	WS      string // host:port of the WebSocket listener (path /mqtt)
 }
@@ -48,26 +53,35 @@ func Start(t testing.TB, o Options) *Env {
 	st, err := store.Open(o.Dir, o.Store)
 	require.NoError(t, err)
 	o.Bridge.Broker = st
-	br, err := bridge.New(o.Bridge)
-	if err != nil {
+	var br *bridge.Hook
+	var ss *session.Store
+	if o.Sessions {
+		so := o.SessionOptions
+		so.Discarded = func(id string, pk packets.Packet, expired bool, reason string) { br.Discarded(id, pk, expired, reason) }
+		so.Direct = bridge.P2PTarget
+		if ss, err = session.Open(filepath.Join(o.Dir, "sessions"), so); err != nil {
+			_ = st.Close()
+			require.NoError(t, err)
+		}
+		o.Bridge.Sessions = ss
+	}
+	if br, err = bridge.New(o.Bridge); err != nil {
 		_ = st.Close()
 		require.NoError(t, err)
 	}
 	if o.Gateway.Listeners == nil {
 		o.Gateway.Listeners = []gateway.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}, {Type: "ws", Addr: "127.0.0.1:0"}}
 	}
-	o.Gateway.Hooks = append([]mqtt.Hook{br}, o.Gateway.Hooks...)
+	// Order: auth, sessions (a parked session is restored before the
+	// bridge sees the connection), bridge, the caller's.
+	first := []mqtt.Hook{}
 	if o.Auth != nil {
-		o.Gateway.Hooks = append([]mqtt.Hook{o.Auth}, o.Gateway.Hooks...)
+		first = append(first, o.Auth)
 	}
-	if o.Sessions {
-		ss, err := session.Open(filepath.Join(o.Dir, "sessions"), session.Options{})
-		if err != nil {
-			_ = st.Close()
-			require.NoError(t, err)
-		}
-		o.Gateway.Hooks = append(o.Gateway.Hooks, ss)
+	if ss != nil {
+		first = append(first, ss)
 	}
+	o.Gateway.Hooks = append(append(first, br), o.Gateway.Hooks...)
 	o.Gateway.Store = st
 	gw, err := gateway.New(o.Gateway)
 	if err != nil {
@@ -75,7 +89,7 @@ func Start(t testing.TB, o Options) *Env {
 		require.NoError(t, err)
 	}
 	require.NoError(t, gw.Start())
-	e := &Env{Store: st, Bridge: br, Gateway: gw}
+	e := &Env{Store: st, Bridge: br, Gateway: gw, Sessions: ss}
 	if a := gw.Addr("tcp"); a != nil {
 		e.TCP = a.String()
 	}
