@@ -40,8 +40,8 @@ type Env struct {
 	Gateway *gateway.Gateway
 	// Sessions is the session store (Options.Sessions), or nil.
 	Sessions *session.Store
-	TCP     string // host:port of the MQTT TCP listener
-	WS      string // host:port of the WebSocket listener (path /mqtt)
+	TCP      string // host:port of the MQTT TCP listener
+	WS       string // host:port of the WebSocket listener (path /mqtt)
 }
 
 // Start runs a gateway until the test ends.
