@@ -1,0 +1,143 @@
+package gateway_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
+	"github.com/ferrymq/ferrymq/session"
+)
+
+// fastParking parks offline sessions after 50 ms and sweeps expiry every
+// 100 ms (compressed time).
+var fastParking = session.Options{ParkAfter: 50 * time.Millisecond, SweepInterval: 100 * time.Millisecond}
+
+func waitParked(t *testing.T, env *gatewaytest.Env, id string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		in, ok := env.Sessions.Session(id)
+		return ok && in.Parked
+	}, 10*time.Second, 10*time.Millisecond, "%s parked", id)
+	_, inMochi := env.Gateway.Server().Clients.Get(id)
+	require.False(t, inMochi, "a parked session is not a mochi client")
+}
+
+// An offline car is parked; what reaches it afterwards — another device's
+// QoS 1 publish on a topic it subscribed, a point-to-point command, a
+// downlink command on a subscribed topic — is queued on disk, QoS 0 and
+// non-matching topics are not; when it reconnects it gets the three in
+// order, and the two commands get "delivered" receipts.
+func TestParkedSessionQueuesOnDisk(t *testing.T) {
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking})
+	persistent := func(o *paho3.ClientOptions) { o.SetCleanSession(false) }
+	c := dialV3(t, env.TCP, "car9", persistent)
+	for _, f := range []string{"cars/car9/#", "fleet/all"} {
+		tok := c.Subscribe(f, 1, nil)
+		require.True(t, tok.WaitTimeout(5*time.Second))
+		require.NoError(t, tok.Error())
+	}
+	c.Disconnect(100)
+	waitParked(t, env, "car9")
+
+	other := dialV3(t, env.TCP, "car10")
+	for _, p := range []struct {
+		topic string
+		qos   byte
+		body  string
+	}{{"cars/car9/door", 1, "open"}, {"cars/car9/door", 0, "qos0"}, {"cars/car10/door", 1, "not-car9"}} {
+		tok := other.Publish(p.topic, p.qos, false, p.body)
+		require.True(t, tok.WaitTimeout(5*time.Second))
+		require.NoError(t, tok.Error())
+	}
+	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car9"); return in.Queued == 1 },
+		10*time.Second, 10*time.Millisecond, "the QoS 1 publish is queued, the QoS 0 one and car10's are not")
+	p2p := command(t, env, "car9", "wake", map[string]string{bridge.PropClientID: "car9"})
+	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car9"); return in.Queued == 2 },
+		10*time.Second, 10*time.Millisecond)
+	fleet := command(t, env, "fleet", "update", map[string]string{bridge.PropTopic: "fleet/all"})
+	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car9"); return in.Queued == 3 },
+		10*time.Second, 10*time.Millisecond)
+	in, _ := env.Sessions.Session("car9")
+	require.True(t, in.Parked)
+	require.Equal(t, len("open")+len("wake")+len("update"), in.QueuedBytes)
+
+	var got received
+	again := dialV3(t, env.TCP, "car9", persistent, func(o *paho3.ClientOptions) {
+		o.SetDefaultPublishHandler(got.add).SetOrderMatters(true)
+	})
+	require.Eventually(t, func() bool { return len(got.get()) == 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"cars/car9/door=open", "commands/car9=wake", "fleet/all=update"}, got.get())
+	require.Eventually(t, func() bool {
+		rs := receipts(t, env)
+		return rs[p2p].Outcome == bridge.OutcomeDelivered && rs[fleet].Outcome == bridge.OutcomeDelivered
+	}, 10*time.Second, 10*time.Millisecond, "receipts for both commands")
+	in, _ = env.Sessions.Session("car9")
+	require.False(t, in.Parked)
+	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car9"); return in.Queued == 0 },
+		10*time.Second, 10*time.Millisecond, "acknowledged messages leave the log")
+
+	// Subscriptions came back too: a new publish reaches the online car.
+	tok := other.Publish("cars/car9/door", 1, false, "closed")
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	require.Eventually(t, func() bool { return len(got.get()) == 4 }, 10*time.Second, 10*time.Millisecond)
+	again.Disconnect(100)
+}
+
+// A queued command whose TTL passes while its car is parked gets an
+// "expired" receipt and is not delivered; a parked MQTT 5 session whose
+// expiry passes is dropped with its queue ("expired" receipts).
+func TestParkedExpiry(t *testing.T) {
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking})
+	c := dialV3(t, env.TCP, "car11", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
+	c.Disconnect(100)
+	waitParked(t, env, "car11")
+	short := command(t, env, "car11", "soon-stale", map[string]string{bridge.PropClientID: "car11", bridge.PropTTL: "1s"})
+	long := command(t, env, "car11", "fresh", map[string]string{bridge.PropClientID: "car11"})
+	require.Eventually(t, func() bool { return receipts(t, env)[short].Outcome == bridge.OutcomeExpired },
+		10*time.Second, 20*time.Millisecond, "expired receipt for the 1 s command")
+	in, _ := env.Sessions.Session("car11")
+	require.Equal(t, 1, in.Queued)
+	var got received
+	dialV3(t, env.TCP, "car11", func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetDefaultPublishHandler(got.add) })
+	require.Eventually(t, func() bool { return receipts(t, env)[long].Outcome == bridge.OutcomeDelivered },
+		10*time.Second, 20*time.Millisecond)
+	require.Equal(t, []string{"commands/car11=fresh"}, got.get())
+
+	v5 := dialV5With(t, env.TCP, &paho.Connect{ClientID: "car12", KeepAlive: 30, CleanStart: true,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(2))}}, nil)
+	require.NoError(t, v5.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	<-v5.Done()
+	waitParked(t, env, "car12")
+	orphan := command(t, env, "car12", "never", map[string]string{bridge.PropClientID: "car12"})
+	require.Eventually(t, func() bool {
+		r := receipts(t, env)[orphan]
+		_, stored := env.Sessions.Session("car12")
+		return r.Outcome == bridge.OutcomeExpired && r.Reason == "the session expired" && !stored
+	}, 10*time.Second, 20*time.Millisecond, "the session expired with its queue")
+}
+
+// A clean start discards a parked session: nothing is delivered, the
+// queued command gets a "dropped" receipt, CONNACK says no session.
+func TestCleanStartDiscardsParkedSession(t *testing.T) {
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking})
+	c := dialV3(t, env.TCP, "car13", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
+	c.Disconnect(100)
+	waitParked(t, env, "car13")
+	id := command(t, env, "car13", "old", map[string]string{bridge.PropClientID: "car13"})
+	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car13"); return in.Queued == 1 },
+		10*time.Second, 10*time.Millisecond)
+	var got received
+	clean := dialV3(t, env.TCP, "car13", func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(got.add) })
+	require.Eventually(t, func() bool { return receipts(t, env)[id].Outcome == bridge.OutcomeDropped },
+		10*time.Second, 20*time.Millisecond)
+	_, stored := env.Sessions.Session("car13")
+	require.False(t, stored, "a clean session is not stored")
+	time.Sleep(100 * time.Millisecond)
+	require.Empty(t, got.get())
+	clean.Disconnect(100)
+}
