@@ -129,9 +129,12 @@ type downlink struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	pending map[string]map[uint16]pendingDown // online client → packet ID → what it carries
-	waiters map[string]chan struct{}          // client → closed when its inflight window moves
+	mu        sync.Mutex
+	pending   map[string]map[uint16]pendingDown // online client → packet ID → what it carries
+	held      map[string]*heldQueue             // unknown client → commands held for it (held.go)
+	heldN     int
+	heldBytes int
+	waiters   map[string]chan struct{} // client → closed when its inflight window moves
 }
 
 // downWindow is how many QoS 1/2 messages one client may have unacknowledged
@@ -209,6 +212,9 @@ func (h *Hook) OnStarted() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.dl.cancel = cancel
 	start := time.Now() // before Gateway.Start returns: nothing produced after that is skipped
+	if h.opts.HoldUnknown > 0 {
+		h.dl.wg.Go(func() { h.sweepHeld(ctx) })
+	}
 	for i := range h.down {
 		r := &h.down[i]
 		h.dl.wg.Go(func() { h.consumeDownlink(ctx, r, start) })
@@ -302,9 +308,19 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 			h.queueParked(receiptKey, target, id, topic, qos, origin, pk)
 			return
 		}
+		if !here && h.opts.HoldUnknown > 0 && qos > 0 {
+			deadline := now.Add(h.opts.HoldUnknown)
+			if left > 0 && now.Add(left).Before(deadline) {
+				deadline = now.Add(left)
+			}
+			pk.TopicName = p2pPrefix + target
+			pk.Connect.ClientIdentifier = originP2P + id + "/" + topic
+			h.hold(heldMsg{pk: pk, id: id, topic: topic, receiptKey: receiptKey, deadline: deadline})
+			return
+		}
 		if !here {
 			h.m.downlink.WithLabelValues("not_here").Inc()
-			return // connected to another node, or unknown
+			return // connected to another node (holding is off), or QoS 0
 		}
 		if cl.Closed() { // offline, not parked yet: mochi queues QoS 1/2 in its inflight window
 			reason := ""

@@ -23,6 +23,7 @@ const (
 	DefaultDeadLetterTopic = "downlink-dlq"
 	DefaultEventsTopic     = "device-events"
 	DefaultMaxInflight     = 256
+	DefaultHoldUnknown     = time.Hour
 )
 
 // Options configure the bridge hook.
@@ -57,6 +58,16 @@ type Options struct {
 	// that are no longer mochi clients): point-to-point messages for them
 	// are queued there (package session's Store).
 	Sessions Sessions
+	// HoldUnknown is how long a point-to-point command for a client ID with
+	// no session on this node is held in memory in case it connects (then
+	// it gets it; else an "expired" receipt). 0 means DefaultHoldUnknown;
+	// negative turns holding off (the command is skipped: with several
+	// gateway nodes the one that has the client delivers it). Held commands
+	// are bounded per client by OfflineMaxMessages/Bytes and in total by
+	// HoldUnknownMax (default 10,000) and HoldUnknownMaxBytes (64 MiB).
+	HoldUnknown         time.Duration
+	HoldUnknownMax      int
+	HoldUnknownMaxBytes int
 	// DeadLetterTopic keeps a copy of every downlink message that can
 	// never be delivered (an invalid MQTT topic), with dlq.* properties;
 	// "" means DefaultDeadLetterTopic, "-" turns it off.
@@ -147,6 +158,15 @@ func New(o Options) (*Hook, error) {
 	if o.OfflineMaxBytes <= 0 {
 		o.OfflineMaxBytes = 1 << 20
 	}
+	if o.HoldUnknown == 0 {
+		o.HoldUnknown = DefaultHoldUnknown
+	}
+	if o.HoldUnknownMax <= 0 {
+		o.HoldUnknownMax = 10000
+	}
+	if o.HoldUnknownMaxBytes <= 0 {
+		o.HoldUnknownMaxBytes = 64 << 20
+	}
 	if o.DeadLetterTopic == "" {
 		o.DeadLetterTopic = DefaultDeadLetterTopic
 	}
@@ -177,6 +197,7 @@ func New(o Options) (*Hook, error) {
 	h.dl.group = groupName(o.Node)
 	h.dl.pending = map[string]map[uint16]pendingDown{}
 	h.dl.waiters = map[string]chan struct{}{}
+	h.dl.held = map[string]*heldQueue{}
 	if o.Logger != nil {
 		h.log = o.Logger.With().Str("component", "bridge").Logger()
 	}

@@ -90,6 +90,7 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	if h.server != nil && !h.opts.DisableDownlink {
 		h.subscribeP2P(cl)
+		h.releaseHeld(cl.ID)
 	}
 }
 

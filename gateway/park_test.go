@@ -141,3 +141,27 @@ func TestCleanStartDiscardsParkedSession(t *testing.T) {
 	require.Empty(t, got.get())
 	clean.Disconnect(100)
 }
+
+// A point-to-point command for a client ID this node has never seen is
+// held: a car that connects within the hold gets it; one that never
+// connects gets an "expired" receipt; the hold per client is bounded.
+func TestPointToPointHeldForUnknownClient(t *testing.T) {
+	env := gatewaytest.Start(t, gatewaytest.Options{Bridge: bridge.Options{HoldUnknown: 1500 * time.Millisecond, OfflineMaxMessages: 2}})
+	first := command(t, env, "new-car", "provision", map[string]string{bridge.PropClientID: "new-car"})
+	ghost := command(t, env, "ghost", "hello?", map[string]string{bridge.PropClientID: "ghost"})
+	command(t, env, "ghost", "hello again", map[string]string{bridge.PropClientID: "ghost"})
+	over := command(t, env, "ghost", "one too many", map[string]string{bridge.PropClientID: "ghost"})
+	require.Eventually(t, func() bool { return receipts(t, env)[over].Outcome == bridge.OutcomeDropped },
+		10*time.Second, 10*time.Millisecond, "the third command for ghost is over its hold")
+
+	var got received
+	c := dialV3(t, env.TCP, "new-car", func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(got.add) })
+	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"commands/new-car=provision"}, got.get())
+	require.Eventually(t, func() bool {
+		rs := receipts(t, env)
+		return rs[first].Outcome == bridge.OutcomeDelivered && rs[ghost].Outcome == bridge.OutcomeExpired
+	}, 10*time.Second, 20*time.Millisecond, "delivered to new-car; expired for ghost")
+	require.Equal(t, "the client did not connect to this node in time", receipts(t, env)[ghost].Reason)
+	c.Disconnect(100)
+}

@@ -130,6 +130,7 @@ type bridgeConfig struct {
 	DeadLetterTopic    string              `yaml:"dead_letter_topic"`
 	OfflineMaxMessages int                 `yaml:"offline_max_messages"`
 	OfflineMaxBytes    int                 `yaml:"offline_max_bytes"`
+	HoldUnknown        *duration           `yaml:"hold_unknown"`
 	// Node names this gateway in events, receipts and its downlink offsets;
 	// default the host name (with --core-remote: host name and process ID).
 	Node string `yaml:"node"`

@@ -67,6 +67,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		OfflineMaxMessages: bc.OfflineMaxMessages,
 		OfflineMaxBytes:    bc.OfflineMaxBytes,
 		Sessions:           sessions,
+		HoldUnknown:        holdUnknown(bc.HoldUnknown, bo.HoldUnknown),
 		Node:               cmp.Or(bo.Node, bc.Node),
 		Logger:             log,
 	})
@@ -128,6 +129,18 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	return gw, nil
 }
 
+// holdUnknown is the configured hold for unknown clients (0s: off), else
+// the mode's default.
+func holdUnknown(configured *duration, def time.Duration) time.Duration {
+	if configured == nil {
+		return def
+	}
+	if *configured <= 0 {
+		return -1
+	}
+	return time.Duration(*configured)
+}
+
 // runRemote runs only the gateway, in front of the core server at
 // --core-remote: uplink produces there, downlink consumes there (each node
 // its own broadcast offsets, the node being this process's client ID).
@@ -144,7 +157,10 @@ func (o *serveOptions) runRemote(cmd *cobra.Command, n *node, log *zerolog.Logge
 		return fmt.Errorf("core-remote %s: %w", o.remote, err)
 	}
 	n.remote = c
-	if n.gateway, err = o.newGateway(bridge.Options{Core: bridge.Remote(c, log), Node: node}, nil, log); err != nil {
+	// Every node sees every command: holding one for a client none of them
+	// knows would give an "expired" receipt from each node but one.
+	bo := bridge.Options{Core: bridge.Remote(c, log), Node: node, HoldUnknown: -1}
+	if n.gateway, err = o.newGateway(bo, nil, log); err != nil {
 		return err
 	}
 	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, log)

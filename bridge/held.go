@@ -1,0 +1,145 @@
+package bridge
+
+import (
+	"context"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// Point-to-point commands for a client ID that has no session on this node
+// (a car provisioned but never connected, say) are held in memory for a
+// while: if the client connects within Options.HoldUnknown it gets them
+// (whatever its session), otherwise each gets an "expired" receipt. The
+// hold is bounded per client (OfflineMaxMessages, OfflineMaxBytes) and in
+// total (HoldUnknownMax messages, HoldUnknownMaxBytes); past a bound the
+// new command gets a "dropped" receipt at once. Held commands do not
+// survive a restart (the client never had a session to keep them in).
+
+// heldMsg is one held command.
+type heldMsg struct {
+	pk         packets.Packet // ready to inject: internal P2P topic, origin set
+	id, topic  string         // message ID and MQTT topic, for receipts
+	receiptKey string
+	deadline   time.Time
+}
+
+type heldQueue struct {
+	msgs  []heldMsg
+	bytes int
+}
+
+// hold keeps a command for a client this node does not know, or refuses it
+// with a "dropped" receipt when a bound is reached.
+func (h *Hook) hold(m heldMsg) {
+	reason := ""
+	h.dl.mu.Lock()
+	target := p2pTarget(m.pk.TopicName)
+	q := h.dl.held[target]
+	size := len(m.pk.Payload)
+	switch {
+	case q != nil && len(q.msgs) >= h.opts.OfflineMaxMessages:
+		reason = "the unknown client's hold is full (messages)"
+	case q != nil && q.bytes+size > h.opts.OfflineMaxBytes:
+		reason = "the unknown client's hold is full (bytes)"
+	case h.dl.heldN >= h.opts.HoldUnknownMax:
+		reason = "the hold for unknown clients is full (messages)"
+	case h.dl.heldBytes+size > h.opts.HoldUnknownMaxBytes:
+		reason = "the hold for unknown clients is full (bytes)"
+	default:
+		if q == nil {
+			q = &heldQueue{}
+			h.dl.held[target] = q
+		}
+		q.msgs = append(q.msgs, m)
+		q.bytes += size
+		h.dl.heldN++
+		h.dl.heldBytes += size
+	}
+	h.dl.mu.Unlock()
+	if reason != "" {
+		h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
+		h.receipt(m.receiptKey, &Receipt{MessageID: m.id, ClientID: target, Outcome: OutcomeDropped, Topic: m.topic, Reason: reason})
+		return
+	}
+	h.m.downlink.WithLabelValues("held").Inc()
+}
+
+func p2pTarget(topic string) string { id, _ := P2PTarget(topic); return id }
+
+// releaseHeld delivers what is held for a client that just connected.
+func (h *Hook) releaseHeld(client string) {
+	h.dl.mu.Lock()
+	q := h.dl.held[client]
+	if q != nil {
+		delete(h.dl.held, client)
+		h.dl.heldN -= len(q.msgs)
+		h.dl.heldBytes -= q.bytes
+	}
+	h.dl.mu.Unlock()
+	if q == nil {
+		return
+	}
+	now := time.Now()
+	for _, m := range q.msgs {
+		if !now.Before(m.deadline) {
+			h.expireHeld(client, m)
+			continue
+		}
+		if m.pk.Expiry > 0 {
+			m.pk.Properties.MessageExpiryInterval = uint32(max(1, m.pk.Expiry-now.Unix()))
+		}
+		if err := h.server.InjectPacket(h.inline, m.pk); err != nil {
+			h.log.Debug().Err(err).Str("client", client).Msg("held command publish")
+			continue
+		}
+		h.m.downlink.WithLabelValues("published").Inc()
+	}
+}
+
+func (h *Hook) expireHeld(client string, m heldMsg) {
+	h.m.downlink.WithLabelValues(OutcomeExpired).Inc()
+	h.receipt(m.receiptKey, &Receipt{MessageID: m.id, ClientID: client, Outcome: OutcomeExpired, Topic: m.topic,
+		Reason: "the client did not connect to this node in time"})
+}
+
+// sweepHeld gives held commands whose time passed their "expired" receipt,
+// every second until ctx ends.
+func (h *Hook) sweepHeld(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			type gone struct {
+				client string
+				m      heldMsg
+			}
+			var out []gone
+			h.dl.mu.Lock()
+			for client, q := range h.dl.held {
+				kept := q.msgs[:0]
+				for _, m := range q.msgs {
+					if now.Before(m.deadline) {
+						kept = append(kept, m)
+						continue
+					}
+					out = append(out, gone{client, m})
+					q.bytes -= len(m.pk.Payload)
+					h.dl.heldBytes -= len(m.pk.Payload)
+					h.dl.heldN--
+				}
+				q.msgs = kept
+				if len(kept) == 0 {
+					delete(h.dl.held, client)
+				}
+			}
+			h.dl.mu.Unlock()
+			for _, g := range out {
+				h.expireHeld(g.client, g.m)
+			}
+		}
+	}
+}
