@@ -52,11 +52,14 @@
 //
 // # JWT claims
 //
-// The password is the token; the username is not checked. Accepted
-// algorithms are HS256 (shared secret), RS256 and ES256 (public keys from
-// a PEM file); "none" and any algorithm not configured are refused before
-// a key is chosen, which prevents key-confusion attacks (an HS256 token
-// "signed" with an RSA public key). Claims:
+// The password is the token; the MQTT username is neither checked nor
+// used. The identity's username (%u in ACL rules and grants, and the owner
+// of the client's session) is the token's sub, or its client ID when sub
+// is absent. Accepted algorithms are HS256 (shared secret), RS256 and
+// ES256 (public keys from a PEM file); "none" and any algorithm not
+// configured are refused before a key is chosen, which prevents
+// key-confusion attacks (an HS256 token "signed" with an RSA public key).
+// Claims:
 //
 //	exp       required; becomes Identity.Expires
 //	clientid  must equal the client ID (sub is used when clientid is absent)
@@ -74,6 +77,17 @@
 // and it is bounded (CacheEntries). Failures are never cached, so a wrong
 // password always costs a full bcrypt; rate-limit connection attempts.
 // The cache lives only in memory.
+//
+// # The gateway hook
+//
+// Hook (hook.go) is all of the above as one mochi hook. It keeps state
+// only for live connections: once authenticated, a client's
+// Properties.Username is set to its Identity's Username, so that an
+// offline session (in mochi's client list, or parked on disk and named by
+// HookOptions.SessionOwner) still names its owner. A client ID whose
+// session exists may be taken only by that identity, with or without a
+// clean start. Publishes to $SYS and into the internal $ferrymq/
+// namespace are refused like an ACL refusal (MQTT 5: PUBACK/PUBREC 0x87).
 //
 // # Secrets
 //

@@ -26,7 +26,14 @@ type HookOptions struct {
 	// after Strikes stalls is disconnected. Defaults 1 s and 3.
 	Slowdown time.Duration
 	Strikes  int
-	Logger   *zerolog.Logger
+	// SessionOwner reports the Username of the identity that owns the
+	// stored session of clientID, for sessions that are no longer in
+	// mochi's client list (parked on disk by the session layer); ok false
+	// when there is none. It is asked at CONNECT only when mochi holds no
+	// client of that ID, and must be safe for concurrent use. Nil means
+	// such sessions have no owner.
+	SessionOwner func(clientID string) (username string, ok bool)
+	Logger       *zerolog.Logger
 }
 
 // Hook is auth as one mochi hook: authentication at CONNECT, the ACL on
@@ -34,20 +41,36 @@ type HookOptions struct {
 // and quotas (per-IP admission before a byte is read, per-client rates,
 // subscription and topic limits). Add it before the bridge so refused
 // publishes never reach the core.
+//
+// The hook remembers only live connections (from authentication to
+// OnDisconnect). Once authenticated, a client's
+// Properties.Username is its Identity's Username, so that what mochi and
+// the session layer keep of an offline session names its owner: a client
+// ID whose session exists — online, offline in mochi's client list, or
+// parked (HookOptions.SessionOwner) — may be taken only by the identity
+// with that Username, whatever the new connection's clean-start flag.
 type Hook struct {
 	mqtt.HookBase
 	o       HookOptions
 	log     zerolog.Logger
 	server  *mqtt.Server
-	clients sync.Map // client ID → *session (a new connection replaces it)
+	clients sync.Map // client ID → *session of its newest connection
 }
 
+// session is what the hook knows of one authenticated connection.
 type session struct {
 	owner   *mqtt.Client
 	id      Identity
 	lim     *ClientLimiter
-	strikes int
+	strikes int // MQTT 3 publish stalls in a row; owner's read goroutine only
 	expiry  *time.Timer
+}
+
+// stop stops the credential-expiry timer, if any.
+func (s *session) stop() {
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
 }
 
 // NewHook builds the hook.
@@ -74,8 +97,8 @@ func (h *Hook) ID() string { return "ferrymq-auth" }
 
 // Provides implements mqtt.Hook.
 func (h *Hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnSubscribe,
-		mqtt.OnDisconnect, mqtt.OnClientExpired}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish,
+		mqtt.OnSubscribe, mqtt.OnDisconnect}, []byte{b})
 }
 
 // AdmitConnection implements the gateway's Admitter: connection caps,
@@ -92,14 +115,11 @@ func (h *Hook) AdmitConnection(remote net.Addr) (func(), error) {
 }
 
 // OnConnectAuthenticate authenticates the CONNECT; false answers CONNACK
-// "bad user name or password" (0x86; 4 on MQTT 3).
+// "bad user name or password" (0x86; mochi sends 5 on MQTT 3). It also
+// refuses a client ID or username unusable in the ACL's templates, and a
+// client ID whose session belongs to another identity.
 func (h *Hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	username := string(pk.Connect.Username)
-	if h.o.ACL.UsesTemplates() && !h.o.ACL.TemplatesSafe(cl.ID, username) {
-		h.log.Info().Str("client", cl.ID).Msg("refused: client ID or username unusable in topic templates")
-		return false
-	}
-	req := &Request{ClientID: cl.ID, Username: username, Password: pk.Connect.Password, Remote: cl.Net.Remote, Now: time.Now()}
+	req := &Request{ClientID: cl.ID, Username: string(pk.Connect.Username), Password: pk.Connect.Password, Remote: cl.Net.Remote, Now: time.Now()}
 	if c, ok := cl.Net.Conn.(interface {
 		ConnectionState() (tls.ConnectionState, bool)
 	}); ok {
@@ -116,10 +136,10 @@ func (h *Hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		h.log.Info().Err(err).Str("client", cl.ID).Str("remote", cl.Net.Remote).Msg("authentication refused")
 		return false
 	}
-	if old := h.session(cl); old != nil && old.id.Username != id.Username {
-		// The session of this client ID belongs to someone else: a
-		// different identity may not take it over.
-		h.log.Info().Str("client", cl.ID).Str("remote", cl.Net.Remote).Msg("refused: client ID held by another identity")
+	// The identity's username is what %u becomes (for HMAC and mTLS it is
+	// not the CONNECT's username).
+	if h.o.ACL.UsesTemplates() && !h.o.ACL.TemplatesSafe(cl.ID, id.Username) {
+		h.log.Info().Str("client", cl.ID).Str("remote", cl.Net.Remote).Msg("refused: client ID or username unusable in topic templates")
 		return false
 	}
 	s := &session{owner: cl, id: id}
@@ -132,18 +152,63 @@ func (h *Hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 			_ = h.server.DisconnectClient(cl, packets.ErrMaxConnectTime)
 		})
 	}
-	if old, ok := h.clients.Swap(cl.ID, s); ok {
-		if o := old.(*session); o.expiry != nil {
-			o.expiry.Stop()
-		}
+	if !h.claim(s) {
+		s.stop()
+		// The session of this client ID belongs to someone else: a
+		// different identity may not take it over, nor start it afresh.
+		h.log.Info().Str("client", cl.ID).Str("remote", cl.Net.Remote).Msg("refused: client ID held by another identity")
+		return false
 	}
+	cl.Properties.Username = []byte(id.Username)
 	return true
 }
 
-// session returns the identity of cl's client ID (also for a persistent
-// session's offline client object, which keeps its ID).
+// claim makes s the session of its client ID, unless another identity
+// owns the ID: the client mochi holds (online, or an offline persistent
+// session), else the parked session (SessionOwner), or a connection the
+// hook knows (connected, or authenticated and not yet in mochi's list).
+// The last check and the swap are atomic, so of two identities racing
+// for a free ID one loses.
+func (h *Hook) claim(s *session) bool {
+	cid := s.owner.ID
+	if owner, ok := h.storedOwner(cid); ok && owner != s.id.Username {
+		return false
+	}
+	for {
+		v, loaded := h.clients.LoadOrStore(cid, s)
+		if !loaded {
+			return true
+		}
+		old := v.(*session)
+		if old.id.Username != s.id.Username {
+			return false
+		}
+		if h.clients.CompareAndSwap(cid, v, s) {
+			old.stop()
+			return true
+		}
+	}
+}
+
+// storedOwner returns the Username owning the session of clientID that
+// mochi holds, or else the parked one.
+func (h *Hook) storedOwner(clientID string) (string, bool) {
+	if h.server != nil {
+		if old, ok := h.server.Clients.Get(clientID); ok {
+			return string(old.Properties.Username), true
+		}
+	}
+	if h.o.SessionOwner != nil {
+		return h.o.SessionOwner(clientID)
+	}
+	return "", false
+}
+
+// session returns what the hook knows of cl's connection: nil for a
+// client object that is not a live connection (an offline persistent
+// session, one restored from storage, or one already replaced).
 func (h *Hook) session(cl *mqtt.Client) *session {
-	if v, ok := h.clients.Load(cl.ID); ok {
+	if v, ok := h.clients.Load(cl.ID); ok && v.(*session).owner == cl {
 		return v.(*session)
 	}
 	return nil
@@ -153,12 +218,15 @@ func (h *Hook) session(cl *mqtt.Client) *session {
 // or a delivery to cl (including retained messages).
 //
 // A client's point-to-point messages (internal topic $ferrymq/p2p/<its ID>)
-// pass: a backend addressed them to it. A session restored from storage
-// (offline since the restart) is checked by its stored username, without
-// the grants its credential carried.
+// pass: a backend addressed them to it. No client may publish into the
+// internal namespace $ferrymq/ (OnPacketRead also moves publishes to $SYS
+// there to have them refused). A client object that is not a live
+// connection — an offline persistent session, or one restored from
+// storage — is checked by its Properties.Username (its identity's
+// Username), without the grants its credential carried.
 func (h *Hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	if !write && strings.HasPrefix(topic, p2pTopicPrefix) {
-		return topic == p2pTopicPrefix+cl.ID
+	if internal, shared := internalTopic(topic, write); internal {
+		return !write && !shared && topic == p2pTopicPrefix+cl.ID
 	}
 	username, extra := string(cl.Properties.Username), []string(nil)
 	if s := h.session(cl); s != nil {
@@ -170,8 +238,55 @@ func (h *Hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	return h.o.ACL.Check(cl.ID, username, topic, write, extra)
 }
 
-// p2pTopicPrefix is the bridge's internal point-to-point namespace.
-const p2pTopicPrefix = "$ferrymq/p2p/"
+// internalTopic reports whether a topic (write) or a subscription filter
+// or delivery topic (!write) lies in the internal namespace, and whether it
+// is a shared subscription ("$share/{group}/$ferrymq/…").
+func internalTopic(topic string, write bool) (internal, shared bool) {
+	if !write {
+		if rest, ok := strings.CutPrefix(topic, sharePrefix); ok {
+			_, filter, _ := strings.Cut(rest, "/")
+			return strings.HasPrefix(filter, internalPrefix), true
+		}
+	}
+	return strings.HasPrefix(topic, internalPrefix), false
+}
+
+// The bridge's internal namespace and its point-to-point part.
+const (
+	internalPrefix = "$ferrymq/"
+	p2pTopicPrefix = "$ferrymq/p2p/"
+	// sysRefused replaces the topic of a client's publish to $SYS, so that
+	// mochi refuses it like any publish the ACL denies.
+	sysRefused = internalPrefix + "refused/sys"
+)
+
+// OnPacketRead runs before mochi validates a packet. For a client's
+// PUBLISH it
+//
+//   - resolves an MQTT 5 topic alias (an empty topic name with an alias
+//     set earlier), because mochi checks the ACL before it resolves
+//     aliases and would otherwise check the empty name;
+//   - turns a topic starting with "$SYS" (any case, as mochi tests it)
+//     into one in the internal namespace, which OnACLCheck refuses. Mochi
+//     silently drops publishes to $SYS, leaving an MQTT 5 QoS 1/2 client
+//     waiting for its ack; refused by the ACL it gets PUBACK/PUBREC 0x87
+//     (not authorized), an MQTT 3 client publishing at QoS 1/2 is
+//     disconnected, and QoS 0 is dropped.
+func (h *Hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline {
+		return pk, nil
+	}
+	if pk.TopicName == "" && pk.Properties.TopicAlias > 0 {
+		// Set with an empty topic only reads (mochi makes the same call
+		// later; an unknown alias stays empty and is refused).
+		pk.TopicName = cl.State.TopicAliases.Inbound.Set(pk.Properties.TopicAlias, "")
+	}
+	if len(pk.TopicName) >= len(mqtt.SysPrefix) && strings.EqualFold(pk.TopicName[:len(mqtt.SysPrefix)], mqtt.SysPrefix) {
+		h.log.Debug().Str("client", cl.ID).Msg("publish to $SYS refused")
+		pk.TopicName = sysRefused
+	}
+	return pk, nil
+}
 
 // OnPublish enforces the topic limits and the client's publish rate. MQTT
 // 5: PUBACK/PUBREC 0x96 (message rate too high) or 0x90; QoS 0 dropped.
@@ -206,61 +321,82 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	return pk, h.refuse(cl, pk, packets.ErrMessageRateTooHigh)
 }
 
-// refuse answers a refused MQTT 5 QoS 1/2 publish with code (mochi writes
-// the ack); anything else is dropped.
+// refuse answers a refused MQTT 5 QoS 1 publish with PUBACK code and a
+// QoS 2 one with PUBREC code (mochi would answer QoS 2 with a PUBACK);
+// an MQTT 3 client publishing at QoS 1/2 is disconnected, as for an ACL
+// refusal. QoS 0 is dropped.
 func (h *Hook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) error {
-	if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
-		return code
-	}
-	if cl.Properties.ProtocolVersion < 5 && pk.FixedHeader.Qos > 0 {
-		cl.Stop(code) // MQTT 3: disconnect without an ack, as for an ACL refusal
+	switch {
+	case pk.FixedHeader.Qos == 0:
+	case cl.Properties.ProtocolVersion == 5:
+		ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID,
+			ReasonCode: code.Code, Properties: packets.Properties{ReasonString: code.Reason}}
+		if pk.FixedHeader.Qos == 2 {
+			ack.FixedHeader.Type = packets.Pubrec
+		}
+		if err := cl.WritePacket(ack); err != nil {
+			// The connection is failing; the packet stays refused (any
+			// error but ErrRejectPacket would let mochi publish it).
+			h.log.Debug().Err(err).Str("client", cl.ID).Msg("refusal ack not written")
+		}
+	default:
+		cl.Stop(code)
 	}
 	return packets.ErrRejectPacket
 }
 
 // OnSubscribe refuses filters past the subscription cap or the topic
-// limits (they become invalid filters: SUBACK 0x8F / 0x80).
+// limits (they become invalid filters: SUBACK 0x8F / 0x80). A filter the
+// client already holds replaces its subscription and takes no new place;
+// the bridge's internal subscriptions ($ferrymq/…) take none either.
 func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	if h.o.Quotas == nil {
 		return pk
 	}
-	current := cl.State.Subscriptions.Len()
+	capped := h.o.Quotas.cfg.MaxSubscriptions > 0
+	var held map[string]packets.Subscription
+	current := 0
+	if capped {
+		held = cl.State.Subscriptions.GetAll()
+		for f := range held {
+			if !strings.HasPrefix(f, internalPrefix) {
+				current++
+			}
+		}
+	}
 	for i := range pk.Filters {
-		if h.o.Quotas.CheckTopic(pk.Filters[i].Filter) != nil || !h.o.Quotas.AllowSubscription(current) {
-			pk.Filters[i].Filter = "#/refused"
+		f := pk.Filters[i].Filter
+		if h.o.Quotas.CheckTopic(f) != nil {
+			pk.Filters[i].Filter = refusedFilter
 			continue
 		}
+		if !capped {
+			continue
+		}
+		if _, ok := held[f]; ok {
+			continue
+		}
+		if !h.o.Quotas.AllowSubscription(current) {
+			pk.Filters[i].Filter = refusedFilter
+			continue
+		}
+		held[f] = pk.Filters[i]
 		current++
 	}
 	return pk
 }
 
-// OnDisconnect forgets the identity of a session that ends with its
-// connection; a persistent session keeps it (messages queued for it are
-// checked against it) until it expires.
-func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
-	if expire {
-		h.forget(cl)
-		return
-	}
-	if s := h.session(cl); s != nil && s.owner == cl && s.expiry != nil {
-		s.expiry.Stop()
-	}
-}
+// refusedFilter is an invalid filter: mochi refuses it in the SUBACK.
+const refusedFilter = "#/refused"
 
-// OnClientExpired forgets an expired persistent session's identity.
-func (h *Hook) OnClientExpired(cl *mqtt.Client) { h.forget(cl) }
-
-// forget drops cl's identity unless a newer connection of the same ID
-// already replaced it.
-func (h *Hook) forget(cl *mqtt.Client) {
-	v, ok := h.clients.Load(cl.ID)
-	if !ok || v.(*session).owner != cl {
-		return
-	}
-	if h.clients.CompareAndDelete(cl.ID, v) {
-		if s := v.(*session); s.expiry != nil {
-			s.expiry.Stop()
-		}
+// OnDisconnect forgets the connection (and stops its expiry timer),
+// unless a newer connection of the same client ID already replaced it.
+// An offline persistent session keeps no state here: deliveries queued
+// for it are checked by its Properties.Username, and a new connection is
+// checked against that username, or against SessionOwner once the
+// session is parked.
+func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	if s := h.session(cl); s != nil && h.clients.CompareAndDelete(cl.ID, s) {
+		s.stop()
 	}
 }

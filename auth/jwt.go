@@ -112,10 +112,11 @@ func isP256(k crypto.PublicKey) bool {
 }
 
 // JWT is a Provider of clients whose password is a JSON Web Token. The
-// username is not checked. The token must carry exp, and a clientid claim
-// (or, failing that, sub) equal to the client ID; an optional
-// acl {pub: [...], sub: [...]} claim grants topic filters. JWT is safe for
-// concurrent use.
+// username is not checked, nor used: the Identity's Username is the
+// token's sub, else its client ID. The token must carry exp, and a
+// clientid claim (or, failing that, sub) equal to the client ID; an
+// optional acl {pub: [...], sub: [...]} claim grants topic filters. JWT
+// is safe for concurrent use.
 type JWT struct {
 	opts JWTOptions
 	rsa  jwt.VerificationKeySet
@@ -217,7 +218,14 @@ func (j *JWT) Authenticate(r *Request) (Identity, error) {
 	if cid != r.ClientID {
 		return Identity{}, fmt.Errorf("%w: token issued for another client id", ErrDenied)
 	}
-	id := Identity{ClientID: r.ClientID, Username: r.Username, Provider: ProviderJWT, Expires: c.ExpiresAt.Time}
+	// The MQTT username is not checked, so it must not name the identity
+	// (it would become %u in ACL rules and grants, and the owner of the
+	// client's session): the token's sub does, else the client ID it binds.
+	name := c.Subject
+	if name == "" {
+		name = cid
+	}
+	id := Identity{ClientID: r.ClientID, Username: name, Provider: ProviderJWT, Expires: c.ExpiresAt.Time}
 	if c.ACL != nil {
 		if err := checkFilters(c.ACL.Pub); err != nil {
 			return Identity{}, fmt.Errorf("%w: acl.pub: %w", ErrDenied, err)

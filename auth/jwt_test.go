@@ -67,9 +67,17 @@ func TestJWT(t *testing.T) {
 		id, err := hs.Authenticate(&Request{ClientID: "dev-1", Username: "whatever", Password: signToken(t, jwt.SigningMethodHS256, jwtSecret, c), Now: now})
 		require.NoError(t, err)
 		require.Equal(t, Identity{
-			ClientID: "dev-1", Username: "whatever", Provider: ProviderJWT, Expires: exp,
+			ClientID: "dev-1", Username: "dev-1", Provider: ProviderJWT, Expires: exp, // the client ID: no sub
 			Publish: []string{"devices/%c/up"}, Subscribe: []string{"devices/%c/down/#"},
 		}, id)
+	})
+	t.Run("username from sub, not from the CONNECT", func(t *testing.T) {
+		// %u rules and grants must not follow a name the client chose.
+		c := claimsFor("dev-1", exp)
+		c.Subject = "fleet-7"
+		id, err := hs.Authenticate(&Request{ClientID: "dev-1", Username: "admin", Password: signToken(t, jwt.SigningMethodHS256, jwtSecret, c), Now: now})
+		require.NoError(t, err)
+		require.Equal(t, "fleet-7", id.Username)
 	})
 	t.Run("RS256 and ES256 with sub, iss, aud", func(t *testing.T) {
 		c := &Claims{RegisteredClaims: jwt.RegisteredClaims{
@@ -79,9 +87,10 @@ func TestJWT(t *testing.T) {
 			signToken(t, jwt.SigningMethodRS256, rsaKey, c),
 			signToken(t, jwt.SigningMethodES256, ecKey, c),
 		} {
-			id, err := pk.Authenticate(&Request{ClientID: "dev-2", Password: tok, Now: now})
+			id, err := pk.Authenticate(&Request{ClientID: "dev-2", Username: "admin", Password: tok, Now: now})
 			require.NoError(t, err)
 			require.Equal(t, "dev-2", id.ClientID)
+			require.Equal(t, "dev-2", id.Username, "sub, never the unchecked MQTT username")
 			require.Equal(t, exp, id.Expires)
 		}
 	})

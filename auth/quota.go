@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,7 @@ const (
 	DefaultMaxTopicLevels = 32
 	DefaultMaxTopicLength = 1024 // bytes
 	DefaultMaxTrackedIPs  = 100_000
+	DefaultIPv6PrefixBits = 64
 	DefaultBanFor         = 5 * time.Minute // when BanAfter is set
 	// DefaultByteBurst is the smallest default ByteBurst: a burst of one
 	// second's worth of ByteRate, but never less than this, so that an
@@ -56,9 +58,10 @@ const minIdle = time.Minute
 
 // QuotaConfig sets connection and per-client limits. A zero field means
 // unlimited, except MaxTopicLevels and MaxTopicLength (default 32 levels and
-// 1024 bytes; set -1 for unlimited), MaxTrackedIPs (default 100,000), the
-// bursts (default one second's worth of the rate, at least 1 connection or
-// message and at least 64 KiB) and BanFor (5 minutes when BanAfter is set).
+// 1024 bytes; set -1 for unlimited), MaxTrackedIPs (default 100,000),
+// IPv6PrefixBits (default 64), the bursts (default one second's worth of
+// the rate, at least 1 connection or message and at least 64 KiB) and
+// BanFor (5 minutes when BanAfter is set).
 type QuotaConfig struct {
 	MaxConnections      int           `yaml:"max_connections"`
 	MaxConnectionsPerIP int           `yaml:"max_connections_per_ip"`
@@ -76,6 +79,13 @@ type QuotaConfig struct {
 	// MaxTrackedIPs bounds the per-IP table (rate, strikes, bans, counts).
 	// When it is full and nothing can be swept, new IPs are refused.
 	MaxTrackedIPs int `yaml:"max_tracked_ips"`
+	// IPv6PrefixBits is how much of an IPv6 address the per-IP limits key
+	// on: a single host is usually given a whole /64, so counting its
+	// addresses apart would let it multiply every per-IP limit. Zero means
+	// DefaultIPv6PrefixBits; 128 counts each address apart; values outside
+	// 1–128 are clamped. IPv4 (also IPv4-mapped IPv6) is always keyed by
+	// address.
+	IPv6PrefixBits int `yaml:"ipv6_prefix_bits"`
 }
 
 func (c QuotaConfig) withDefaults() QuotaConfig {
@@ -87,6 +97,14 @@ func (c QuotaConfig) withDefaults() QuotaConfig {
 	}
 	if c.MaxTrackedIPs <= 0 {
 		c.MaxTrackedIPs = DefaultMaxTrackedIPs
+	}
+	switch {
+	case c.IPv6PrefixBits == 0:
+		c.IPv6PrefixBits = DefaultIPv6PrefixBits
+	case c.IPv6PrefixBits < 0:
+		c.IPv6PrefixBits = 1
+	case c.IPv6PrefixBits > 128:
+		c.IPv6PrefixBits = 128
 	}
 	if c.ConnectRatePerIP > 0 && c.ConnectBurstPerIP <= 0 {
 		c.ConnectBurstPerIP = max(1, int(math.Ceil(c.ConnectRatePerIP)))
@@ -146,13 +164,16 @@ func NewQuotas(cfg QuotaConfig, now func() time.Time) *Quotas {
 func (q *Quotas) Config() QuotaConfig { return q.cfg }
 
 // AdmitConnection decides whether a new connection from ip (the remote
-// address without port) may proceed. It checks, in order, a ban
+// address without port) may proceed. IPv4 addresses count one by one,
+// IPv6 addresses by their IPv6PrefixBits prefix (see IPKey). It checks,
+// in order, a ban
 // (ErrBanned), the per-IP connect rate (ErrConnectRate; BanAfter such
 // refusals within StrikeWindow ban the IP for BanFor), and the global and
 // per-IP connection caps (ErrTooManyConnections). On success the caller
 // must call release when the connection ends; release may be called more
 // than once.
 func (q *Quotas) AdmitConnection(ip string) (release func(), err error) {
+	ip = q.IPKey(ip)
 	now := q.now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -213,6 +234,26 @@ func (q *Quotas) AdmitConnection(ip string) (release func(), err error) {
 			st.lastSeen = q.now()
 		})
 	}, nil
+}
+
+// IPKey returns the key of ip in the per-IP table: an IPv4 address (an
+// IPv4-mapped IPv6 one unmapped) as it is, an IPv6 address as its
+// IPv6PrefixBits prefix ("2001:db8:1:2::/64"), without zone. A string
+// that is not an IP address is its own key.
+func (q *Quotas) IPKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	a = a.WithZone("").Unmap()
+	if a.Is4() || q.cfg.IPv6PrefixBits >= 128 {
+		return a.String()
+	}
+	p, err := a.Prefix(q.cfg.IPv6PrefixBits)
+	if err != nil {
+		return ip // not reached: an IPv6 address and 1–127 bits
+	}
+	return p.String()
 }
 
 // Sweep drops per-IP entries with no connection, no running ban and no

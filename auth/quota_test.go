@@ -119,6 +119,53 @@ func TestQuotaConnectionCaps(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooManyConnections)
 }
 
+// A host owns a whole IPv6 /64: its addresses share one per-IP entry, so
+// rotating through them multiplies no limit; IPv4 counts per address.
+func TestQuotaIPv6Prefix(t *testing.T) {
+	clk := newFakeClock()
+	q := NewQuotas(QuotaConfig{MaxConnectionsPerIP: 2, ConnectRatePerIP: 1, ConnectBurstPerIP: 3, BanAfter: 1, BanFor: time.Hour}, clk.Now)
+	require.Equal(t, DefaultIPv6PrefixBits, q.Config().IPv6PrefixBits)
+
+	admit(t, q, "2001:db8:1:2::1")
+	admit(t, q, "2001:db8:1:2:ffff:ffff:ffff:ffff")
+	_, err := q.AdmitConnection("2001:db8:1:2::3")
+	require.ErrorIs(t, err, ErrTooManyConnections, "same /64: per-IP cap")
+	admit(t, q, "2001:db8:1:3::1") // the next /64 is another host
+	admit(t, q, "192.0.2.1")
+	admit(t, q, "192.0.2.2") // IPv4: per address
+	admit(t, q, "::ffff:192.0.2.3")
+	_, err = q.AdmitConnection("192.0.2.3")
+	require.NoError(t, err, "an IPv4-mapped address is its IPv4 address: second of two")
+	_, err = q.AdmitConnection("::ffff:192.0.2.3")
+	require.ErrorIs(t, err, ErrTooManyConnections)
+
+	// Bans, too, cover the whole /64: the burst of 3 is spent above.
+	_, err = q.AdmitConnection("2001:db8:1:2::99")
+	require.ErrorIs(t, err, ErrConnectRate)
+	_, err = q.AdmitConnection("2001:db8:1:2::abcd")
+	require.ErrorIs(t, err, ErrBanned)
+	_, err = q.AdmitConnection("fe80::1%eth0")
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		bits     int
+		ip, want string
+	}{
+		{0, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
+		{48, "2001:db8:1:2:3:4:5:6", "2001:db8:1::/48"},
+		{128, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2:3:4:5:6"},
+		{500, "2001:db8::1", "2001:db8::1"},
+		{-3, "2001:db8::1", "::/1"},
+		{64, "fe80::1%eth0", "fe80::/64"},
+		{64, "192.0.2.7", "192.0.2.7"},
+		{64, "::ffff:192.0.2.7", "192.0.2.7"},
+		{64, "not-an-ip", "not-an-ip"},
+	} {
+		q := NewQuotas(QuotaConfig{IPv6PrefixBits: tc.bits}, nil)
+		require.Equal(t, tc.want, q.IPKey(tc.ip), "%d bits: %s", tc.bits, tc.ip)
+	}
+}
+
 func TestQuotaUnlimited(t *testing.T) {
 	q := NewQuotas(QuotaConfig{}, nil)
 	var releases []func()

@@ -157,10 +157,12 @@ func connectLevel(h []byte) byte {
 }
 
 // Write writes with the write timeout. The first packet mochi writes is
-// the CONNACK; for MQTT 3 its return code is mapped into the 3.1.1 range.
+// the CONNACK; for MQTT 3 its return code is mapped into the 3.1.1 range
+// (mochi's own mapping turns 0x86 into 5, "not authorized", where 3.1.1
+// says 4, "bad user name or password"; 5 comes from nothing else).
 func (c *conn) Write(p []byte) (int, error) {
 	if !c.wroteFirst.Load() && c.wroteFirst.CompareAndSwap(false, true) {
-		if v := c.version.Load(); v > 0 && v < 5 && len(p) >= 4 && p[0] == 0x20 && p[1] == 2 && p[3] > 5 {
+		if v := c.version.Load(); v > 0 && v < 5 && len(p) >= 4 && p[0] == 0x20 && p[1] == 2 && p[3] >= 5 {
 			q := append([]byte(nil), p...)
 			q[3] = v3ConnackCode(p[3])
 			if _, err := c.write(q); err != nil {
@@ -189,7 +191,7 @@ func v3ConnackCode(code byte) byte {
 		return 1
 	case 0x85: // client identifier not valid
 		return 2
-	case 0x86: // bad user name or password
+	case 0x86, 5: // bad user name or password (mochi writes 5 for 0x86 to MQTT 3 clients; 3.1.1 says 4)
 		return 4
 	case 0x87, 0x8A, 0x8C: // not authorized, banned, bad authentication method
 		return 5

@@ -105,6 +105,10 @@ func TestPointToPointNamespaceIsClosed(t *testing.T) {
 	require.True(t, tok.WaitTimeout(5*time.Second))
 	st := tok.(*paho3.SubscribeToken)
 	require.Equal(t, byte(0x80), st.Result()["$ferrymq/p2p/#"], "subscription refused")
+	tok = spy.Subscribe("$share/g/$ferrymq/p2p/#", 1, spied.add)
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	// paho files the result under the filter without its $share/g/ prefix
+	require.Equal(t, map[string]byte{"$ferrymq/p2p/#": 0x80}, tok.(*paho3.SubscribeToken).Result(), "shared form refused too")
 	var victim received
 	dialV3(t, env.TCP, "victim", func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(victim.add) })
 	command(t, env, "victim", "secret", map[string]string{bridge.PropClientID: "victim"})

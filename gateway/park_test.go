@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
 	"github.com/ferrymq/ferrymq/session"
@@ -164,4 +167,49 @@ func TestPointToPointHeldForUnknownClient(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "delivered to new-car; expired for ghost")
 	require.Equal(t, "the client did not connect to this node in time", receipts(t, env)[ghost].Reason)
 	c.Disconnect(100)
+}
+
+// passwordIsUser authenticates anyone whose password is "pw-" + username
+// (a stand-in provider: the point is the identity, not the credential).
+type passwordIsUser struct{}
+
+func (passwordIsUser) Name() string { return "test" }
+
+func (passwordIsUser) Authenticate(r *auth.Request) (auth.Identity, error) {
+	if string(r.Password) != "pw-"+r.Username {
+		return auth.Identity{}, errors.New("wrong password")
+	}
+	return auth.Identity{ClientID: r.ClientID, Username: r.Username}, nil
+}
+
+// A parked session keeps its owner: another identity with valid
+// credentials may not take the client ID over (CONNACK refused), the owner
+// resumes it and gets what was queued.
+func TestParkedSessionKeepsItsOwner(t *testing.T) {
+	var sessions atomic.Pointer[session.Store]
+	hook := auth.NewHook(auth.HookOptions{
+		Chain:        &auth.Chain{Providers: []auth.Provider{passwordIsUser{}}},
+		SessionOwner: func(id string) (string, bool) { return sessions.Load().Owner(id) },
+	})
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking, Auth: hook})
+	sessions.Store(env.Sessions)
+	persistent := func(user string) func(*paho3.ClientOptions) {
+		return func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetUsername(user).SetPassword("pw-" + user) }
+	}
+	c := dialV3(t, env.TCP, "car14", persistent("alice"))
+	c.Disconnect(100)
+	waitParked(t, env, "car14")
+	command(t, env, "car14", "for-alice", map[string]string{bridge.PropClientID: "car14"})
+	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car14"); return in.Queued == 1 },
+		10*time.Second, 10*time.Millisecond)
+
+	_, err := dialAuth(t, env.TCP, "car14", "mallory", "pw-mallory", persistent("mallory"))
+	require.Error(t, err, "another identity may not take the parked session")
+	in, ok := env.Sessions.Session("car14")
+	require.True(t, ok && in.Parked && in.Queued == 1, "the session is untouched")
+
+	var got received
+	dialV3(t, env.TCP, "car14", persistent("alice"), func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(got.add) })
+	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"commands/car14=for-alice"}, got.get())
 }

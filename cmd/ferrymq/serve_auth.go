@@ -13,7 +13,9 @@ import (
 
 // newAuth builds the auth hook from the config's auth section; nil (and
 // no hook) when there is none. closers are the providers to close at exit.
-func newAuth(c *authConfig, log *zerolog.Logger) (hook mqtt.Hook, closers []func() error, err error) {
+// owner names who owns a stored (parked) session of a client ID: a
+// different identity may not take it over.
+func newAuth(c *authConfig, owner func(clientID string) (string, bool), log *zerolog.Logger) (hook mqtt.Hook, closers []func() error, err error) {
 	if c == nil {
 		return nil, nil, nil
 	}
@@ -83,5 +85,5 @@ func newAuth(c *authConfig, log *zerolog.Logger) (hook mqtt.Hook, closers []func
 	if c.Quotas != nil {
 		quotas = auth.NewQuotas(*c.Quotas, time.Now)
 	}
-	return auth.NewHook(auth.HookOptions{Chain: chain, ACL: acl, Quotas: quotas, Logger: log}), closers, nil
+	return auth.NewHook(auth.HookOptions{Chain: chain, ACL: acl, Quotas: quotas, SessionOwner: owner, Logger: log}), closers, nil
 }

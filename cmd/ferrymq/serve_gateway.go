@@ -94,7 +94,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	if len(lns) == 0 {
 		return nil, errors.New("no mqtt listener: give --mqtt, --ws or a tls listener")
 	}
-	authHook, authClosers, err := newAuth(o.file.Auth, log)
+	authHook, authClosers, err := newAuth(o.file.Auth, sessions.Owner, log)
 	if err != nil {
 		return nil, err
 	}
