@@ -180,7 +180,9 @@ func (h *Hook) claim(s *session) bool {
 			return true
 		}
 		old := v.(*session)
-		if old.id.Username != s.id.Username {
+		// A closed connection the hook still knows (its CONNACK failed, so
+		// mochi told no hook) owns nothing: the stored owner was checked.
+		if old.id.Username != s.id.Username && !old.owner.Closed() {
 			return false
 		}
 		if h.clients.CompareAndSwap(cid, v, s) {

@@ -342,3 +342,17 @@ func TestHookInternalNamespace(t *testing.T) {
 	}
 	require.True(t, hs.h.OnACLCheck(cl, "$share/g/devices/#", false), "no ACL: other shared subscriptions pass")
 }
+
+// A connection that authenticated but whose CONNACK failed (mochi tells no
+// hook: no OnDisconnect) does not keep its client ID from another identity.
+func TestHookFailedConnackOwnsNothing(t *testing.T) {
+	hs := newHookServer(t, HookOptions{Chain: &Chain{Providers: []Provider{passwords{"alice": "a", "bob": "b"}}}})
+	cl, ok := hs.connect("dev-1", "alice", "a", true)
+	require.True(t, ok)
+	hs.s.Clients.Delete(cl.ID) // the CONNACK write failed: mochi drops it without hooks
+	_, ok = hs.connect("dev-1", "bob", "b", true)
+	require.False(t, ok, "alice's connection is still open in the hook's view")
+	cl.Stop(nil)
+	_, ok = hs.connect("dev-1", "bob", "b", true)
+	require.True(t, ok, "a closed connection owns nothing")
+}
