@@ -213,3 +213,34 @@ func TestParkedSessionKeepsItsOwner(t *testing.T) {
 	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"commands/car14=for-alice"}, got.get())
 }
+
+// A will whose delay had not run out when the gateway stopped is published
+// after the restart, once its delay (counted from the start) has passed —
+// not at once; a client that connects again within the delay cancels it.
+func TestWillDelaySurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	env := gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
+	for _, id := range []string{"car15", "car16"} {
+		c := dialV5With(t, env.TCP, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true,
+			Properties:     &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(60))},
+			WillMessage:    &paho.WillMessage{Topic: "status/" + id, QoS: 1, Payload: []byte("gone")},
+			WillProperties: &paho.WillProperties{WillDelayInterval: ptr(uint32(2))}}, nil)
+		_ = c // the gateway stops under it: no DISCONNECT, the will is due
+	}
+	env.Stop(t)
+
+	env = gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
+	started := time.Now()
+	var got received
+	w := dialV3(t, env.TCP, "watcher")
+	tok := w.Subscribe("status/#", 1, got.add)
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	back := dialV5With(t, env.TCP, &paho.Connect{ClientID: "car16", KeepAlive: 30,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(60))}}, nil)
+	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(started), 1900*time.Millisecond, "not before its delay")
+	require.Equal(t, []string{"status/car15=gone"}, got.get(), "car16 came back within its delay: no will")
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, got.get(), 1)
+	require.NoError(t, back.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+}
