@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -162,6 +163,15 @@ func TestQuotas(t *testing.T) {
 			_ = c.Close()
 		}
 	}
+	// Each socket is admitted on its own goroutine: wait until the flood
+	// has been counted (the IP is banned) before the probe.
+	require.Eventually(t, func() bool {
+		release, err := q.AdmitConnection("127.0.0.1")
+		if err == nil {
+			release()
+		}
+		return errors.Is(err, auth.ErrBanned)
+	}, 10*time.Second, 10*time.Millisecond, "127.0.0.1 banned")
 	c := rawConn(t, env.TCP, nil)
 	requireClosed(t, c, 5*time.Second) // banned: closed before CONNECT
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
