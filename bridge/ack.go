@@ -171,6 +171,9 @@ func (st *clientState) writeAcks(h *Hook, items []ack, buf []byte) []byte {
 			if cl.State.Inflight.Set(rec) {
 				atomic.AddInt64(&h.server.Info.Inflight, 1)
 			}
+			if h.opts.Sessions != nil {
+				h.opts.Sessions.InboundQoS2(cl.ID, pk.PacketID)
+			}
 		}
 		buf = appendAck(buf, typ, pk.PacketID, 0, "")
 		n++

@@ -89,6 +89,9 @@ type Sessions interface {
 	// Enqueue queues a QoS 1/2 publish for a parked session; an error says
 	// why it was refused (queue full, say).
 	Enqueue(clientID string, pk packets.Packet) error
+	// InboundQoS2 records that a QoS 2 publish of clientID was stored and
+	// is answered PUBREC (its PUBREL may come after a restart).
+	InboundQoS2(clientID string, pid uint16)
 }
 
 // Hook is the bridge as one mochi-mqtt hook: uplink (publishes into the

@@ -244,3 +244,42 @@ func TestWillDelaySurvivesRestart(t *testing.T) {
 	require.Len(t, got.get(), 1)
 	require.NoError(t, back.Disconnect(&paho.Disconnect{ReasonCode: 0}))
 }
+
+// An inbound QoS 2 publish answered PUBREC survives a restart of the
+// gateway: the client's PUBREL afterwards gets a successful PUBCOMP (not
+// 0x92 "packet identifier not found"), and the message is stored once.
+func TestInboundQoS2SurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	env := gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
+	connect := packet(0x10, str("MQTT"), []byte{5, 0x00, 0, 60, 5, 0x11, 0, 0, 0, 60}, str("car17")) // clean start 0, expiry 60 s
+	c := rawConn(t, env.TCP, connect)
+	_, err := c.Write(packet(0x34, str("cars/car17/trip"), []byte{0, 7, 0}, []byte("42 km")))
+	require.NoError(t, err)
+	p := readPacket(t, c)
+	typ, body := p[0], p[2:]
+	require.Equal(t, byte(0x50), typ, "PUBREC")
+	require.Equal(t, []byte{0, 7}, body[:2])
+	require.NoError(t, c.Close()) // gone before PUBREL
+	env.Stop(t)
+
+	env = gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
+	c = rawConn(t, env.TCP, connect)
+	_, err = c.Write([]byte{0x62, 2, 0, 7}) // PUBREL 7
+	require.NoError(t, err)
+	for {
+		p = readPacket(t, c)
+		typ, body = p[0], p[2:]
+		if typ == 0x50 {
+			continue // mochi resends the PUBREC of a resumed session first
+		}
+		require.Equal(t, byte(0x70), typ, "PUBCOMP")
+		require.Equal(t, []byte{0, 7}, body[:2])
+		if len(body) > 2 {
+			require.Equal(t, byte(0), body[2], "PUBCOMP success, not 0x92")
+		}
+		break
+	}
+	require.Len(t, readAll(t, env.Store, "cars"), 1, "stored once")
+	in, _ := env.Sessions.Session("car17")
+	require.Equal(t, 0, in.Queued, "the PUBCOMP removed it from the log")
+}

@@ -253,6 +253,36 @@ func (s *Store) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, _ i
 	ss.bytes += int(ref.size)
 }
 
+// InboundQoS2 stores that a persistent session's QoS 2 publish with
+// packet ID pid was received and answered PUBREC (the bridge takes QoS 2
+// over from mochi, so no hook sees it): after a restart the client's
+// PUBREL finds it and gets a successful PUBCOMP [MQTT-4.3.3-8]. Removed by
+// OnQosComplete when the PUBCOMP goes out.
+func (s *Store) InboundQoS2(clientID string, pid uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[clientID]
+	if ss == nil || ss.parked {
+		return
+	}
+	key := inflightKey(clientID, pid)
+	now := time.Now().Unix()
+	v, err := encodeMsg(&storage.Message{ID: key, T: storage.InflightKey, Client: clientID, PacketID: pid, Created: now,
+		FixedHeader: packets.FixedHeader{Type: packets.Pubrec}}, 0)
+	if err != nil {
+		return
+	}
+	ref := msgRef{pid: pid}
+	if i := ss.findMsg(pid); i >= 0 {
+		ref.e = s.replaceLocked(ss.msgs[i].e, key, v)
+		ss.bytes -= int(ss.msgs[i].size)
+		ss.msgs[i] = ref
+		return
+	}
+	ref.e = s.writeLocked(opPut, key, v)
+	ss.msgs = append(ss.msgs, ref)
+}
+
 // OnQosComplete forgets an acknowledged message.
 func (s *Store) OnQosComplete(cl *mqtt.Client, pk packets.Packet) { s.forgetMsg(cl, pk.PacketID) }
 
