@@ -12,6 +12,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // HookOptions configure the gateway hook. Every part is optional: a nil
@@ -228,7 +230,7 @@ func (h *Hook) session(cl *mqtt.Client) *session {
 // Username), without the grants its credential carried.
 func (h *Hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if internal, shared := internalTopic(topic, write); internal {
-		return !write && !shared && topic == p2pTopicPrefix+cl.ID
+		return !write && !shared && topic == mqtttopic.P2P+cl.ID
 	}
 	username, extra := string(cl.Properties.Username), []string(nil)
 	if s := h.session(cl); s != nil {
@@ -247,20 +249,15 @@ func internalTopic(topic string, write bool) (internal, shared bool) {
 	if !write {
 		if rest, ok := strings.CutPrefix(topic, sharePrefix); ok {
 			_, filter, _ := strings.Cut(rest, "/")
-			return strings.HasPrefix(filter, internalPrefix), true
+			return strings.HasPrefix(filter, mqtttopic.Internal), true
 		}
 	}
-	return strings.HasPrefix(topic, internalPrefix), false
+	return strings.HasPrefix(topic, mqtttopic.Internal), false
 }
 
-// The bridge's internal namespace and its point-to-point part.
-const (
-	internalPrefix = "$ferrymq/"
-	p2pTopicPrefix = "$ferrymq/p2p/"
-	// sysRefused replaces the topic of a client's publish to $SYS, so that
-	// mochi refuses it like any publish the ACL denies.
-	sysRefused = internalPrefix + "refused/sys"
-)
+// sysRefused replaces the topic of a client's publish to $SYS, so that
+// mochi refuses it like any publish the ACL denies.
+const sysRefused = mqtttopic.Internal + "refused/sys"
 
 // OnPacketRead runs before mochi validates a packet. For a client's
 // PUBLISH it
@@ -361,7 +358,7 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	if capped {
 		held = cl.State.Subscriptions.GetAll()
 		for f := range held {
-			if !strings.HasPrefix(f, internalPrefix) {
+			if !strings.HasPrefix(f, mqtttopic.Internal) {
 				current++
 			}
 		}

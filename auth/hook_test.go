@@ -12,6 +12,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // passwords is a Provider of the users it lists (username → password).
@@ -287,7 +289,7 @@ func TestHookSubscriptionCap(t *testing.T) {
 	hs := newHookServer(t, HookOptions{Quotas: NewQuotas(QuotaConfig{MaxSubscriptions: 2, MaxTopicLevels: 3}, nil)})
 	cl, ok := hs.connect("dev", "", "", true)
 	require.True(t, ok)
-	cl.State.Subscriptions.Add(p2pTopicPrefix+"dev", packets.Subscription{Filter: p2pTopicPrefix + "dev"})
+	cl.State.Subscriptions.Add(mqtttopic.P2P+"dev", packets.Subscription{Filter: mqtttopic.P2P + "dev"})
 	subscribe := func(filters ...string) []string {
 		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}}
 		for _, f := range filters {

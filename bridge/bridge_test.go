@@ -13,41 +13,11 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 )
 
-func TestMatchFilter(t *testing.T) {
-	cases := []struct {
-		filter, topic string
-		want          bool
-	}{
-		{"#", "a", true},
-		{"#", "a/b/c", true},
-		{"#", "$SYS/x", false}, // [MQTT-4.7.2-1]
-		{"+/x", "$SYS/x", false},
-		{"$SYS/#", "$SYS/x", true},
-		{"a/#", "a", true}, // [MQTT-4.7.1-2]
-		{"a/#", "a/b/c", true},
-		{"a/#", "ab", false},
-		{"a/+", "a/b", true},
-		{"a/+", "a", false},
-		{"a/+", "a/b/c", false},
-		{"a/+/c", "a/b/c", true},
-		{"a/+/c", "a/b/d", false},
-		{"+", "", true},
-		{"+/+", "/x", true},
-		{"a/b", "a/b", true},
-		{"a/b", "a/b/", false},
-		{"a/b/", "a/b/", true},
-	}
-	for _, c := range cases {
-		require.Equal(t, c.want, matchFilter(c.filter, c.topic), "%q ~ %q", c.filter, c.topic)
-	}
-}
-
-func TestValidFilter(t *testing.T) {
-	for _, f := range []string{"#", "a/#", "+", "a/+/b", "$SYS/#", "a//b"} {
-		require.NoError(t, validFilter(f), f)
-	}
+// A bad filter in an uplink rule is refused with ErrBadRule.
+func TestUplinkRuleFilterChecked(t *testing.T) {
 	for _, f := range []string{"", "a#", "a/#/b", "a+", "a/b+/c", "#/a"} {
-		require.ErrorIs(t, validFilter(f), ErrBadRule, f)
+		_, err := NewUplink([]UplinkRule{{Filter: f, Topic: "t"}})
+		require.ErrorIs(t, err, ErrBadRule, f)
 	}
 }
 
@@ -168,17 +138,6 @@ func FuzzParseTemplate(f *testing.F) {
 			return
 		}
 		_ = tpl.expand(&vars{clientID: "c", username: "u", topic: topic})
-	})
-}
-
-// FuzzMatchFilter: filter matching never panics on any input.
-func FuzzMatchFilter(f *testing.F) {
-	f.Add("a/+/#", "a/b/c")
-	f.Add("#", "$SYS")
-	f.Fuzz(func(t *testing.T, filter, topic string) {
-		if validFilter(filter) == nil {
-			_ = matchFilter(filter, topic)
-		}
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // UplinkRule maps MQTT publishes whose topic matches Filter onto a core
@@ -79,8 +80,8 @@ func NewUplink(rules []UplinkRule) (*Uplink, error) {
 
 func compileUplink(r UplinkRule) (uplinkRule, error) {
 	cr := uplinkRule{UplinkRule: r}
-	if err := validFilter(r.Filter); err != nil {
-		return cr, err
+	if err := mqtttopic.ValidFilter(r.Filter); err != nil {
+		return cr, fmt.Errorf("%w: %w", ErrBadRule, err)
 	}
 	if r.Topic == "" {
 		return cr, fmt.Errorf("%w: filter %q has no core topic", ErrBadRule, r.Filter)
@@ -130,7 +131,7 @@ type UserProperty struct{ Key, Value string }
 func (u *Uplink) Map(p *Publish) (*core.Message, error) {
 	for i := range u.rules {
 		r := &u.rules[i]
-		if !matchFilter(r.Filter, p.Topic) {
+		if !mqtttopic.Match(r.Filter, p.Topic) {
 			continue
 		}
 		v := vars{clientID: p.ClientID, username: p.Username, topic: p.Topic}

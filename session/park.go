@@ -11,6 +11,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // Parking. mochi keeps an offline persistent session as a full Client
@@ -174,7 +176,7 @@ func (ss *sess) freePID() (uint16, bool) {
 }
 
 // routePublish queues pk for every parked session it reaches (or, for a
-// topic Options.Direct names a client for, that client's).
+// point-to-point topic, for the parked session it is addressed to).
 func (s *Store) routePublish(pk packets.Packet) {
 	if pk.FixedHeader.Qos == 0 || pk.Ignore {
 		return // QoS 0 is not queued for offline sessions
@@ -186,17 +188,15 @@ func (s *Store) routePublish(pk packets.Packet) {
 		return
 	}
 	var discards []discard
-	if s.opts.Direct != nil {
-		if id, ok := s.opts.Direct(pk.TopicName); ok {
-			if ss := s.sessions[id]; ss != nil && ss.parked {
-				if err := s.queueLocked(ss, s.prepare(pk, pk.FixedHeader.Qos, now), now); err != nil {
-					discards = append(discards, discard{id, pk, false, err.Error()})
-				}
+	if id, ok := mqtttopic.P2PTarget(pk.TopicName); ok {
+		if ss := s.sessions[id]; ss != nil && ss.parked {
+			if err := s.queueLocked(ss, s.prepare(pk, pk.FixedHeader.Qos, now), now); err != nil {
+				discards = append(discards, discard{id, pk, false, err.Error()})
 			}
-			s.mu.Unlock()
-			s.tell(discards)
-			return
 		}
+		s.mu.Unlock()
+		s.tell(discards)
+		return
 	}
 	hits := s.matchLocked(pk.TopicName, nil)
 	for _, h := range hits {

@@ -1,6 +1,10 @@
 package session
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
+)
 
 // routes finds the parked sessions whose subscriptions match a topic.
 // Each filter is filed under its literal head: the whole filter when it has
@@ -29,14 +33,11 @@ func head(filter string) string {
 }
 
 // routable: shared subscriptions are served by the group's online members
-// only, and the internal namespace is re-created at every connection.
+// only, and the internal namespace (the point-to-point subscription every
+// client gets at connect) is re-created at every connection.
 func routable(r *subRef) bool {
-	return r.flags&subShared == 0 && !strings.HasPrefix(r.filter, internalPrefix)
+	return r.flags&subShared == 0 && !strings.HasPrefix(r.filter, mqtttopic.Internal)
 }
-
-// internalPrefix is the bridge's namespace ($ferrymq/…): the point-to-point
-// subscription every client gets at connect is not kept for parked ones.
-const internalPrefix = "$ferrymq/"
 
 func (s *Store) routeLocked(ss *sess) {
 	for i := range ss.subs {
@@ -90,7 +91,7 @@ func (s *Store) matchLocked(topic string, hits []hit) []hit {
 	visit := func(list []routeRef) {
 		for _, ref := range list {
 			r := &ref.s.subs[ref.sub]
-			if !matchFilter(r.filter, topic) {
+			if !mqtttopic.Match(r.filter, topic) {
 				continue
 			}
 			if ref.s.mark != s.gen {
@@ -114,29 +115,4 @@ func (s *Store) matchLocked(topic string, hits []hit) []hit {
 		}
 	}
 	return hits
-}
-
-// matchFilter reports whether topic matches filter. Topics starting with
-// '$' are not matched by a filter starting with a wildcard [MQTT-4.7.2-1].
-func matchFilter(filter, topic string) bool {
-	if topic != "" && topic[0] == '$' && filter != "" && (filter[0] == '+' || filter[0] == '#') {
-		return false
-	}
-	for {
-		fl, frest, fmore := strings.Cut(filter, "/")
-		if fl == "#" {
-			return true
-		}
-		tl, trest, tmore := strings.Cut(topic, "/")
-		if fl != "+" && fl != tl {
-			return false
-		}
-		if !fmore || !tmore {
-			if fmore && !tmore {
-				return frest == "#" // "a/#" matches "a" [MQTT-4.7.1-2]
-			}
-			return fmore == tmore
-		}
-		filter, topic = frest, trest
-	}
 }

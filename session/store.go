@@ -38,11 +38,7 @@ type Options struct {
 	// refused because the session's queue is full. Called without locks
 	// held, from the goroutine that discarded it.
 	Discarded func(clientID string, pk packets.Packet, expired bool, reason string)
-	// Direct, if set, names the one client a topic is addressed to whatever
-	// its subscriptions (the bridge's point-to-point topics): a publish to
-	// such a topic is queued for that client when it is parked.
-	Direct func(topic string) (clientID string, ok bool)
-	Logger *zerolog.Logger
+	Logger    *zerolog.Logger
 }
 
 // Store persists MQTT sessions — clients with their will, subscriptions,

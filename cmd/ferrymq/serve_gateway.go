@@ -37,7 +37,6 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	sessions, err := session.Open(filepath.Join(o.dataDir, "sessions"), session.Options{
 		MaxQueued:      bc.OfflineMaxMessages,
 		MaxQueuedBytes: bc.OfflineMaxBytes,
-		Direct:         bridge.P2PTarget,
 		Discarded: func(id string, pk packets.Packet, expired bool, reason string) {
 			br.Discarded(id, pk, expired, reason)
 		},

@@ -26,7 +26,7 @@ type Options struct {
 	Bridge  bridge.Options // Broker is filled in
 	Gateway gateway.Options
 	// Sessions persists MQTT sessions in Dir/sessions (package session),
-	// with SessionOptions (Discarded and Direct are wired to the bridge).
+	// with SessionOptions (Discarded is wired to the bridge).
 	Sessions       bool
 	SessionOptions session.Options
 	// Auth, if set, is added before the bridge (package auth's hook).
@@ -58,7 +58,6 @@ func Start(t testing.TB, o Options) *Env {
 	if o.Sessions {
 		so := o.SessionOptions
 		so.Discarded = func(id string, pk packets.Packet, expired bool, reason string) { br.Discarded(id, pk, expired, reason) }
-		so.Direct = bridge.P2PTarget
 		if ss, err = session.Open(filepath.Join(o.Dir, "sessions"), so); err != nil {
 			_ = st.Close()
 			require.NoError(t, err)

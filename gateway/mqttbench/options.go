@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // Mode is what a run measures.
@@ -267,7 +269,7 @@ func (o Options) validate() error {
 		if o.Topic == "" || strings.ContainsAny(o.Topic, "+#\x00") {
 			add("topic %q: must be non-empty without wildcards", o.Topic)
 		}
-		if err := validFilter(o.Filter); err != nil {
+		if err := mqtttopic.ValidFilter(o.Filter); err != nil {
 			errs = append(errs, err)
 		}
 		if o.Core.Addr != "" && (o.Core.Topic == "" || o.Core.Group == "") {
@@ -309,24 +311,6 @@ func (o Options) validate() error {
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
-	}
-	return nil
-}
-
-// validFilter checks the wildcard rules of a topic filter [MQTT-4.7.1-2]
-// [MQTT-4.7.1-3].
-func validFilter(f string) error {
-	if f == "" || strings.ContainsRune(f, 0) {
-		return fmt.Errorf("filter %q: must be non-empty", f)
-	}
-	levels := strings.Split(f, "/")
-	for i, l := range levels {
-		if strings.Contains(l, "#") && (l != "#" || i != len(levels)-1) {
-			return fmt.Errorf("filter %q: '#' must be a whole last level", f)
-		}
-		if strings.Contains(l, "+") && l != "+" {
-			return fmt.Errorf("filter %q: '+' must be a whole level", f)
-		}
 	}
 	return nil
 }

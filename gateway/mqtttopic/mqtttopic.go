@@ -1,0 +1,68 @@
+// Package mqtttopic is MQTT topic names and filters as the gateway's packages
+// share them: filter validation, matching, and the gateway's own namespace
+// ($ferrymq/), which the bridge, the session store and auth all keep apart
+// from what devices may use.
+package mqtttopic
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The gateway's namespace. No client may subscribe or publish under
+// Internal; every client has the internal subscription P2P+<its client ID>,
+// through which point-to-point commands reach it.
+const (
+	Internal = "$ferrymq/"
+	P2P      = Internal + "p2p/"
+)
+
+// P2PTarget names the client a point-to-point topic is addressed to.
+func P2PTarget(name string) (clientID string, ok bool) {
+	id, ok := strings.CutPrefix(name, P2P)
+	return id, ok && id != ""
+}
+
+// ValidFilter checks an MQTT topic filter: not empty, no NUL, '#' only as
+// the whole last level, '+' only as a whole level [MQTT-4.7.1-1]
+// [MQTT-4.7.1-2] [MQTT-4.7.3-2].
+func ValidFilter(f string) error {
+	if f == "" || strings.ContainsRune(f, 0) {
+		return fmt.Errorf("filter %q: must be non-empty, without NUL", f)
+	}
+	levels := strings.Split(f, "/")
+	for i, l := range levels {
+		if strings.Contains(l, "#") && (l != "#" || i != len(levels)-1) {
+			return fmt.Errorf("filter %q: '#' must be the whole last level", f)
+		}
+		if strings.Contains(l, "+") && l != "+" {
+			return fmt.Errorf("filter %q: '+' must be a whole level", f)
+		}
+	}
+	return nil
+}
+
+// Match reports whether the topic name matches filter. Names starting with
+// '$' are not matched by a filter starting with a wildcard [MQTT-4.7.2-1].
+func Match(filter, name string) bool {
+	if name != "" && name[0] == '$' && filter != "" && (filter[0] == '+' || filter[0] == '#') {
+		return false
+	}
+	for {
+		fl, frest, fmore := strings.Cut(filter, "/")
+		if fl == "#" {
+			return true
+		}
+		nl, nrest, nmore := strings.Cut(name, "/")
+		if fl != "+" && fl != nl {
+			return false
+		}
+		if !fmore || !nmore {
+			if fmore && !nmore {
+				return frest == "#" // "a/#" matches "a" [MQTT-4.7.1-2]
+			}
+			return fmore == nmore
+		}
+		filter, name = frest, nrest
+	}
+}

@@ -1,0 +1,66 @@
+package mqtttopic
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMatch(t *testing.T) {
+	cases := []struct {
+		filter, name string
+		want         bool
+	}{
+		{"#", "a", true},
+		{"#", "a/b/c", true},
+		{"#", "$SYS/x", false}, // [MQTT-4.7.2-1]
+		{"+/x", "$SYS/x", false},
+		{"$SYS/#", "$SYS/x", true},
+		{"a/#", "a", true}, // [MQTT-4.7.1-2]
+		{"a/#", "a/b/c", true},
+		{"a/#", "ab", false},
+		{"a/+", "a/b", true},
+		{"a/+", "a", false},
+		{"a/+", "a/b/c", false},
+		{"a/+/c", "a/b/c", true},
+		{"a/+/c", "a/b/d", false},
+		{"+", "", true},
+		{"+/+", "/x", true},
+		{"a/b", "a/b", true},
+		{"a/b", "a/b/", false},
+		{"a/b/", "a/b/", true},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, Match(c.filter, c.name), "%q ~ %q", c.filter, c.name)
+	}
+}
+
+func TestValidFilter(t *testing.T) {
+	for _, f := range []string{"#", "a/#", "+", "a/+/b", "$SYS/#", "a//b"} {
+		require.NoError(t, ValidFilter(f), f)
+	}
+	for _, f := range []string{"", "a#", "a/#/b", "a+", "a/b+/c", "#/a", "a/\x00"} {
+		require.Error(t, ValidFilter(f), f)
+	}
+}
+
+func TestP2PTarget(t *testing.T) {
+	id, ok := P2PTarget(P2P + "car-7")
+	require.True(t, ok)
+	require.Equal(t, "car-7", id)
+	for _, name := range []string{P2P, "cars/car-7", Internal + "down/x"} {
+		_, ok := P2PTarget(name)
+		require.False(t, ok, name)
+	}
+}
+
+// FuzzMatch: matching never panics on any input.
+func FuzzMatch(f *testing.F) {
+	f.Add("a/+/#", "a/b/c")
+	f.Add("#", "$SYS")
+	f.Fuzz(func(t *testing.T, filter, name string) {
+		if ValidFilter(filter) == nil {
+			_ = Match(filter, name)
+		}
+	})
+}
