@@ -13,6 +13,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // DownlinkRule maps a core topic onto MQTT: every gateway node consumes
@@ -71,17 +72,16 @@ type Receipt struct {
 	Reason    string    `json:"reason,omitempty"`
 }
 
-// Internal MQTT names. Each client is subscribed to p2pPrefix+clientID so
-// point-to-point messages travel mochi's normal path (queue, inflight,
-// packet IDs, resend); the topic is rewritten to the real one as the packet
-// is encoded. Clients cannot subscribe or unsubscribe these filters.
+// Each client is subscribed to mqtttopic.P2P+clientID so point-to-point
+// messages travel mochi's normal path (queue, inflight, packet IDs,
+// resend); the topic is rewritten to the real one as the packet is
+// encoded. Clients cannot subscribe or unsubscribe in mqtttopic.Internal.
+//
+// Origins of downlink packets (never a client ID: '$' prefix): originDown+id
+// for topic deliveries, originP2P+id+"/"+topic for P2P.
 const (
-	internalPrefix = "$ferrymq/"
-	p2pPrefix      = "$ferrymq/p2p/"
-	// Origins of downlink packets (never a client ID: '$' prefix):
-	// originDown+id for topic deliveries, originP2P+id+"/"+topic for P2P.
-	originDown = "$ferrymq/down/"
-	originP2P  = "$ferrymq/p2p/"
+	originDown = mqtttopic.Internal + "down/"
+	originP2P  = mqtttopic.P2P
 )
 
 type downlinkRule struct {
@@ -272,14 +272,12 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 	var left time.Duration
 	if ttl > 0 {
 		if left = ttl - time.Since(m.BornAt); left <= 0 {
-			h.m.downlink.WithLabelValues(OutcomeExpired).Inc()
 			h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeExpired, Topic: topic})
 			return
 		}
 	}
 	if !validTopicName(topic) {
 		const reason = "not a valid MQTT topic name (empty, wildcards, $ferrymq/, or over 65535 bytes)"
-		h.m.downlink.WithLabelValues(OutcomeInvalidTopic).Inc()
 		h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeInvalidTopic, Topic: topic, Reason: reason})
 		h.deadLetter(m, reason)
 		return
@@ -303,22 +301,24 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 			h.m.downlink.WithLabelValues("not_here").Inc()
 			return
 		}
+		pk.TopicName = mqtttopic.P2P + target
+		origin = originP2P + id + "/" + topic
+		pk.Origin = origin // for a queue; an injected packet gets it from Connect.ClientIdentifier
 		cl, here := h.server.Clients.Get(target)
-		if !here && h.opts.Sessions != nil && h.opts.Sessions.Parked(target) {
-			h.queueParked(receiptKey, target, id, topic, qos, origin, pk)
+		switch {
+		case here: // delivered below
+		case h.opts.Sessions != nil && h.opts.Sessions.Parked(target):
+			h.queueParked(receiptKey, target, id, topic, pk)
 			return
-		}
-		if !here && h.opts.HoldUnknown > 0 && qos > 0 {
+		case h.opts.HoldUnknown > 0 && qos > 0:
 			deadline := now.Add(h.opts.HoldUnknown)
 			if left > 0 && now.Add(left).Before(deadline) {
 				deadline = now.Add(left)
 			}
-			pk.TopicName = p2pPrefix + target
-			pk.Connect.ClientIdentifier = originP2P + id + "/" + topic
-			h.hold(heldMsg{pk: pk, id: id, topic: topic, receiptKey: receiptKey, deadline: deadline})
+			pk.Connect.ClientIdentifier = origin
+			h.hold(target, heldMsg{pk: pk, id: id, topic: topic, receiptKey: receiptKey, deadline: deadline})
 			return
-		}
-		if !here {
+		default:
 			h.m.downlink.WithLabelValues("not_here").Inc()
 			return // connected to another node (holding is off), or QoS 0
 		}
@@ -334,20 +334,16 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 				reason = "the offline device's queue is full (bytes)"
 			}
 			if reason != "" {
-				h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
 				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason})
 				return
 			}
 		} else if qos > 0 && !h.waitWindow(ctx, cl) {
 			if ctx.Err() == nil {
-				h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
 				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic,
 					Reason: "the device did not acknowledge earlier messages in time"})
 			}
 			return
 		}
-		pk.TopicName = p2pPrefix + target
-		origin = originP2P + id + "/" + topic
 	} else {
 		pk.FixedHeader.Retain = props[PropRetain] == "true"
 	}
@@ -359,12 +355,11 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 	h.m.downlink.WithLabelValues("published").Inc()
 }
 
-// queueParked queues a point-to-point message for a parked session.
-func (h *Hook) queueParked(receiptKey, target, id, topic string, qos byte, origin string, pk packets.Packet) {
+// queueParked queues a point-to-point message (addressed and with its
+// origin) for a parked session.
+func (h *Hook) queueParked(receiptKey, target, id, topic string, pk packets.Packet) {
 	reason := "QoS 0 is not queued for an offline device"
-	if qos > 0 {
-		pk.TopicName = p2pPrefix + target
-		pk.Origin = originP2P + id + "/" + topic
+	if pk.FixedHeader.Qos > 0 {
 		err := h.opts.Sessions.Enqueue(target, pk)
 		if err == nil {
 			h.m.downlink.WithLabelValues("queued").Inc()
@@ -372,7 +367,6 @@ func (h *Hook) queueParked(receiptKey, target, id, topic string, qos byte, origi
 		}
 		reason = err.Error()
 	}
-	h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
 	h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason})
 }
 
@@ -383,14 +377,6 @@ func inflightOf(cl *mqtt.Client) (n, bytes int) {
 		bytes += len(pk.Payload)
 	}
 	return n, bytes
-}
-
-// P2PTarget names the client a point-to-point topic is addressed to (for
-// the session store: such a publish is queued for that client when it is
-// parked).
-func P2PTarget(topic string) (string, bool) {
-	id, ok := strings.CutPrefix(topic, p2pPrefix)
-	return id, ok && id != ""
 }
 
 // Discarded turns a queued message the session store gave up on into a
@@ -404,14 +390,13 @@ func (h *Hook) Discarded(clientID string, pk packets.Packet, expired bool, reaso
 	if expired {
 		outcome = OutcomeExpired
 	}
-	h.m.downlink.WithLabelValues(outcome).Inc()
 	h.receipt(clientID, &Receipt{MessageID: id, ClientID: clientID, Outcome: outcome, Topic: topic, Reason: reason})
 }
 
 // validTopicName: non-empty, no wildcards, no NUL, at most 65535 bytes
 // [MQTT-3.3.2-2] [MQTT-4.7.3-1].
 func validTopicName(t string) bool {
-	return t != "" && len(t) <= 65535 && !strings.ContainsAny(t, "+#\x00") && !strings.HasPrefix(t, internalPrefix)
+	return t != "" && len(t) <= 65535 && !strings.ContainsAny(t, "+#\x00") && !strings.HasPrefix(t, mqtttopic.Internal)
 }
 
 // validP2PClient: the client ID can be part of a topic filter.
@@ -422,7 +407,7 @@ func (h *Hook) subscribeP2P(cl *mqtt.Client) {
 	if !validP2PClient(cl.ID) {
 		return
 	}
-	sub := packets.Subscription{Filter: p2pPrefix + cl.ID, Qos: 2}
+	sub := packets.Subscription{Filter: mqtttopic.P2P + cl.ID, Qos: 2}
 	if h.server.Topics.Subscribe(cl.ID, sub) {
 		atomicAdd(&h.server.Info.Subscriptions, 1)
 	}
@@ -433,7 +418,7 @@ func (h *Hook) subscribeP2P(cl *mqtt.Client) {
 // read another client's point-to-point messages.
 func (h *Hook) OnSubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet {
 	for i := range pk.Filters {
-		if strings.HasPrefix(unshared(pk.Filters[i].Filter), internalPrefix) {
+		if strings.HasPrefix(unshared(pk.Filters[i].Filter), mqtttopic.Internal) {
 			pk.Filters[i].Filter = "#/refused" // invalid: answered 0x8F (v5) / 0x80 (v3)
 		}
 	}
@@ -453,8 +438,8 @@ func unshared(f string) string {
 // OnUnsubscribe keeps the internal subscription in place.
 func (h *Hook) OnUnsubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet {
 	for i := range pk.Filters {
-		if strings.HasPrefix(pk.Filters[i].Filter, internalPrefix) {
-			pk.Filters[i].Filter = internalPrefix + "none"
+		if strings.HasPrefix(pk.Filters[i].Filter, mqtttopic.Internal) {
+			pk.Filters[i].Filter = mqtttopic.Internal + "none"
 		}
 	}
 	return pk
@@ -526,7 +511,6 @@ func (h *Hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	}
 	h.wake(cl.ID)
 	if p, ok := h.takePending(cl.ID, pk.PacketID); ok {
-		h.m.downlink.WithLabelValues(OutcomeDelivered).Inc()
 		h.receipt(cl.ID, &Receipt{MessageID: p.id, ClientID: cl.ID, Outcome: OutcomeDelivered, Topic: p.topic})
 	}
 }
@@ -548,7 +532,6 @@ func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if pk.Expiry > 0 && pk.Expiry > time.Now().Unix() {
 		outcome, reason = OutcomeDropped, "the session was discarded"
 	}
-	h.m.downlink.WithLabelValues(outcome).Inc()
 	h.receipt(cl.ID, &Receipt{MessageID: id, ClientID: cl.ID, Outcome: outcome, Topic: topic, Reason: reason})
 }
 
@@ -567,12 +550,13 @@ func (h *Hook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
 	if !ok {
 		return
 	}
-	h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
 	h.receipt(cl.ID, &Receipt{MessageID: id, ClientID: cl.ID, Outcome: OutcomeDropped, Topic: topic,
 		Reason: "the device's outbound queue was full"})
 }
 
+// receipt counts a downlink message's outcome and stores its receipt.
 func (h *Hook) receipt(key string, r *Receipt) {
+	h.m.downlink.WithLabelValues(r.Outcome).Inc()
 	if h.opts.DisableReceipts {
 		return
 	}

@@ -29,12 +29,11 @@ type heldQueue struct {
 	bytes int
 }
 
-// hold keeps a command for a client this node does not know, or refuses it
-// with a "dropped" receipt when a bound is reached.
-func (h *Hook) hold(m heldMsg) {
+// hold keeps a command for target, a client this node does not know, or
+// refuses it with a "dropped" receipt when a bound is reached.
+func (h *Hook) hold(target string, m heldMsg) {
 	reason := ""
 	h.dl.mu.Lock()
-	target := p2pTarget(m.pk.TopicName)
 	q := h.dl.held[target]
 	size := len(m.pk.Payload)
 	switch {
@@ -58,14 +57,11 @@ func (h *Hook) hold(m heldMsg) {
 	}
 	h.dl.mu.Unlock()
 	if reason != "" {
-		h.m.downlink.WithLabelValues(OutcomeDropped).Inc()
 		h.receipt(m.receiptKey, &Receipt{MessageID: m.id, ClientID: target, Outcome: OutcomeDropped, Topic: m.topic, Reason: reason})
 		return
 	}
 	h.m.downlink.WithLabelValues("held").Inc()
 }
-
-func p2pTarget(topic string) string { id, _ := P2PTarget(topic); return id }
 
 // releaseHeld delivers what is held for a client that just connected.
 func (h *Hook) releaseHeld(client string) {
@@ -98,7 +94,6 @@ func (h *Hook) releaseHeld(client string) {
 }
 
 func (h *Hook) expireHeld(client string, m heldMsg) {
-	h.m.downlink.WithLabelValues(OutcomeExpired).Inc()
 	h.receipt(m.receiptKey, &Receipt{MessageID: m.id, ClientID: client, Outcome: OutcomeExpired, Topic: m.topic,
 		Reason: "the client did not connect to this node in time"})
 }

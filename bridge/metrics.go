@@ -73,7 +73,7 @@ func newMetrics() *metrics {
 		}),
 		downlink: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferrymq_downlink_messages_total",
-			Help: "Downlink messages by what happened: consumed, published, not_here (P2P client on another node or offline), delivered, expired, dropped, invalid_topic.",
+			Help: "Downlink messages by what happened: consumed, published, queued (for a parked session), held (P2P client unknown here), not_here (P2P client unknown here, holding off), delivered, expired, dropped, invalid_topic.",
 		}, []string{"outcome"}),
 	}
 }
