@@ -87,7 +87,7 @@ func decodeSubRef(filter string, v []byte) (subRef, error) {
 }
 
 func newSubRef(sub packets.Subscription) subRef {
-	r := subRef{filter: sub.Filter, qos: sub.Qos, ident: int32(sub.Identifier), slot: -1}
+	r := subRef{filter: sub.Filter, qos: sub.Qos, ident: int32(sub.Identifier), retain: sub.RetainHandling, slot: -1}
 	if sub.NoLocal {
 		r.flags |= subNoLocal
 	}
@@ -98,6 +98,12 @@ func newSubRef(sub packets.Subscription) subRef {
 		r.flags |= subShared
 	}
 	return r
+}
+
+// subscription is r as mochi's subscription.
+func (r *subRef) subscription() packets.Subscription {
+	return packets.Subscription{Filter: r.filter, Qos: r.qos, Identifier: int(r.ident), RetainHandling: r.retain,
+		NoLocal: r.flags&subNoLocal != 0, RetainAsPublished: r.flags&subRetainAsPublished != 0}
 }
 
 func subRecord(id string, sub packets.Subscription) *storage.Subscription {

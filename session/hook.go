@@ -78,10 +78,7 @@ func (s *Store) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	s.connecting[cl.ID] = cl
 	if ss := s.sessions[cl.ID]; ss != nil && ss.parked && s.server != nil {
 		if pk.Connect.Clean {
-			expired = s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, "the session was discarded by a clean start")
-			for i := range expired {
-				expired[i].expired = false
-			}
+			expired = s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, false, "the session was discarded by a clean start")
 			s.dropLocked(ss, true)
 		} else {
 			expired = s.hydrateLocked(ss, cl.Net.Listener)
@@ -123,7 +120,6 @@ func (s *Store) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 		s.mu.Lock()
 		if ss := s.sessions[cl.ID]; ss != nil && !ss.parked {
 			s.putClientLocked(cl)
-			ss.will = false
 		}
 		s.mu.Unlock()
 	}
@@ -377,17 +373,8 @@ func (s *Store) StoredSubscriptions() ([]storage.Subscription, error) {
 		if ss.parked {
 			continue
 		}
-		for _, r := range ss.subs {
-			var sub storage.Subscription
-			v, err := s.readLocked(r.e)
-			if err == nil {
-				err = sub.UnmarshalBinary(v)
-			}
-			if err != nil {
-				s.log.Warn().Err(err).Str("client", ss.id).Msg("subscription record does not load; dropped")
-				continue
-			}
-			out = append(out, sub)
+		for i := range ss.subs {
+			out = append(out, *subRecord(ss.id, ss.subs[i].subscription()))
 		}
 	}
 	return out, nil
@@ -404,11 +391,7 @@ func (s *Store) StoredInflightMessages() ([]storage.Message, error) {
 			continue
 		}
 		for _, m := range ss.msgs {
-			v, err := s.readLocked(m.e)
-			var rec storage.Message
-			if err == nil {
-				rec, _, err = decodeMsg(v)
-			}
+			rec, _, err := s.msgAtLocked(m.e)
 			if err != nil {
 				s.log.Warn().Err(err).Str("client", ss.id).Msg("message record does not load; dropped")
 				continue

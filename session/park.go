@@ -1,6 +1,7 @@
 package session
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -54,13 +55,12 @@ func (s *Store) Attach(server *mqtt.Server) {
 			continue
 		}
 		if c.Will.Flag == 1 {
-			ss.will = true
-			continue
+			continue // mochi gets it back (StoredClients) for its will
 		}
 		gone := s.openedAt // it was online when the previous process ended
 		if ss.gone.n > 0 {
 			if v, err := s.readLocked(ss.gone); err == nil && len(v) == 8 {
-				gone = int64(getUint64(v))
+				gone = int64(binary.BigEndian.Uint64(v))
 			}
 		}
 		s.parkSessLocked(ss, gone, expiryInterval(c.ProtocolVersion, clientProps(c), s.maxExpiry()))
@@ -72,12 +72,12 @@ func (s *Store) Attach(server *mqtt.Server) {
 
 // Stats are the store's figures.
 type Stats struct {
-	Sessions int   // persistent sessions stored (online, offline and parked)
-	Parked   int   // sessions parked (offline, out of mochi)
-	Queued   int   // messages queued in parked sessions
-	Retained int   // retained messages
-	LogBytes int64 // size of the session log
-	LiveByte int64 // bytes of live records in it
+	Sessions  int   // persistent sessions stored (online, offline and parked)
+	Parked    int   // sessions parked (offline, out of mochi)
+	Queued    int   // messages queued in parked sessions
+	Retained  int   // retained messages
+	LogBytes  int64 // size of the session log
+	LiveBytes int64 // bytes of live records in it
 }
 
 // Stats returns the current figures.
@@ -85,7 +85,7 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{Sessions: len(s.sessions), Parked: s.parked, Queued: s.queued, Retained: len(s.retained),
-		LogBytes: s.size, LiveByte: s.live}
+		LogBytes: s.size, LiveBytes: s.live}
 }
 
 // Parked reports whether clientID has a parked session here.
@@ -291,10 +291,8 @@ func (s *Store) parkLocked(cl *mqtt.Client, now time.Time) bool {
 		return true // not stored: mochi keeps it (a clean session ending, say)
 	}
 	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
-		ss.will = true
 		return false // its will waits for its delay: mochi's timer needs the client
 	}
-	ss.will = false
 	for filter := range cl.State.Subscriptions.GetAll() {
 		if s.server.Topics.Unsubscribe(filter, cl.ID) {
 			atomic.AddInt64(&s.server.Info.Subscriptions, -1)
@@ -308,10 +306,7 @@ func (s *Store) parkLocked(cl *mqtt.Client, now time.Time) bool {
 		stopped = now.Unix()
 	}
 	s.parkSessLocked(ss, stopped, expiryInterval(cl.Properties.ProtocolVersion, cl.Properties.Props, s.maxExpiry()))
-	var b [8]byte
-	putUint64(b[:], uint64(stopped))
-	s.live -= int64(ss.gone.n)
-	ss.gone = s.writeLocked(opPut, kGone+ss.id, b[:])
+	ss.gone = s.replaceLocked(ss.gone, kGone+ss.id, binary.BigEndian.AppendUint64(nil, uint64(stopped)))
 	return true
 }
 
@@ -358,7 +353,8 @@ func expiryInterval(version byte, p packets.Properties, max int64) int64 {
 }
 
 // hydrateLocked rebuilds parked ss as an offline mochi client, for mochi to
-// resume. Messages whose expiry passed are dropped (returned).
+// resume. Messages whose expiry passed are dropped (returned); what it is
+// subscribed to is in memory, its queued messages are read from disk.
 func (s *Store) hydrateLocked(ss *sess, listener string) []discard {
 	c, err := s.clientLocked(ss)
 	if err != nil {
@@ -374,61 +370,35 @@ func (s *Store) hydrateLocked(ss *sess, listener string) []discard {
 	cl.Properties.Will = mqtt.Will(c.Will)
 	cl.Stop(packets.ErrServerShuttingDown)
 
+	expired := s.discardMsgsLocked(ss, nil, expiredAt(time.Now().Unix()), true, reasonExpiredOffline)
 	s.unrouteLocked(ss)
 	s.parked--
 	s.queued -= len(ss.msgs)
 	ss.parked = false
 
-	for i := 0; i < len(ss.subs); i++ {
-		r := &ss.subs[i]
-		v, err := s.readLocked(r.e)
-		var sub storage.Subscription
-		if err == nil {
-			err = sub.UnmarshalBinary(v)
-		}
-		if err != nil {
-			s.log.Warn().Err(err).Str("client", ss.id).Str("filter", r.filter).Msg("stored subscription does not load; dropped")
-			s.deleteLocked(r.e, subKey(ss.id, r.filter))
-			ss.subs = append(ss.subs[:i], ss.subs[i+1:]...)
-			i--
-			continue
-		}
-		ps := packets.Subscription{Filter: sub.Filter, Qos: sub.Qos, Identifier: sub.Identifier, NoLocal: sub.NoLocal,
-			RetainHandling: sub.RetainHandling, RetainAsPublished: sub.RetainAsPublished}
-		if s.server.Topics.Subscribe(ss.id, ps) {
+	for i := range ss.subs {
+		sub := ss.subs[i].subscription()
+		if s.server.Topics.Subscribe(ss.id, sub) {
 			atomic.AddInt64(&s.server.Info.Subscriptions, 1)
 		}
-		cl.State.Subscriptions.Add(ps.Filter, ps)
+		cl.State.Subscriptions.Add(sub.Filter, sub)
 	}
-	now := time.Now().Unix()
-	var expired []discard
-	for i := 0; i < len(ss.msgs); i++ {
-		m := &ss.msgs[i]
-		v, err := s.readLocked(m.e)
-		var rec storage.Message
-		var expiry int64
-		if err == nil {
-			rec, expiry, err = decodeMsg(v)
-		}
-		pk := toPacket(&rec, expiry)
-		switch {
-		case err != nil:
+	kept := ss.msgs[:0]
+	for _, m := range ss.msgs {
+		rec, expiry, err := s.msgAtLocked(m.e)
+		if err != nil {
 			s.log.Warn().Err(err).Str("client", ss.id).Uint16("packet_id", m.pid).Msg("stored message does not load; dropped")
-		case expiry > 0 && expiry <= now:
-			expired = append(expired, discard{ss.id, pk, true, "expired while the device was offline"})
-		default:
-			if cl.State.Inflight.Set(pk) {
-				atomic.AddInt64(&s.server.Info.Inflight, 1)
-			}
+			s.deleteLocked(m.e, inflightKey(ss.id, m.pid))
+			ss.bytes -= int(m.size)
 			continue
 		}
-		s.deleteLocked(m.e, inflightKey(ss.id, m.pid))
-		ss.bytes -= int(m.size)
-		ss.msgs = append(ss.msgs[:i], ss.msgs[i+1:]...)
-		i--
+		if cl.State.Inflight.Set(toPacket(&rec, expiry)) {
+			atomic.AddInt64(&s.server.Info.Inflight, 1)
+		}
+		kept = append(kept, m)
 	}
-	s.live -= int64(ss.gone.n)
-	s.writeLocked(opDelete, kGone+ss.id, nil)
+	ss.msgs = kept
+	s.deleteLocked(ss.gone, kGone+ss.id)
 	ss.gone = entry{}
 	s.server.Clients.Add(cl)
 	return expired
@@ -479,14 +449,13 @@ func (s *Store) sweep(now time.Time) {
 			continue
 		}
 		if ss.deadline > 0 && ss.deadline <= unix {
-			ds = s.discardMsgsLocked(ss, ds, func(*msgRef) bool { return true }, "the session expired")
+			ds = s.discardMsgsLocked(ss, ds, func(*msgRef) bool { return true }, true, "the session expired")
 			s.log.Debug().Str("client", ss.id).Msg("parked session expired")
 			s.dropLocked(ss, true)
 			continue
 		}
 		if ss.soonest() <= unix {
-			ds = s.discardMsgsLocked(ss, ds, func(m *msgRef) bool { return m.expiry > 0 && m.expiry <= unix },
-				"expired while the device was offline")
+			ds = s.discardMsgsLocked(ss, ds, expiredAt(unix), true, reasonExpiredOffline)
 		}
 	}
 	s.mu.Unlock()
@@ -504,9 +473,18 @@ func (ss *sess) soonest() int64 {
 	return t
 }
 
+// reasonExpiredOffline is the reason given for a queued message whose
+// expiry passed while its session was parked.
+const reasonExpiredOffline = "expired while the device was offline"
+
+// expiredAt matches queued messages whose expiry is at or before now.
+func expiredAt(now int64) func(*msgRef) bool {
+	return func(m *msgRef) bool { return m.expiry > 0 && m.expiry <= now }
+}
+
 // discardMsgsLocked removes ss's queued messages that match, appending them
-// to ds (as expired) when Discarded wants them.
-func (s *Store) discardMsgsLocked(ss *sess, ds []discard, match func(*msgRef) bool, reason string) []discard {
+// to ds (expired or dropped, with reason) when Discarded wants them.
+func (s *Store) discardMsgsLocked(ss *sess, ds []discard, match func(*msgRef) bool, expired bool, reason string) []discard {
 	kept := ss.msgs[:0]
 	for _, m := range ss.msgs {
 		if !match(&m) {
@@ -514,10 +492,8 @@ func (s *Store) discardMsgsLocked(ss *sess, ds []discard, match func(*msgRef) bo
 			continue
 		}
 		if s.opts.Discarded != nil {
-			if v, err := s.readLocked(m.e); err == nil {
-				if rec, expiry, err := decodeMsg(v); err == nil {
-					ds = append(ds, discard{ss.id, toPacket(&rec, expiry), true, reason})
-				}
+			if rec, expiry, err := s.msgAtLocked(m.e); err == nil {
+				ds = append(ds, discard{ss.id, toPacket(&rec, expiry), expired, reason})
 			}
 		}
 		s.deleteLocked(m.e, inflightKey(ss.id, m.pid))
@@ -530,19 +506,13 @@ func (s *Store) discardMsgsLocked(ss *sess, ds []discard, match func(*msgRef) bo
 	return ds
 }
 
-func putUint64(b []byte, v uint64) {
-	for i := 7; i >= 0; i-- {
-		b[i] = byte(v)
-		v >>= 8
+// msgAtLocked reads the queued message at e.
+func (s *Store) msgAtLocked(e entry) (storage.Message, int64, error) {
+	v, err := s.readLocked(e)
+	if err != nil {
+		return storage.Message{}, 0, err
 	}
-}
-
-func getUint64(b []byte) uint64 {
-	var v uint64
-	for _, c := range b[:8] {
-		v = v<<8 | uint64(c)
-	}
-	return v
+	return decodeMsg(v)
 }
 
 // Collectors returns the store's gauges for a Prometheus registry.

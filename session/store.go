@@ -99,19 +99,21 @@ type sess struct {
 
 	// While parked:
 	parked   bool
-	will     bool   // a will is pending (such sessions are never parked)
 	deadline int64  // unix seconds it expires at; 0 never
 	nextPID  uint16 // next packet ID to try for a queued message
 	mark     uint64 // routing generation it was last matched in
 }
 
+// subRef is a subscription: what it grants is kept here (routing a publish
+// to a parked session and restoring it read nothing from disk).
 type subRef struct {
 	filter string
 	e      entry
 	slot   int32 // its place in routes (parked only; -1 when not routed)
 	ident  int32 // MQTT 5 subscription identifier
 	qos    byte
-	flags  byte // subNoLocal | subRetainAsPublished
+	flags  byte // subNoLocal | subRetainAsPublished | subShared
+	retain byte // MQTT 5 retain handling
 }
 
 const (
