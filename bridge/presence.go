@@ -65,6 +65,16 @@ const (
 // connected event are emitted here, so they are stored before anything the
 // client can do after its CONNACK — including being taken over itself.
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	if h.server != nil && !h.opts.DisableDownlink {
+		if _, exists := h.server.Clients.Get(cl.ID); !exists {
+			// Before the CONNACK: a command sent the moment the client is
+			// told it is connected finds its subscription. (A session mochi
+			// resumes brings its own; a clean start over an existing one
+			// gets it in OnSessionEstablished, after mochi has dropped the
+			// old one's.)
+			h.subscribeP2P(cl)
+		}
+	}
 	if h.server != nil && !cl.Properties.Clean {
 		if old, ok := h.server.Clients.Get(cl.ID); ok && old != cl {
 			orderInflight(old)
@@ -85,8 +95,9 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 		Clean: cl.Properties.Clean, Keepalive: cl.State.Keepalive})
 }
 
-// OnSessionEstablished gives the client its point-to-point subscription
-// (after mochi restored any session it resumes).
+// OnSessionEstablished makes sure the client has its point-to-point
+// subscription (after mochi restored or dropped any session it replaced)
+// and releases the commands held for it.
 func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	if h.server != nil && !h.opts.DisableDownlink {
 		h.subscribeP2P(cl)
