@@ -31,9 +31,7 @@ func TestGatewayKill9KeepsEveryAckedMessage(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
-	srv := startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
-	mqttAddr := printedAddrs(t, srv, "tcp")["tcp"]
+	mqttAddr, _, srv := startSyncServe(t, bin, data)
 
 	const devices = 8
 	var mu sync.Mutex
@@ -132,8 +130,7 @@ func TestBinaryCommandReachesDevice(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildBinary(t)
-	srv := startProcess(t, bin, "serve", "--data", filepath.Join(t.TempDir(), "data"), "--core", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	srv := startServe(t, bin, "--data", filepath.Join(t.TempDir(), "data"))
 	a := printedAddrs(t, srv, "tcp", "core")
 	mqttAddr, coreAddr := a["tcp"], a["core"]
 
@@ -283,8 +280,7 @@ func TestBinaryTwoGatewaysOneCore(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildBinary(t)
-	coreProc := startProcess(t, bin, "serve", "--data", filepath.Join(t.TempDir(), "core"), "--core", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	coreProc := startServe(t, bin, "--data", filepath.Join(t.TempDir(), "core"))
 	coreAddr := printedAddrs(t, coreProc, "core")["core"]
 	var gws []string
 	for i := range 2 {
@@ -382,12 +378,20 @@ func printedAddrs(t *testing.T, p *process, keys ...string) map[string]string {
 	return got
 }
 
-// startSyncServe runs `ferrymq serve --flush sync` on data with MQTT over
-// TCP and the core on free loopback ports, and returns their addresses.
+// startServe runs `ferrymq serve` with the core, HTTP and MQTT TCP
+// listeners on loopback ports the kernel picks, no websocket, plus extra
+// flags.
+func startServe(t *testing.T, bin string, extra ...string) *process {
+	t.Helper()
+	args := append([]string{"serve", "--core", "127.0.0.1:0", "--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", ""}, extra...)
+	return startProcess(t, bin, args...)
+}
+
+// startSyncServe runs `ferrymq serve --flush sync` on data (startServe)
+// and returns the MQTT and core addresses.
 func startSyncServe(t *testing.T, bin, data string) (mqttAddr, coreAddr string, p *process) {
 	t.Helper()
-	p = startProcess(t, bin, "serve", "--data", data, "--flush", "sync", "--core", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	p = startServe(t, bin, "--data", data, "--flush", "sync")
 	a := printedAddrs(t, p, "tcp", "core")
 	return a["tcp"], a["core"], p
 }
@@ -403,8 +407,7 @@ func TestBinaryServeWithAuth(t *testing.T) {
 	require.NoError(t, err)
 	cfg := filepath.Join(t.TempDir(), "ferrymq.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte("auth:\n  static: {file: "+users+"}\n  acl:\n    - {action: allow, publish: [\"devices/%c/#\"]}\n"), 0o600))
-	srv := startProcess(t, bin, "serve", "--config", cfg, "--data", filepath.Join(t.TempDir(), "data"), "--core", "127.0.0.1:0",
-		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	srv := startServe(t, bin, "--config", cfg, "--data", filepath.Join(t.TempDir(), "data"))
 	addr := printedAddrs(t, srv, "tcp")["tcp"]
 	connect := func(pass string, lost chan struct{}) (paho3.Client, error) {
 		o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("car-42").SetUsername("car-42").
