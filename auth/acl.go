@@ -63,6 +63,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // ErrInvalidACL is returned (joined, once per problem) by NewACL when a rule
@@ -75,8 +77,6 @@ const (
 	ActionAllow = "allow"
 	ActionDeny  = "deny"
 )
-
-const sharePrefix = "$share/"
 
 // maxFilterBytes is the longest UTF-8 string MQTT can carry [MQTT-1.5.4].
 const maxFilterBytes = 65535
@@ -321,7 +321,7 @@ func (r *aclRule) appliesTo(id ident) bool {
 // shared subscription, whose only '%' sequences are "%c" and "%u".
 func parseRuleFilter(s string) (aclFilter, error) {
 	var f aclFilter
-	if strings.HasPrefix(s, sharePrefix) {
+	if _, _, shared := mqtttopic.Unshare(s); shared {
 		return f, errors.New("a rule cannot be a shared subscription")
 	}
 	levels, err := parseFilter(s)
@@ -373,9 +373,8 @@ func parseFilter(s string) ([]string, error) {
 
 // parseSubscription parses a SUBSCRIBE filter, stripping "$share/{group}/".
 func parseSubscription(s string) ([]string, bool) {
-	if rest, ok := strings.CutPrefix(s, sharePrefix); ok {
-		group, filter, ok := strings.Cut(rest, "/")
-		if !ok || group == "" || strings.ContainsAny(group, "+#") || filter == "" {
+	if group, filter, shared := mqtttopic.Unshare(s); shared {
+		if group == "" || strings.ContainsAny(group, "+#") || filter == "" {
 			return nil, false // [MQTT-4.8.2-1] [MQTT-4.8.2-2]
 		}
 		s = filter

@@ -247,8 +247,7 @@ func (h *Hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 // is a shared subscription ("$share/{group}/$ferrymq/…").
 func internalTopic(topic string, write bool) (internal, shared bool) {
 	if !write {
-		if rest, ok := strings.CutPrefix(topic, sharePrefix); ok {
-			_, filter, _ := strings.Cut(rest, "/")
+		if _, filter, ok := mqtttopic.Unshare(topic); ok {
 			return strings.HasPrefix(filter, mqtttopic.Internal), true
 		}
 	}

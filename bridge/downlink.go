@@ -418,21 +418,11 @@ func (h *Hook) subscribeP2P(cl *mqtt.Client) {
 // read another client's point-to-point messages.
 func (h *Hook) OnSubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet {
 	for i := range pk.Filters {
-		if strings.HasPrefix(unshared(pk.Filters[i].Filter), mqtttopic.Internal) {
+		if _, f, _ := mqtttopic.Unshare(pk.Filters[i].Filter); strings.HasPrefix(f, mqtttopic.Internal) {
 			pk.Filters[i].Filter = "#/refused" // invalid: answered 0x8F (v5) / 0x80 (v3)
 		}
 	}
 	return pk
-}
-
-// unshared strips a shared subscription's $share/<group>/ prefix.
-func unshared(f string) string {
-	if rest, ok := strings.CutPrefix(f, "$share/"); ok {
-		if _, filter, ok := strings.Cut(rest, "/"); ok {
-			return filter
-		}
-	}
-	return f
 }
 
 // OnUnsubscribe keeps the internal subscription in place.

@@ -109,6 +109,11 @@ func TestPointToPointNamespaceIsClosed(t *testing.T) {
 	require.True(t, tok.WaitTimeout(5*time.Second))
 	// paho files the result under the filter without its $share/g/ prefix
 	require.Equal(t, map[string]byte{"$ferrymq/p2p/#": 0x80}, tok.(*paho3.SubscribeToken).Result(), "shared form refused too")
+	tok = spy.Subscribe("$SHARE/g/$ferrymq/p2p/#", 1, spied.add) // mochi reads the share prefix in any case
+	require.True(t, tok.WaitTimeout(5*time.Second))
+	for f, code := range tok.(*paho3.SubscribeToken).Result() {
+		require.Equal(t, byte(0x80), code, "upper-case shared form refused too: %q", f)
+	}
 	var victim received
 	dialV3(t, env.TCP, "victim", func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(victim.add) })
 	command(t, env, "victim", "secret", map[string]string{bridge.PropClientID: "victim"})

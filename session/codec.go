@@ -4,10 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // Record values. Clients, subscriptions and retained messages are mochi's
@@ -94,7 +95,7 @@ func newSubRef(sub packets.Subscription) subRef {
 	if sub.RetainAsPublished {
 		r.flags |= subRetainAsPublished
 	}
-	if strings.HasPrefix(sub.Filter, "$share/") || strings.HasPrefix(sub.Filter, "$queue/") {
+	if _, _, shared := mqtttopic.Unshare(sub.Filter); shared {
 		r.flags |= subShared
 	}
 	return r

@@ -23,6 +23,19 @@ func P2PTarget(name string) (clientID string, ok bool) {
 	return id, ok && id != ""
 }
 
+// Unshare splits a shared subscription "$share/{group}/{filter}" into its
+// group and filter (either may come back empty for a malformed one);
+// shared is false, and filter f itself, for any other filter. The prefix
+// is matched in any case, as mochi matches it: "$SHARE/g/x" is shared too.
+func Unshare(f string) (group, filter string, shared bool) {
+	const prefix = "$share/"
+	if len(f) < len(prefix) || !strings.EqualFold(f[:len(prefix)], prefix) {
+		return "", f, false
+	}
+	group, filter, _ = strings.Cut(f[len(prefix):], "/")
+	return group, filter, true
+}
+
 // ValidFilter checks an MQTT topic filter: not empty, no NUL, '#' only as
 // the whole last level, '+' only as a whole level [MQTT-4.7.1-1]
 // [MQTT-4.7.1-2] [MQTT-4.7.3-2].

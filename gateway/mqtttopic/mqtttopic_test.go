@@ -54,6 +54,24 @@ func TestP2PTarget(t *testing.T) {
 	}
 }
 
+func TestUnshare(t *testing.T) {
+	for _, c := range []struct{ in, group, filter string }{
+		{"$share/g/a/#", "g", "a/#"},
+		{"$SHARE/g/$ferrymq/p2p/x", "g", "$ferrymq/p2p/x"}, // mochi reads the prefix in any case
+		{"$Share/g", "g", ""},
+	} {
+		g, f, ok := Unshare(c.in)
+		require.True(t, ok, c.in)
+		require.Equal(t, c.group, g, c.in)
+		require.Equal(t, c.filter, f, c.in)
+	}
+	for _, f := range []string{"a/#", "$shared/g/a", "$share", "$queue/a"} {
+		_, got, ok := Unshare(f)
+		require.False(t, ok, f)
+		require.Equal(t, f, got)
+	}
+}
+
 // FuzzMatch: matching never panics on any input.
 func FuzzMatch(f *testing.F) {
 	f.Add("a/+/#", "a/b/c")
