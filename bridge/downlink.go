@@ -303,7 +303,8 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 		}
 		pk.TopicName = mqtttopic.P2P + target
 		origin = originP2P + id + "/" + topic
-		pk.Origin = origin // for a queue; an injected packet gets it from Connect.ClientIdentifier
+		pk.Origin = origin // a queued packet keeps it; an injected one gets it from Connect.ClientIdentifier
+		pk.Connect.ClientIdentifier = origin
 		cl, here := h.server.Clients.Get(target)
 		switch {
 		case here: // delivered below
@@ -315,7 +316,6 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 			if left > 0 && now.Add(left).Before(deadline) {
 				deadline = now.Add(left)
 			}
-			pk.Connect.ClientIdentifier = origin
 			h.hold(target, heldMsg{pk: pk, id: id, topic: topic, receiptKey: receiptKey, deadline: deadline})
 			return
 		default:
