@@ -329,7 +329,10 @@ func (s *Store) OffsetAt(ctx context.Context, topicName string, queue int, t tim
 		}
 		at, err := s.storedAtOf(e.offset, limit)
 		if errors.Is(err, core.ErrMessageNotFound) {
-			return false, nil
+			// Dispatched, not yet readable: newer than everything that is,
+			// so not before t. (false here would break the search's order
+			// and skip the newest messages of a queue.)
+			return true, nil
 		}
 		return err == nil && at >= want, err
 	})

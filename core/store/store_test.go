@@ -148,6 +148,32 @@ func TestSegmentsRoll(t *testing.T) {
 	require.Len(t, readAll(t, s2, "t", 0), 100)
 }
 
+// TestOffsetAtUnconfirmedTail: the writer publishes consume-queue entries a
+// moment before the readable end moves past their records. A time lookup in
+// that window must not skip them — they are the newest messages — as a
+// broadcast consumer starting "at the messages stored since its start" once
+// did with the first two commands of a new topic.
+func TestOffsetAtUnconfirmedTail(t *testing.T) {
+	ctx := t.Context()
+	now := time.Unix(1_700_000_000, 0)
+	s := openT(t, t.TempDir(), Options{DefaultQueues: 1, Now: func() time.Time { return now }})
+	var first int64 = -1
+	for i := range 10 {
+		now = now.Add(time.Second)
+		r, err := s.Produce(ctx, msg("k", "", i))
+		require.NoError(t, err)
+		if first < 0 {
+			first = r.CommitLogOffset
+		}
+	}
+	end := s.confirmed.Load()
+	s.confirmed.Store(first) // the window: entries dispatched, none readable yet
+	defer s.confirmed.Store(end)
+	off, err := s.OffsetAt(ctx, "k", 0, time.Unix(1_700_000_000, 0))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), off, "nothing readable yet is before the time asked")
+}
+
 func TestFindByKeyAndOffsetAt(t *testing.T) {
 	ctx := t.Context()
 	now := time.Unix(1_700_000_000, 0)
