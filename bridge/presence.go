@@ -64,14 +64,14 @@ const (
 // event (a live connection with this client ID is replaced) and the
 // connected event are emitted here, so they are stored before anything the
 // client can do after its CONNACK — including being taken over itself.
-func (h *Hook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	if h.server != nil && !h.opts.DisableDownlink {
-		if _, exists := h.server.Clients.Get(cl.ID); !exists {
+		if _, exists := h.server.Clients.Get(cl.ID); !exists || !pk.Connect.Clean {
 			// Before the CONNACK: a command sent the moment the client is
-			// told it is connected finds its subscription. (A session mochi
-			// resumes brings its own; a clean start over an existing one
-			// gets it in OnSessionEstablished, after mochi has dropped the
-			// old one's.)
+			// told it is connected finds its subscription. (A clean start
+			// over an existing session gets it in OnSessionEstablished:
+			// mochi drops the old session's subscriptions, which are filed
+			// under the same client ID, in between.)
 			h.subscribeP2P(cl)
 		}
 	}

@@ -2,11 +2,14 @@ package session
 
 import (
 	"bytes"
+	"strings"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // ID implements mqtt.Hook.
@@ -93,7 +96,8 @@ func (s *Store) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	s.tell(expired)
 }
 
-// OnSessionEstablished stores the subscriptions a resumed session brought.
+// OnSessionEstablished stores the subscriptions a resumed session brought
+// (those it had before it was stored: MQTT 5 session expiry set later).
 func (s *Store) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,8 +109,8 @@ func (s *Store) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 		return
 	}
 	for _, sub := range cl.State.Subscriptions.GetAll() {
-		if ss.findSub(sub.Filter) < 0 {
-			s.putSubLocked(ss, sub)
+		if ss.findSub(sub.Filter) < 0 && !strings.HasPrefix(sub.Filter, mqtttopic.Internal) {
+			s.putSubLocked(ss, sub) // not the internal ones: the bridge gives them at every connect
 		}
 	}
 }
