@@ -83,3 +83,11 @@ func FuzzParseMessageID(f *testing.F) {
 		}
 	})
 }
+
+func TestQueueKeysPickTheirQueue(t *testing.T) {
+	for n := 1; n <= 64; n++ {
+		for q, k := range QueueKeys(n) {
+			require.Equal(t, q, QueueFor(k, n), "n=%d", n)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Message is what a producer sends.
 type Message struct {
@@ -70,6 +73,23 @@ func QueueFor(key string, n int) int {
 		h *= 16777619
 	}
 	return int(h % uint32(n))
+}
+
+// QueueKeys returns, for each of n queues, a short sharding key that
+// QueueFor places on it: the Broker interface picks queues only by key, so
+// engine services that keep one queue per level (retry back-off, delayed
+// delivery) address their queues with these.
+func QueueKeys(n int) []string {
+	keys := make([]string, n)
+	found := 0
+	for j := 0; found < n; j++ {
+		k := "%L" + strconv.Itoa(j)
+		if q := QueueFor(k, n); keys[q] == "" {
+			keys[q] = k
+			found++
+		}
+	}
+	return keys
 }
 
 // TagHash is the 64-bit hash of a tag kept in consume-queue entries for

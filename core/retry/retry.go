@@ -157,7 +157,7 @@ func New(b core.Broker, opts Options) (*Service, error) {
 		b:         b,
 		opts:      opts,
 		log:       opts.Logger.With().Str("component", "retry").Logger(),
-		levelKeys: levelKeys(len(opts.Schedule)),
+		levelKeys: core.QueueKeys(len(opts.Schedule)),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if _, err := b.CreateTopic(s.ctx, core.TopicConfig{Name: ScheduleTopic, Queues: len(opts.Schedule)}); err != nil {
@@ -165,21 +165,6 @@ func New(b core.Broker, opts Options) (*Service, error) {
 		return nil, fmt.Errorf("create %s with %d queues: %w", ScheduleTopic, len(opts.Schedule), err)
 	}
 	return s, nil
-}
-
-// levelKeys finds, for each of n queues, a short key that core.QueueFor
-// places on it.
-func levelKeys(n int) []string {
-	keys := make([]string, n)
-	found := 0
-	for j := 0; found < n; j++ {
-		k := "%L" + strconv.Itoa(j)
-		if q := core.QueueFor(k, n); keys[q] == "" {
-			keys[q] = k
-			found++
-		}
-	}
-	return keys
 }
 
 // MaxAttempts returns how many redeliveries a message gets before it is

@@ -385,14 +385,6 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	require.ErrorIs(t, err, core.ErrTopicExists)
 }
 
-func TestLevelKeysPickTheirQueue(t *testing.T) {
-	for n := 1; n <= 64; n++ {
-		for q, k := range levelKeys(n) {
-			require.Equal(t, q, core.QueueFor(k, n), "n=%d", n)
-		}
-	}
-}
-
 func TestCloseIsIdempotent(t *testing.T) {
 	b := openStore(t, "")
 	s, err := New(b, Options{})
