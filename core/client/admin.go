@@ -96,3 +96,28 @@ func (c *Client) Pull(ctx context.Context, topic string, queue int, offset int64
 	}
 	return wire.DecodePull(p)
 }
+
+// CancelDelayed cancels a delayed message by the ID its producer got. The
+// server refuses an unknown ID (core.ErrMessageNotFound), one that was not
+// delayed (delay.ErrNotDelayed), one already due (delay.ErrAlreadyDue) or
+// cancelled (delay.ErrAlreadyCancelled).
+func (c *Client) CancelDelayed(ctx context.Context, id core.MessageID) (wire.Delayed, error) {
+	var out wire.Delayed
+	err := c.callJSON(ctx, wire.OpCancelDelay, wire.DelayedReq{ID: id.String()}, &out)
+	return out, err
+}
+
+// ListDelayed returns one page of pending delayed messages; continue with
+// the reply's NextLevel and NextOffset until Done.
+func (c *Client) ListDelayed(ctx context.Context, req wire.ListDelayedReq) (wire.ListDelayedReply, error) {
+	var out wire.ListDelayedReply
+	err := c.callJSON(ctx, wire.OpListDelayed, req, &out)
+	return out, err
+}
+
+// PendingTransactions lists the server's unresolved half messages.
+func (c *Client) PendingTransactions(ctx context.Context) ([]wire.TxnPending, error) {
+	var out []wire.TxnPending
+	err := c.callJSON(ctx, wire.OpTxnList, struct{}{}, &out)
+	return out, err
+}

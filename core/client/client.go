@@ -105,6 +105,9 @@ type Client struct {
 	sess   *session
 	ready  chan struct{} // closed while sess is usable
 	closed bool
+	// txnProducers are the open transaction producers by group: announced
+	// in every hello, and where check-back pushes go.
+	txnProducers map[string]*TransactionProducer
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -119,7 +122,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		return nil, errors.New("client: no server address")
 	}
 	c := &Client{opts: opts, log: opts.Logger.With().Str("component", "client").Str("server", opts.Addr).Logger(),
-		slot: make(chan struct{}, opts.MaxInflight), ready: make(chan struct{})}
+		slot: make(chan struct{}, opts.MaxInflight), ready: make(chan struct{}), txnProducers: map[string]*TransactionProducer{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	s, err := c.connect(ctx)
 	if err != nil {
@@ -348,7 +351,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", c.opts.Addr, err)
 	}
-	hello, _ := json.Marshal(wire.Hello{Version: wire.Version, Token: c.opts.Token, ClientID: c.opts.ClientID})
+	hello, _ := json.Marshal(wire.Hello{Version: wire.Version, Token: c.opts.Token, ClientID: c.opts.ClientID, ProducerGroups: c.producerGroups()})
 	_ = nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
 	if _, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpHello, ID: 0, Payload: hello})); err != nil {
 		_ = nc.Close()
@@ -411,7 +414,10 @@ func (s *session) readLoop() {
 			return
 		}
 		if f.Flags&wire.FlagResponse == 0 {
-			continue // server pushes: none are handled yet
+			if f.Flags&wire.FlagPush != 0 && f.Op == wire.OpCheckTxn {
+				s.c.onCheck(f)
+			}
+			continue
 		}
 		s.mu.Lock()
 		done := s.pending[f.ID]

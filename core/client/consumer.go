@@ -14,6 +14,15 @@ import (
 
 func jsonBytes(v any) ([]byte, error) { return json.Marshal(v) }
 
+// mustJSON marshals a request struct, which cannot fail.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
 // withWait gives a long poll a deadline of its wait plus the request timeout.
 func withWait(ctx context.Context, c *Client, wait time.Duration) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {

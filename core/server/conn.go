@@ -37,9 +37,22 @@ type conn struct {
 	draining atomic.Bool
 	wg       sync.WaitGroup // writer and handlers
 
+	// push holds server-initiated frames (check-backs); the writer sends
+	// them between responses. Sends never block: a full queue refuses.
+	push chan wire.Frame
+
 	mu     sync.Mutex // orders starting goroutines against close
 	closed bool
+	// producerOf holds the unregister funcs of the transactional producer
+	// groups this connection serves check-backs for.
+	producerOf map[string]func()
 }
+
+// Errors of check-back pushes.
+var (
+	errConnGone      = errors.New("connection closed")
+	errPushQueueFull = errors.New("push queue full")
+)
 
 type outFrame struct {
 	f       wire.Frame
@@ -50,7 +63,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, log: s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
 		inflight: make(chan struct{}, s.opts.MaxInflight),
 		out:      make(chan outFrame, s.opts.MaxInflight+1),
-		work:     make(chan wire.Frame, s.opts.MaxInflight)}
+		work:     make(chan wire.Frame, s.opts.MaxInflight),
+		push:     make(chan wire.Frame, maxPushes), producerOf: map[string]func(){}}
 	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	return c
 }
@@ -156,6 +170,11 @@ func (c *conn) handshake() bool {
 	if tok := c.s.opts.Token; tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(h.Token)) != 1 {
 		return refuse(wire.CodeUnauthorized, "bad token")
 	}
+	if len(h.ProducerGroups) > 0 {
+		if err := c.registerProducers(h.ProducerGroups); err != nil {
+			return refuse(wire.CodeOf(err), err.Error())
+		}
+	}
 	reply, _ := json.Marshal(wire.HelloReply{Version: wire.Version, Server: c.s.opts.Version,
 		MaxFrame: c.s.opts.MaxFrame, KeepaliveMS: c.s.opts.Keepalive.Milliseconds()})
 	if h.ClientID != "" {
@@ -199,6 +218,8 @@ func (c *conn) writeLoop() {
 		var of outFrame
 		select {
 		case of = <-c.out:
+		case pf := <-c.push:
+			of = outFrame{f: pf}
 		case <-c.ctx.Done():
 			return
 		}
@@ -215,6 +236,8 @@ func (c *conn) writeLoop() {
 				if of.release {
 					released++
 				}
+			case pf := <-c.push:
+				buf = wire.AppendFrame(buf, pf)
 			default:
 				break more
 			}
@@ -270,6 +293,7 @@ func (c *conn) close() {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.unregisterProducers()
 	c.cancel()
 	_ = c.nc.Close()
 	c.wg.Wait()

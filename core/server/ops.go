@@ -335,6 +335,12 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 			return nil, err
 		}
 		return wire.EncodeStored(msgs)
+
+	case wire.OpCancelDelay, wire.OpListDelayed:
+		return c.delayedOp(f)
+
+	case wire.OpTxnHalf, wire.OpTxnEnd, wire.OpTxnRegister, wire.OpTxnList:
+		return c.txnOp(f)
 	}
 	return nil, &wire.Error{Code: wire.CodeUnknownOp, Message: "unknown op " + f.Op.String()}
 }

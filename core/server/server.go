@@ -11,9 +11,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
 
@@ -25,6 +27,13 @@ type Options struct {
 	Groups *group.Coordinator
 	Retry  *retry.Service
 	Pop    *pop.Service
+	// Delay, when set, serves cancel and list of delayed messages; Broker
+	// should then be its Broker, so that produces with a deliver-at time are
+	// delayed.
+	Delay *delay.Service
+	// Txn, when set, serves transactional messages and pushes check-backs
+	// to connected producers.
+	Txn *txn.Service
 	// Token, when set, must be presented in OpHello.
 	Token string
 	// MaxFrame bounds a frame; default wire.DefaultMaxFrame (8 MiB).

@@ -7,9 +7,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/txn"
 )
 
 // Code is a stable numeric error code carried by error frames. These values
@@ -45,6 +47,16 @@ const (
 	CodeInvalidHandle      Code = 40
 	CodeHandleExpired      Code = 41
 	CodeInvisibleTime      Code = 42
+	CodeDelayTooLong       Code = 60 // deliver-at beyond the server's maximum delay
+	CodeDeliverAtPast      Code = 61 // deliver-at in the past: a negative delay
+	CodeNotDelayed         Code = 62 // cancel of a message that was not delayed
+	CodeAlreadyDue         Code = 63 // cancel of a message already delivered or being delivered
+	CodeAlreadyCancelled   Code = 64
+	CodeTxnNotFound        Code = 70 // unknown half message
+	CodeTxnResolved        Code = 71 // half message already committed, rolled back or discarded
+	CodeTxnGroupMismatch   Code = 72 // half message of another producer group
+	CodeTxnTooManyPending  Code = 73 // retry later
+	CodeNotEnabled         Code = 74 // the server does not run this service (e.g. a gateway without a store)
 	CodeInternal           Code = 50
 	CodeShuttingDown       Code = 51 // retry on another connection
 	CodeOverloaded         Code = 52 // retry later
@@ -79,6 +91,20 @@ var sentinels = []struct {
 	{CodeHandleExpired, pop.ErrHandleExpired},
 	{CodeInvisibleTime, pop.ErrInvisibleTime},
 	{CodeBadRequest, pop.ErrInvalidRequest},
+	{CodeDelayTooLong, delay.ErrDelayTooLong},
+	{CodeDeliverAtPast, delay.ErrDeliverAtPast},
+	{CodeNotDelayed, delay.ErrNotDelayed},
+	{CodeAlreadyDue, delay.ErrAlreadyDue},
+	{CodeAlreadyCancelled, delay.ErrAlreadyCancelled},
+	{CodeStoreFailed, delay.ErrCancelLog},
+	{CodeTxnNotFound, txn.ErrNotFound},
+	{CodeTxnResolved, txn.ErrResolved},
+	{CodeTxnGroupMismatch, txn.ErrGroupMismatch},
+	{CodeInvalidGroup, txn.ErrInvalidGroup},
+	{CodeTxnTooManyPending, txn.ErrTooManyPending},
+	{CodeBadRequest, txn.ErrInvalidAction},
+	{CodeShuttingDown, txn.ErrClosed},
+	{CodeNotEnabled, ErrNotEnabled},
 	{CodeBadRequest, retry.ErrInvalidMax},
 	{CodeBadRequest, ErrBadPayload},
 	{CodeFrameTooLarge, ErrFrameTooLarge},
@@ -108,7 +134,7 @@ func (e *Error) Unwrap() error {
 // (on this or another connection).
 func (e *Error) Retryable() bool {
 	switch e.Code {
-	case CodeShuttingDown, CodeOverloaded, CodeQueueBusy:
+	case CodeShuttingDown, CodeOverloaded, CodeQueueBusy, CodeTxnTooManyPending:
 		return true
 	}
 	return false

@@ -43,7 +43,13 @@ const (
 	OpTopicGet    Op = 0x52 // JSON {name} → JSON topic info
 	OpGet         Op = 0x60 // 16-byte message ID → binary messages (one)
 	OpFindByKey   Op = 0x61 // JSON {topic, key, max, begin, end} → binary messages
-	OpCheckTxn    Op = 0x70 // push, reserved for transaction check-backs
+	OpCancelDelay Op = 0x62 // JSON {id} → JSON delayed message
+	OpListDelayed Op = 0x63 // JSON {topic, level, offset, max} → JSON {pending, next_level, next_offset, done}
+	OpCheckTxn    Op = 0x70 // push (server → producer): binary stored messages (one half message) to resolve
+	OpTxnHalf     Op = 0x71 // u8 group length, group, binary message → binary send results (one)
+	OpTxnEnd      Op = 0x72 // JSON {id, group, action, from_check} → binary send results (one for a commit, else none)
+	OpTxnRegister Op = 0x73 // JSON {groups} → empty: check-backs of these producer groups may come here
+	OpTxnList     Op = 0x74 // JSON {} → JSON [pending half message]
 )
 
 // Flags of a frame.
@@ -71,6 +77,10 @@ var (
 	ErrBadFrame = errors.New("wire: malformed frame")
 	// ErrBadPayload is returned when a payload does not decode.
 	ErrBadPayload = errors.New("wire: malformed payload")
+	// ErrNotEnabled is returned for an operation of a service the server
+	// does not run (delayed delivery or transactions on a gateway without a
+	// store).
+	ErrNotEnabled = errors.New("wire: not enabled on this server")
 )
 
 // AppendFrame appends f's encoding to dst.
@@ -133,7 +143,9 @@ var opNames = map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produc
 	OpLeave: "leave", OpSendBack: "send-back", OpDeadLetter: "dead-letter", OpPop: "pop", OpAck: "ack",
 	OpChangeInvis: "change-invisible", OpLag: "lag", OpReset: "reset", OpGroups: "groups",
 	OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpGet: "get",
-	OpFindByKey: "find-by-key", OpCheckTxn: "check-transaction"}
+	OpFindByKey: "find-by-key", OpCancelDelay: "cancel-delayed", OpListDelayed: "list-delayed",
+	OpCheckTxn: "check-transaction", OpTxnHalf: "transaction-half", OpTxnEnd: "transaction-end",
+	OpTxnRegister: "transaction-register", OpTxnList: "transaction-list"}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {

@@ -36,6 +36,12 @@ import (
 // OpPop response: u32 count, then per message: stored message, u16 handle
 // length, handle, u32 attempt.
 
+// OpTxnHalf request: u8 group length, group, then one message. Response: as
+// OpProduce's, with one result.
+//
+// OpCheckTxn push: as an OpGet response, with one stored message (the half
+// message, its real topic in property txn.topic, its group in txn.group).
+
 // MaxBatch bounds the number of messages in one payload.
 const MaxBatch = 4096
 
@@ -149,7 +155,7 @@ func DecodeSendResults(p []byte) ([]core.SendResult, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		var s core.SendResult
 		copy(s.ID[:], r.bytes(16))
-		s.Queue = int(r.u32())
+		s.Queue = int(int32(r.u32())) // -1: not placed yet (a delayed or half message)
 		s.QueueOffset = int64(r.u64())
 		s.StoredAt = fromNano(int64(r.u64()))
 		s.CommitLogOffset = s.ID.Offset()
@@ -402,4 +408,29 @@ func (r *reader) done() error {
 		return fmt.Errorf("%w: %d trailing bytes", ErrBadPayload, len(r.b)-r.p)
 	}
 	return nil
+}
+
+// EncodeTxnHalf is the payload of an OpTxnHalf request.
+func EncodeTxnHalf(group string, m *core.Message) ([]byte, error) {
+	if len(group) == 0 || len(group) > 255 {
+		return nil, fmt.Errorf("%w: producer group must be 1–255 bytes", core.ErrInvalidMessage)
+	}
+	b := append(make([]byte, 0, 64+len(m.Body)), byte(len(group)))
+	b = append(b, group...)
+	return AppendMessage(b, m)
+}
+
+// DecodeTxnHalf parses an OpTxnHalf request.
+func DecodeTxnHalf(p []byte) (string, *core.Message, error) {
+	r := reader{b: p}
+	group := string(r.bytes(int(r.u8())))
+	m := &core.Message{}
+	r.message(m)
+	if err := r.done(); err != nil {
+		return "", nil, err
+	}
+	if group == "" {
+		return "", nil, fmt.Errorf("%w: empty producer group", ErrBadPayload)
+	}
+	return group, m, nil
 }

@@ -10,6 +10,10 @@ type Hello struct {
 	Version  int    `json:"version"`
 	Token    string `json:"token,omitempty"`
 	ClientID string `json:"client_id,omitempty"`
+	// ProducerGroups are the transactional producer groups this client
+	// produces for: check-backs of their half messages may be pushed to
+	// this connection (as after OpTxnRegister).
+	ProducerGroups []string `json:"producer_groups,omitempty"`
 }
 
 // HelloReply answers Hello.
@@ -188,4 +192,70 @@ type FindReq struct {
 	Max   int       `json:"max,omitempty"`
 	Begin time.Time `json:"begin,omitzero"`
 	End   time.Time `json:"end,omitzero"`
+}
+
+// DelayedReq names a delayed message (OpCancelDelay).
+type DelayedReq struct {
+	ID string `json:"id"`
+}
+
+// Delayed describes a delayed message not yet delivered.
+type Delayed struct {
+	ID    string    `json:"id"`
+	Topic string    `json:"topic"`
+	Due   time.Time `json:"due"`
+	// Level is the level its newest copy waits in; Exit when it leaves it.
+	Level     int       `json:"level"`
+	Exit      time.Time `json:"exit"`
+	Key       string    `json:"key,omitempty"`
+	Tag       string    `json:"tag,omitempty"`
+	Size      int       `json:"size"`
+	Cancelled bool      `json:"cancelled,omitempty"`
+}
+
+// ListDelayedReq pages through pending delayed messages (OpListDelayed).
+type ListDelayedReq struct {
+	Topic  string `json:"topic,omitempty"`
+	Level  int    `json:"level,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Max    int    `json:"max,omitempty"`
+}
+
+// ListDelayedReply is one page; continue from NextLevel/NextOffset unless Done.
+type ListDelayedReply struct {
+	Pending    []Delayed `json:"pending"`
+	NextLevel  int       `json:"next_level"`
+	NextOffset int64     `json:"next_offset"`
+	Done       bool      `json:"done"`
+}
+
+// Transaction actions of TxnEndReq.
+const (
+	TxnCommit   = "commit"
+	TxnRollback = "rollback"
+	TxnUnknown  = "unknown"
+)
+
+// TxnEndReq resolves a half message (OpTxnEnd). FromCheck is set when it
+// answers a check-back.
+type TxnEndReq struct {
+	ID        string `json:"id"`
+	Group     string `json:"group"`
+	Action    string `json:"action"`
+	FromCheck bool   `json:"from_check,omitempty"`
+}
+
+// TxnRegisterReq announces transactional producer groups (OpTxnRegister).
+type TxnRegisterReq struct {
+	Groups []string `json:"groups"`
+}
+
+// TxnPending describes an unresolved half message (OpTxnList).
+type TxnPending struct {
+	ID        string    `json:"id"`
+	Group     string    `json:"group"`
+	Topic     string    `json:"topic"`
+	StoredAt  time.Time `json:"stored_at"`
+	Checks    int       `json:"checks"`
+	NextCheck time.Time `json:"next_check"`
 }

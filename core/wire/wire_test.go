@@ -146,6 +146,8 @@ func FuzzDecodeMessages(f *testing.F) {
 	pb, _ := EncodePull(PullResult{Messages: []*core.StoredMessage{m}})
 	f.Add(pb)
 	f.Add([]byte{0xFF, 0xFF, 0xFF, 0xFF})
+	h, _ := EncodeTxnHalf("billing", sample()[0])
+	f.Add(h)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if msgs, err := DecodeProduce(b); err == nil {
 			if _, err := EncodeProduce(msgs); err != nil {
@@ -157,6 +159,11 @@ func FuzzDecodeMessages(f *testing.F) {
 		_, _ = DecodeStored(b)
 		_, _ = DecodeSendResults(b)
 		_ = DecodeError(b)
+		if g, m, err := DecodeTxnHalf(b); err == nil {
+			if _, err := EncodeTxnHalf(g, m); err != nil {
+				t.Fatalf("decoded half message does not re-encode: %v", err)
+			}
+		}
 	})
 }
 
@@ -170,4 +177,30 @@ func TestDocumentedProduceExample(t *testing.T) {
 	require.Equal(t, []byte{0, 0, 0, 1, 5, 'h', 'e', 'l', 'l', 'o'}, f[16:26])
 	r := EncodeSendResults([]core.SendResult{{}})
 	require.Len(t, AppendFrame(nil, Frame{Payload: r}), 4+0x34)
+}
+
+func TestTxnHalfRoundTrip(t *testing.T) {
+	m := sample()[1]
+	p, err := EncodeTxnHalf("orders-svc", m)
+	require.NoError(t, err)
+	g, got, err := DecodeTxnHalf(p)
+	require.NoError(t, err)
+	require.Equal(t, "orders-svc", g)
+	require.Equal(t, m.Topic, got.Topic)
+	require.Equal(t, m.Body, got.Body)
+	_, _, err = DecodeTxnHalf(p[:len(p)-1])
+	require.ErrorIs(t, err, ErrBadPayload)
+	_, _, err = DecodeTxnHalf(append(p, 0))
+	require.ErrorIs(t, err, ErrBadPayload)
+	_, _, err = DecodeTxnHalf(append([]byte{0}, p[1+len("orders-svc"):]...))
+	require.ErrorIs(t, err, ErrBadPayload)
+	_, err = EncodeTxnHalf("", m)
+	require.Error(t, err)
+}
+
+func TestSendResultQueueMinusOne(t *testing.T) {
+	res, err := DecodeSendResults(EncodeSendResults([]core.SendResult{{Queue: -1, QueueOffset: -1}}))
+	require.NoError(t, err)
+	require.Equal(t, -1, res[0].Queue)
+	require.EqualValues(t, -1, res[0].QueueOffset)
 }
