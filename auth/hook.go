@@ -232,6 +232,16 @@ func (h *Hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if internal, shared := internalTopic(topic, write); internal {
 		return !write && !shared && topic == mqtttopic.P2P+cl.ID
 	}
+	if write {
+		// A delayed publish is a publish to its inner topic; a malformed one
+		// is refused by the bridge with its own reason code.
+		if inner, _, ok, err := mqtttopic.Delayed(topic); ok {
+			if err != nil {
+				return true
+			}
+			topic = inner
+		}
+	}
 	username, extra := string(cl.Properties.Username), []string(nil)
 	if s := h.session(cl); s != nil {
 		username, extra = s.id.Username, s.id.Subscribe

@@ -11,6 +11,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // clientState is a client's QoS 1/2 uplink pipeline: how many publishes are
@@ -34,6 +36,9 @@ type clientState struct {
 type ack struct {
 	pk  packets.Packet
 	err error
+	// held: not delivered to MQTT subscribers once durable (a delayed
+	// publish).
+	held bool
 }
 
 // admit reserves a pipeline slot for pk, waiting while the client has
@@ -98,7 +103,7 @@ func (st *clientState) flush(h *Hook) {
 
 		buf = st.writeAcks(h, items, buf[:0])
 		for i := range items {
-			if items[i].err == nil {
+			if items[i].err == nil && !items[i].held {
 				h.republish(st.cl.ID, items[i].pk)
 			}
 		}
@@ -249,7 +254,8 @@ func reasonCode(err error) byte {
 		return packets.ErrPacketTooLarge.Code // 0x95
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return packets.ErrQuotaExceeded.Code // 0x97
-	case errors.Is(err, core.ErrTopicNotFound), errors.Is(err, core.ErrInvalidTopic):
+	case errors.Is(err, core.ErrTopicNotFound), errors.Is(err, core.ErrInvalidTopic), errors.Is(err, mqtttopic.ErrBadDelayed),
+		errors.Is(err, delay.ErrDelayTooLong):
 		return packets.ErrTopicNameInvalid.Code // 0x90
 	case errors.Is(err, core.ErrInvalidMessage):
 		return packets.ErrImplementationSpecificError.Code // 0x83

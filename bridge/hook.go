@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
 // Defaults.
@@ -24,6 +26,9 @@ const (
 	DefaultEventsTopic     = "device-events"
 	DefaultMaxInflight     = 256
 	DefaultHoldUnknown     = time.Hour
+	// DefaultMaxDelay bounds the delay of a "$delayed/{seconds}/{topic}"
+	// publish: the core's default longest delay, 40 days.
+	DefaultMaxDelay = 40 * 24 * time.Hour
 )
 
 // Options configure the bridge hook.
@@ -43,6 +48,10 @@ type Options struct {
 	// and not yet acknowledged; a client past it is not read from until
 	// acks catch up (TCP backpressure). 0 means DefaultMaxInflight.
 	MaxInflight int
+	// MaxDelay bounds the delay of a "$delayed/{seconds}/{topic}" publish;
+	// 0 means DefaultMaxDelay. Longer is refused (reason code 0x90 on MQTT
+	// 5). Keep it at most the core's own maximum.
+	MaxDelay time.Duration
 	// Downlink rules; nil means DefaultDownlinkRules. DisableDownlink turns
 	// the downlink off.
 	Downlink        []DownlinkRule
@@ -147,6 +156,9 @@ func New(o Options) (*Hook, error) {
 	}
 	if o.MaxInflight <= 0 {
 		o.MaxInflight = DefaultMaxInflight
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = DefaultMaxDelay
 	}
 	if o.Node == "" {
 		o.Node, _ = os.Hostname()
@@ -278,6 +290,9 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	qos := pk.FixedHeader.Qos
 	h.m.received.WithLabelValues(qosLabel[qos&3]).Inc()
+	if inner, d, ok, err := mqtttopic.Delayed(pk.TopicName); ok {
+		return h.delayedPublish(cl, pk, inner, d, err)
+	}
 	msg, ok := h.mapPublish(cl, &pk)
 	if !ok {
 		return pk, nil
@@ -293,6 +308,54 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	h.m.inflight.Inc()
 	h.produce(msg, func(err error) { st.complete(h, ack{pk: pk, err: err}) })
+	return pk, packets.ErrRejectPacket
+}
+
+// delayedPublish bridges a publish to "$delayed/{seconds}/{topic}" as a
+// publish to {topic} that the core delivers {seconds} later (EMQX's
+// convention). It never reaches MQTT subscribers: not at once (the time has
+// not come) and not later either — consumers of the core topic get it, and
+// a downlink rule may send it back to devices. A malformed topic, a delay
+// beyond MaxDelay or a topic no rule bridges is refused: reason code 0x90
+// on MQTT 5 (QoS 1/2); an MQTT 3 client is disconnected without an ack, as
+// for any refused publish; a QoS 0 one is dropped and counted.
+func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, d time.Duration, err error) (packets.Packet, error) {
+	var msg *core.Message
+	if err == nil && d > h.opts.MaxDelay {
+		err = fmt.Errorf("%w: %q: %v is beyond the longest delay, %v", mqtttopic.ErrBadDelayed, pk.TopicName, d, h.opts.MaxDelay)
+	}
+	if err == nil {
+		mapped := pk
+		mapped.TopicName = inner
+		var ok bool
+		if msg, ok = h.mapPublish(cl, &mapped); ok {
+			msg.DeliverAt = time.Now().Add(d)
+			msg.Properties[PropDelay] = strconv.FormatInt(int64(d/time.Second), 10)
+		} else {
+			err = fmt.Errorf("%w: %q: no uplink rule bridges %q", mqtttopic.ErrBadDelayed, pk.TopicName, inner)
+		}
+	}
+	if err != nil {
+		h.m.unbridged.WithLabelValues("bad_delayed").Inc()
+		h.log.Debug().Err(err).Str("client", cl.ID).Msg("delayed publish refused")
+	}
+	if pk.FixedHeader.Qos == 0 {
+		if err == nil {
+			h.produce(msg, nil)
+		}
+		return pk, packets.ErrRejectPacket // not for MQTT subscribers
+	}
+	st := h.state(cl)
+	if !st.admit(&pk, h.opts.MaxInflight) {
+		h.m.duplicates.Inc()
+		return pk, packets.ErrRejectPacket
+	}
+	h.m.inflight.Inc()
+	if err != nil {
+		st.complete(h, ack{pk: pk, err: err, held: true})
+		return pk, packets.ErrRejectPacket
+	}
+	h.produce(msg, func(err error) { st.complete(h, ack{pk: pk, err: err, held: true}) })
 	return pk, packets.ErrRejectPacket
 }
 

@@ -42,6 +42,9 @@ const (
 	PropContentType   = "mqtt.content_type"
 	PropResponseTopic = "mqtt.response_topic"
 	PropCorrelation   = "mqtt.correlation_data"
+	// PropDelay is the delay in seconds of a "$delayed/{seconds}/{topic}"
+	// publish (mqtt.topic is {topic}).
+	PropDelay = "mqtt.delay"
 )
 
 type uplinkRule struct {

@@ -27,6 +27,8 @@ import (
 //	  max_message_bytes: 4194304
 //	  default_queues: 8
 //	  auto_create_topics: true
+//	delay: {max_delay: 960h, max_hold: 18h12m16s}
+//	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
 //	core: {addr: ":10911", token: ""}
 //	http: {addr: ":18083"}
 //	mqtt: {addr: ":1883", ws: {addr: ":8083", path: /mqtt}, tls: [...], limits…}
@@ -46,6 +48,16 @@ type fileConfig struct {
 		DefaultQueues    int      `yaml:"default_queues"`
 		AutoCreateTopics *bool    `yaml:"auto_create_topics"`
 	} `yaml:"store"`
+	Delay struct {
+		MaxDelay duration `yaml:"max_delay"`
+		MaxHold  duration `yaml:"max_hold"`
+	} `yaml:"delay"`
+	Transactions struct {
+		FirstCheck    duration `yaml:"first_check"`
+		CheckInterval duration `yaml:"check_interval"`
+		MaxChecks     int      `yaml:"max_checks"`
+		MaxPending    int      `yaml:"max_pending"`
+	} `yaml:"transactions"`
 	Core struct {
 		Addr  string `yaml:"addr"`
 		Token string `yaml:"token"`

@@ -15,13 +15,15 @@ import (
 func newMsgCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "msg",
-		Short: "Look up messages by ID or by key",
+		Short: "Look up messages by ID or by key; list and cancel delayed messages",
 		Example: `  ferrymq msg get 0100a3f2000000000000012c0000005e
-  ferrymq msg find --topic orders --key car-7`,
+  ferrymq msg find --topic orders --key car-7
+  ferrymq msg delayed --topic reminders
+  ferrymq msg cancel 0100a3f2000000000000012c0000005e`,
 		Args: cobra.NoArgs,
 		RunE: helpRunE,
 	}
-	cmd.AddCommand(newMsgGetCmd(), newMsgFindCmd())
+	cmd.AddCommand(newMsgGetCmd(), newMsgFindCmd(), newMsgDelayedCmd(), newMsgCancelCmd())
 	return cmd
 }
 

@@ -35,6 +35,8 @@ type produceOptions struct {
 	count  int
 	size   int
 	quiet  bool
+	delay  string
+	at     string
 }
 
 func (o *produceOptions) AddFlags(cmd *cobra.Command) {
@@ -47,6 +49,8 @@ func (o *produceOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.count, "count", 1, "number of messages: BODY repeated, or generated bodies with --size")
 	f.IntVar(&o.size, "size", 0, "generate bodies of this many `BYTES` instead of giving BODY")
 	f.BoolVar(&o.quiet, "quiet", false, "do not print the message IDs")
+	f.StringVar(&o.delay, "delay", "", "deliver the messages this long from now: a `DURATION` such as 90s, 36h or 7d12h (at most the server's longest delay, 40d by default)")
+	f.StringVar(&o.at, "at", "", "deliver the messages at this RFC 3339 `TIME` (e.g. 2026-12-24T18:00:00Z)")
 	_ = cmd.MarkFlagRequired("topic")
 }
 
@@ -64,7 +68,9 @@ at the first failure and exits non-zero if any message was not stored.`,
 		Example: `  ferrymq produce --topic orders '{"id":1}'
   ferrymq produce --topic orders --key car-7 --tag created --prop source=cli '{"id":2}'
   tail -f events.log | ferrymq produce --topic events -
-  ferrymq produce --topic bench --count 100000 --size 1024 --quiet`,
+  ferrymq produce --topic bench --count 100000 --size 1024 --quiet
+  ferrymq produce --topic reminders --key car-7 --delay 90s 'service due'
+  ferrymq produce --topic reminders --at 2026-12-24T18:00:00Z 'merry christmas'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: runE(o.run),
 	}
@@ -75,6 +81,25 @@ at the first failure and exits non-zero if any message was not stored.`,
 // message is the template every sent message copies.
 func (o *produceOptions) message() (core.Message, error) {
 	m := core.Message{Topic: o.topic, ShardingKey: o.key, Tag: o.tag}
+	switch {
+	case o.delay != "" && o.at != "":
+		return m, errors.New("give --delay or --at, not both")
+	case o.delay != "":
+		d, err := parseDays(o.delay)
+		if err != nil {
+			return m, fmt.Errorf("--delay %q: %w", o.delay, err)
+		}
+		if d < 0 {
+			return m, fmt.Errorf("--delay %q: must not be negative", o.delay)
+		}
+		m.DeliverAt = time.Now().Add(d)
+	case o.at != "":
+		t, err := time.Parse(time.RFC3339, o.at)
+		if err != nil {
+			return m, fmt.Errorf("--at %q: want an RFC 3339 time such as 2026-12-24T18:00:00Z", o.at)
+		}
+		m.DeliverAt = t
+	}
 	for _, p := range o.props {
 		name, value, ok := strings.Cut(p, "=")
 		if !ok || name == "" {
@@ -311,4 +336,30 @@ func (o *produceOptions) collect(out io.Writer, queue <-chan sent, abort func())
 		sum.writeErr = err
 	}
 	return sum
+}
+
+// parseDays is time.ParseDuration with days: a leading "{n}d" (7d, 7d12h).
+func parseDays(s string) (time.Duration, error) {
+	neg := strings.HasPrefix(s, "-")
+	rest := strings.TrimPrefix(s, "-")
+	var days int64
+	if i := strings.IndexByte(rest, 'd'); i > 0 {
+		n, err := strconv.ParseInt(rest[:i], 10, 32)
+		if err != nil {
+			return 0, errors.New("want a duration such as 90s, 36h or 7d12h")
+		}
+		days, rest = n, rest[i+1:]
+	}
+	var d time.Duration
+	if rest != "" {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil || d < 0 {
+			return 0, errors.New("want a duration such as 90s, 36h or 7d12h")
+		}
+	}
+	d += time.Duration(days) * 24 * time.Hour
+	if neg {
+		d = -d
+	}
+	return d, nil
 }

@@ -17,13 +17,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/client"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/httpapi"
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/gateway"
 )
 
@@ -84,6 +87,9 @@ func newServeCmd() *cobra.Command {
 // node is everything serve runs, in start order.
 type node struct {
 	store      *store.Store
+	delay      *delay.Service
+	broker     core.Broker // the store with delayed delivery: what producers use
+	txn        *txn.Service
 	groups     *group.Coordinator
 	retry      *retry.Service
 	pop        *pop.Service
@@ -205,6 +211,9 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		log.Warn().Str("file", filepath.Join(o.dataDir, tokenFile)).
 			Msg("the core port or the HTTP API listens beyond loopback and no token was configured: generated one; clients read it from this file or FERRYMQ_TOKEN")
 	}
+	if err := n.startDelayAndTxn(o, &log); err != nil {
+		return err
+	}
 	if n.groups, err = group.New(n.store, group.Options{Logger: &log}); err != nil {
 		return err
 	}
@@ -217,7 +226,8 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	n.pop.Start()
-	n.core, err = server.New(server.Options{Addr: o.coreAddr, Broker: n.store, Groups: n.groups, Retry: n.retry, Pop: n.pop,
+	n.core, err = server.New(server.Options{Addr: o.coreAddr, Broker: n.broker, Groups: n.groups, Retry: n.retry, Pop: n.pop,
+		Delay: n.delay, Txn: n.txn,
 		Token: o.token, Version: "ferrymq " + buildVersion(), Logger: &log})
 	if err != nil {
 		return err
@@ -227,7 +237,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	n.token = o.token
-	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.store}, n.store, &log); err != nil {
+	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.broker, MaxDelay: n.delay.MaxDelay()}, n.store, &log); err != nil {
 		return err
 	}
 	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, &log)
@@ -244,12 +254,46 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	return n.close(ctx)
 }
 
+// startDelayAndTxn starts delayed delivery over the store and transactions
+// over that; producers then use n.broker.
+func (n *node) startDelayAndTxn(o *serveOptions, log *zerolog.Logger) error {
+	st := o.file.Store
+	cfg := o.file.Delay
+	opts := delay.Options{Logger: log, MaxDelay: time.Duration(cfg.MaxDelay), MaxHold: time.Duration(cfg.MaxHold),
+		DisableAutoCreate: st.AutoCreateTopics != nil && !*st.AutoCreateTopics}
+	if opts.MaxHold == 0 {
+		// A copy must outlive its hold: keep holds at most a third of the
+		// retention (the default 2^16 s against the default 72 h).
+		opts.MaxHold = delay.DefaultMaxHold
+		for o.retention > 0 && opts.MaxHold > time.Second && opts.MaxHold > o.retention/3 {
+			opts.MaxHold /= 2
+		}
+	}
+	var err error
+	if n.delay, err = delay.New(n.store, filepath.Join(o.dataDir, "delay"), opts); err != nil {
+		return fmt.Errorf("delayed delivery: %w", err)
+	}
+	n.delay.Start()
+	n.broker = n.delay.Broker()
+	tc := o.file.Transactions
+	if n.txn, err = txn.New(n.broker, txn.Options{Logger: log, FirstCheck: time.Duration(tc.FirstCheck),
+		CheckInterval: time.Duration(tc.CheckInterval), MaxChecks: tc.MaxChecks, MaxPending: tc.MaxPending}); err != nil {
+		return fmt.Errorf("transactions: %w", err)
+	}
+	if err := n.txn.Start(context.Background()); err != nil {
+		_ = n.txn.Close()
+		n.txn = nil
+		return fmt.Errorf("transactions: %w", err)
+	}
+	return nil
+}
+
 // startHTTP serves the HTTP API (produce and POP consume) on addr.
 func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 	const maxWait = 30 * time.Second
 	h := http.NewServeMux()
 	if n.store != nil {
-		api, err := httpapi.New(httpapi.Options{Broker: n.store, Pop: n.pop, Logger: log, MaxWait: maxWait})
+		api, err := httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Logger: log, MaxWait: maxWait})
 		if err != nil {
 			return nil, err
 		}
@@ -302,6 +346,14 @@ func (n *node) close(ctx context.Context) error {
 	if n.core != nil {
 		errs = append(errs, n.core.Shutdown(ctx))
 		n.core = nil
+	}
+	if n.txn != nil {
+		errs = append(errs, n.txn.Close())
+		n.txn = nil
+	}
+	if n.delay != nil {
+		errs = append(errs, n.delay.Close())
+		n.delay = nil
 	}
 	if n.pop != nil {
 		errs = append(errs, n.pop.Close())

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
 )
@@ -30,6 +31,8 @@ const (
 	CodeInvalidGroup   = "invalid_group"          // the group name breaks retry.ValidateGroup
 	CodeInvalidHandle  = "invalid_handle"         // not a receipt handle this server issued (or issued before a restart)
 	CodeInvisibleTime  = "invalid_invisible_time" // invisible time outside the server's bounds
+	CodeDelayTooLong   = "delay_too_long"         // deliver-at beyond the server's longest delay
+	CodeDeliverAtPast  = "deliver_at_past"        // deliver-at in the past: a negative delay
 	// 404
 	CodeNotFound        = "not_found"         // no endpoint at this path
 	CodeTopicNotFound   = "topic_not_found"   // the topic does not exist
@@ -38,7 +41,10 @@ const (
 	// 405
 	CodeMethodNotAllowed = "method_not_allowed" // see the Allow header
 	// 409
-	CodeHandleExpired = "handle_expired" // the handle's deadline passed, it was replaced, or it was already acknowledged
+	CodeHandleExpired    = "handle_expired"    // the handle's deadline passed, it was replaced, or it was already acknowledged
+	CodeNotDelayed       = "not_delayed"       // the message was not a delayed one
+	CodeAlreadyDue       = "already_due"       // the delayed message was delivered, or is being delivered
+	CodeAlreadyCancelled = "already_cancelled" // the delayed message was cancelled before
 	// 413
 	CodeBodyTooLarge       = "body_too_large"       // the request body exceeds Options.MaxBodyBytes
 	CodeBatchTooLarge      = "batch_too_large"      // more than Options.MaxBatch messages or handles
@@ -49,6 +55,7 @@ const (
 	CodeInternal = "internal" // anything else; the server log has the cause
 	// 501
 	CodeConsumeDisabled = "consume_disabled" // the server runs without a POP service
+	CodeDelayDisabled   = "delay_disabled"   // the server runs without delayed delivery
 	// 503
 	CodeStoreFailed  = "store_failed"  // the store refuses writes after an I/O error; an operator must act
 	CodeShuttingDown = "shutting_down" // the server is closing; retry (Retry-After) on a restarted server
@@ -102,6 +109,12 @@ var sentinels = []struct {
 	{pop.ErrInvalidHandle, http.StatusBadRequest, CodeInvalidHandle, ""},
 	{pop.ErrInvisibleTime, http.StatusBadRequest, CodeInvisibleTime, ""},
 	{pop.ErrInvalidRequest, http.StatusBadRequest, CodeBadRequest, ""},
+	{delay.ErrDelayTooLong, http.StatusBadRequest, CodeDelayTooLong, ""},
+	{delay.ErrDeliverAtPast, http.StatusBadRequest, CodeDeliverAtPast, ""},
+	{delay.ErrNotDelayed, http.StatusConflict, CodeNotDelayed, ""},
+	{delay.ErrAlreadyDue, http.StatusConflict, CodeAlreadyDue, ""},
+	{delay.ErrAlreadyCancelled, http.StatusConflict, CodeAlreadyCancelled, ""},
+	{delay.ErrCancelLog, http.StatusServiceUnavailable, CodeStoreFailed, "cancel log failed; cancels refused until an operator restarts the server"},
 	{core.ErrTopicNotFound, http.StatusNotFound, CodeTopicNotFound, ""},
 	{core.ErrMessageNotFound, http.StatusNotFound, CodeMessageNotFound, ""},
 	{core.ErrQueueNotFound, http.StatusNotFound, CodeQueueNotFound, ""},

@@ -22,6 +22,8 @@ const (
 	prefix        = "/api/v1/"
 	pathMessages  = "/api/v1/topics/{topic}/messages"
 	pathAck       = "/api/v1/topics/{topic}/ack"
+	pathDelayed   = "/api/v1/delayed"
+	pathDelayedID = "/api/v1/delayed/{id}"
 	pathInvisible = "/api/v1/topics/{topic}/invisible"
 )
 
@@ -70,6 +72,11 @@ func New(opts Options) (http.Handler, error) {
 	mux.Handle(pathAck, a.notAllowed("POST"))
 	mux.Handle("POST "+pathInvisible, a.serve(a.changeInvisible))
 	mux.Handle(pathInvisible, a.notAllowed("POST"))
+	mux.Handle("GET "+pathDelayed, a.serve(a.listDelayed))
+	mux.Handle(pathDelayed, a.notAllowed("GET"))
+	mux.Handle("GET "+pathDelayedID, a.serve(a.getDelayed))
+	mux.Handle("DELETE "+pathDelayedID, a.serve(a.cancelDelayed))
+	mux.Handle(pathDelayedID, a.notAllowed("GET, DELETE"))
 	mux.Handle(prefix, a.serve(func(_ http.ResponseWriter, r *http.Request) error {
 		return newError(http.StatusNotFound, CodeNotFound, "no endpoint at %q", r.URL.Path)
 	}))

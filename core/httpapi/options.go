@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/pop"
 )
 
@@ -30,6 +31,10 @@ type Options struct {
 	// (pop.Service.Start): without its reviver unacknowledged messages never
 	// come back.
 	Pop *pop.Service
+	// Delay serves GET and DELETE /api/v1/delayed…; nil answers them 501.
+	// Broker should then be its Broker, so that produces with a delay are
+	// delayed.
+	Delay *delay.Service
 	// Logger receives one line per failed request; default: discard.
 	Logger *zerolog.Logger
 	// MaxBodyBytes bounds a request body; larger ones are answered 413

@@ -23,6 +23,7 @@ const (
 	headerTag       = "x-ferrymq-tag"        // tag
 	headerKeys      = "x-ferrymq-keys"       // index keys, comma-separated; may repeat
 	headerDeliverAt = "x-ferrymq-deliver-at" // RFC 3339 time
+	headerDelay     = "x-ferrymq-delay"      // duration from now: "90s", "2h30m"
 	headerProp      = "x-ferrymq-prop-"      // + property name, lower-cased
 )
 
@@ -35,7 +36,7 @@ type produceMessage struct {
 	Body       *string           `json:"body"`
 	BodyBase64 *string           `json:"body_base64"`
 	DeliverAt  *string           `json:"deliver_at"` // RFC 3339
-
+	Delay      *string           `json:"delay"`      // from now: "90s", "2h30m"
 }
 
 // sendResult is the answer for one stored message.
@@ -189,10 +190,20 @@ func (m *produceMessage) message(topic, at string) (*core.Message, error) {
 		}
 		msg.Body = b
 	}
+	if m.DeliverAt != nil && m.Delay != nil {
+		return nil, badRequest("%sgive deliver_at or delay, not both", at)
+	}
 	if m.DeliverAt != nil {
 		t, err := parseTime(*m.DeliverAt)
 		if err != nil {
 			return nil, badRequest("%sdeliver_at: %v", at, err)
+		}
+		msg.DeliverAt = t
+	}
+	if m.Delay != nil {
+		t, err := parseDelay(*m.Delay)
+		if err != nil {
+			return nil, badRequest("%sdelay: %v", at, err)
 		}
 		msg.DeliverAt = t
 	}
@@ -252,8 +263,15 @@ func headerMessage(topic string, h http.Header) (*core.Message, error) {
 			msg.ShardingKey = v
 		case lower == headerTag:
 			msg.Tag = v
-		case lower == headerDeliverAt:
-			t, err := parseTime(v)
+		case lower == headerDeliverAt, lower == headerDelay:
+			if !msg.DeliverAt.IsZero() {
+				return nil, badRequest("give header %s or %s, not both", headerDeliverAt, headerDelay)
+			}
+			parse := parseTime
+			if lower == headerDelay {
+				parse = parseDelay
+			}
+			t, err := parse(v)
 			if err != nil {
 				return nil, badRequest("header %s: %v", name, err)
 			}
@@ -281,4 +299,16 @@ func parseTime(s string) (time.Time, error) {
 		return time.Time{}, errors.New("want an RFC 3339 time such as 2030-01-02T15:04:05Z")
 	}
 	return t, nil
+}
+
+// parseDelay turns a delay ("90s", "2h30m") into a deliver-at time.
+func parseDelay(s string) (time.Time, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, errors.New("want a duration such as 90s or 2h30m")
+	}
+	if d < 0 {
+		return time.Time{}, fmt.Errorf("%v is negative", d)
+	}
+	return time.Now().Add(d), nil
 }

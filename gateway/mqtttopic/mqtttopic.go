@@ -5,8 +5,11 @@
 package mqtttopic
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // The gateway's namespace. No client may subscribe or publish under
@@ -34,6 +37,46 @@ func Unshare(f string) (group, filter string, shared bool) {
 	}
 	group, filter, _ = strings.Cut(f[len(prefix):], "/")
 	return group, filter, true
+}
+
+// DelayedPrefix starts a delayed publish, EMQX's convention: a publish to
+// "$delayed/{seconds}/{topic}" is handled as a publish to {topic} that takes
+// effect {seconds} later.
+const DelayedPrefix = "$delayed/"
+
+// ErrBadDelayed is returned by Delayed for a topic that starts with
+// DelayedPrefix but does not go on with a delay and a topic name.
+var ErrBadDelayed = errors.New("mqtttopic: malformed $delayed topic")
+
+// maxDelayedSeconds bounds the number Delayed accepts (about 136 years);
+// callers bound the delay further.
+const maxDelayedSeconds = 1<<32 - 1
+
+// Delayed splits a delayed publish topic "$delayed/{seconds}/{topic}".
+// ok is false (and err nil) for a topic without the prefix. A topic with the
+// prefix but not decimal seconds (no sign), or without a valid topic name
+// after them (not empty, no wildcard, not itself under '$'), is an error
+// wrapping ErrBadDelayed.
+func Delayed(name string) (topic string, delay time.Duration, ok bool, err error) {
+	rest, ok := strings.CutPrefix(name, DelayedPrefix)
+	if !ok {
+		return "", 0, false, nil
+	}
+	secs, topic, found := strings.Cut(rest, "/")
+	if !found {
+		return "", 0, true, fmt.Errorf("%w: %q: want $delayed/{seconds}/{topic}", ErrBadDelayed, name)
+	}
+	if secs == "" || strings.TrimLeft(secs, "0123456789") != "" {
+		return "", 0, true, fmt.Errorf("%w: %q: the delay must be whole seconds, not %q", ErrBadDelayed, name, secs)
+	}
+	n, err := strconv.ParseUint(secs, 10, 64)
+	if err != nil || n > maxDelayedSeconds {
+		return "", 0, true, fmt.Errorf("%w: %q: delay %s s out of range", ErrBadDelayed, name, secs)
+	}
+	if topic == "" || strings.ContainsAny(topic, "+#\x00") || topic[0] == '$' {
+		return "", 0, true, fmt.Errorf("%w: %q: %q is not a topic name a device may publish to", ErrBadDelayed, name, topic)
+	}
+	return topic, time.Duration(n) * time.Second, true, nil
 }
 
 // ValidFilter checks an MQTT topic filter: not empty, no NUL, '#' only as

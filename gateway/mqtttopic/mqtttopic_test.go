@@ -1,7 +1,9 @@
 package mqtttopic
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -79,6 +81,47 @@ func FuzzMatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, filter, name string) {
 		if ValidFilter(filter) == nil {
 			_ = Match(filter, name)
+		}
+	})
+}
+
+func TestDelayed(t *testing.T) {
+	topic, d, ok, err := Delayed("$delayed/90/cars/42/cmd")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "cars/42/cmd", topic)
+	require.Equal(t, 90*time.Second, d)
+	topic, d, ok, err = Delayed("$delayed/0/a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "a", topic)
+	require.Zero(t, d)
+
+	_, _, ok, err = Delayed("cars/42")
+	require.False(t, ok)
+	require.NoError(t, err)
+	for _, bad := range []string{"$delayed/", "$delayed/10", "$delayed/10/", "$delayed/-5/a", "$delayed/+5/a",
+		"$delayed/abc/a", "$delayed/1.5/a", "$delayed//a", "$delayed/99999999999999999999/a", "$delayed/10/a/+",
+		"$delayed/10/a/#", "$delayed/10/$SYS/x", "$delayed/10/$delayed/5/a"} {
+		_, _, ok, err := Delayed(bad)
+		require.True(t, ok, bad)
+		require.ErrorIs(t, err, ErrBadDelayed, bad)
+	}
+}
+
+// FuzzDelayed: parsing never panics, and what it accepts is a topic name
+// under the prefix.
+func FuzzDelayed(f *testing.F) {
+	f.Add("$delayed/10/a/b")
+	f.Add("$delayed/x/a")
+	f.Add("$delayed/")
+	f.Fuzz(func(t *testing.T, name string) {
+		topic, d, ok, err := Delayed(name)
+		if !ok || err != nil {
+			return
+		}
+		if d < 0 || topic == "" || !strings.HasSuffix(name, "/"+topic) {
+			t.Fatalf("Delayed(%q) = %q, %v", name, topic, d)
 		}
 	})
 }

@@ -1,0 +1,130 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
+)
+
+// delayed describes a pending delayed message.
+type delayed struct {
+	ID        core.MessageID `json:"id"`
+	Topic     string         `json:"topic"`
+	Due       time.Time      `json:"due"`
+	Level     int            `json:"level"`
+	Exit      time.Time      `json:"exit"`
+	Key       string         `json:"key,omitempty"`
+	Tag       string         `json:"tag,omitempty"`
+	Size      int            `json:"size"`
+	Cancelled bool           `json:"cancelled,omitempty"`
+}
+
+func toDelayed(p delay.Pending) delayed {
+	out := delayed{ID: p.ID, Topic: p.Topic, Due: p.Due.UTC(), Level: p.Level, Exit: p.Exit.UTC(), Cancelled: p.Cancelled}
+	if p.Copy != nil {
+		out.Key = p.Copy.Properties[delay.PropShardingKey]
+		out.Tag = p.Copy.Tag
+		out.Size = len(p.Copy.Body)
+	}
+	return out
+}
+
+// delayedPage is one page of GET /api/v1/delayed.
+type delayedPage struct {
+	Pending []delayed `json:"pending"`
+	// Next is the cursor of the next page; empty when there is none.
+	Next string `json:"next,omitempty"`
+}
+
+func (a *api) delayService() (*delay.Service, error) {
+	if a.opts.Delay == nil {
+		return nil, newError(http.StatusNotImplemented, CodeDelayDisabled, "this server runs without delayed delivery")
+	}
+	return a.opts.Delay, nil
+}
+
+func pathID(r *http.Request) (core.MessageID, error) {
+	id, err := core.ParseMessageID(r.PathValue("id"))
+	if err != nil {
+		return id, newError(http.StatusBadRequest, CodeBadRequest, "message id: want 32 hex characters")
+	}
+	return id, nil
+}
+
+// listDelayed serves GET /api/v1/delayed?topic=&max=&cursor=.
+func (a *api) listDelayed(w http.ResponseWriter, r *http.Request) error {
+	d, err := a.delayService()
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	req := delay.ListRequest{Topic: q.Get("topic")}
+	if v := q.Get("max"); v != "" {
+		if req.Max, err = strconv.Atoi(v); err != nil || req.Max < 1 {
+			return badRequest("max: want a positive number")
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		l, o, ok := strings.Cut(v, ":")
+		level, err1 := strconv.Atoi(l)
+		off, err2 := strconv.ParseInt(o, 10, 64)
+		if !ok || err1 != nil || err2 != nil || level < 0 || off < 0 {
+			return badRequest("cursor: want the next value of a previous page")
+		}
+		req.Cursor = delay.Cursor{Level: level, Offset: off}
+	}
+	res, err := d.List(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	page := delayedPage{Pending: make([]delayed, 0, len(res.Pending))}
+	for _, p := range res.Pending {
+		page.Pending = append(page.Pending, toDelayed(p))
+	}
+	if !res.Done {
+		page.Next = fmt.Sprintf("%d:%d", res.Next.Level, res.Next.Offset)
+	}
+	a.writeJSON(w, r, http.StatusOK, page)
+	return nil
+}
+
+// getDelayed serves GET /api/v1/delayed/{id}.
+func (a *api) getDelayed(w http.ResponseWriter, r *http.Request) error {
+	d, err := a.delayService()
+	if err != nil {
+		return err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	p, err := d.Lookup(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	a.writeJSON(w, r, http.StatusOK, toDelayed(p))
+	return nil
+}
+
+// cancelDelayed serves DELETE /api/v1/delayed/{id}.
+func (a *api) cancelDelayed(w http.ResponseWriter, r *http.Request) error {
+	d, err := a.delayService()
+	if err != nil {
+		return err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	p, err := d.Cancel(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	a.writeJSON(w, r, http.StatusOK, toDelayed(p))
+	return nil
+}
