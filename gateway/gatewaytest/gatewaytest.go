@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/session"
@@ -31,6 +32,9 @@ type Options struct {
 	SessionOptions session.Options
 	// Auth, if set, is added before the bridge (package auth's hook).
 	Auth mqtt.Hook
+	// Delay runs delayed delivery (package core/delay, folder Dir/delay)
+	// with these options, and the bridge produces through it; nil: none.
+	Delay *delay.Options
 }
 
 // Env is a running gateway.
@@ -40,6 +44,8 @@ type Env struct {
 	Gateway *gateway.Gateway
 	// Sessions is the session store (Options.Sessions), or nil.
 	Sessions *session.Store
+	// Delay is the delayed delivery service (Options.Delay), or nil.
+	Delay *delay.Service
 	TCP      string // host:port of the MQTT TCP listener
 	WS       string // host:port of the WebSocket listener (path /mqtt)
 }
@@ -53,6 +59,15 @@ func Start(t testing.TB, o Options) *Env {
 	st, err := store.Open(o.Dir, o.Store)
 	require.NoError(t, err)
 	o.Bridge.Broker = st
+	var ds *delay.Service
+	if o.Delay != nil {
+		if ds, err = delay.New(st, filepath.Join(o.Dir, "delay"), *o.Delay); err != nil {
+			_ = st.Close()
+			require.NoError(t, err)
+		}
+		ds.Start()
+		o.Bridge.Broker = ds.Broker()
+	}
 	var br *bridge.Hook
 	var ss *session.Store
 	if o.Sessions {
@@ -88,7 +103,7 @@ func Start(t testing.TB, o Options) *Env {
 		require.NoError(t, err)
 	}
 	require.NoError(t, gw.Start())
-	e := &Env{Store: st, Bridge: br, Gateway: gw, Sessions: ss}
+	e := &Env{Store: st, Bridge: br, Gateway: gw, Sessions: ss, Delay: ds}
 	if a := gw.Addr("tcp"); a != nil {
 		e.TCP = a.String()
 	}
@@ -108,6 +123,9 @@ func (e *Env) Stop(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, e.Gateway.Shutdown(ctx))
+	if e.Delay != nil {
+		require.NoError(t, e.Delay.Close())
+	}
 	require.NoError(t, e.Store.Close())
 	e.Gateway = nil
 }

@@ -6,16 +6,19 @@ package servertest
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/core/txn"
 )
 
 // Env is a running server and its parts.
@@ -25,6 +28,8 @@ type Env struct {
 	Groups *group.Coordinator
 	Retry  *retry.Service
 	Pop    *pop.Service
+	Delay  *delay.Service
+	Txn    *txn.Service
 	Server *server.Server
 	Addr   string
 	stop   func()
@@ -37,6 +42,11 @@ type Options struct {
 	Token       string
 	FlushPolicy store.FlushPolicy
 	Server      server.Options // fields left zero get the test defaults
+	// Delay and Txn configure delayed delivery (folder Dir/delay) and
+	// transactions, which always run; zero fields get the test defaults
+	// (transactions: first check after 200 ms, then every 200 ms, 3 checks).
+	Delay delay.Options
+	Txn   txn.Options
 }
 
 // Start runs a server until the test ends (or Stop).
@@ -60,12 +70,35 @@ func Start(t testing.TB, o Options) *Env {
 	ps, err := pop.New(st, rs, pop.Options{MinInvisible: 50 * time.Millisecond})
 	require.NoError(t, err)
 	ps.Start()
+	if o.Delay.PollInterval == 0 {
+		o.Delay.PollInterval = 20 * time.Millisecond
+	}
+	ds, err := delay.New(st, filepath.Join(o.Dir, "delay"), o.Delay)
+	require.NoError(t, err)
+	ds.Start()
+	to := o.Txn
+	if to.FirstCheck == 0 {
+		to.FirstCheck = 200 * time.Millisecond
+	}
+	if to.CheckInterval == 0 {
+		to.CheckInterval = 200 * time.Millisecond
+	}
+	if to.MaxChecks == 0 {
+		to.MaxChecks = 3
+	}
+	if to.PollInterval == 0 {
+		to.PollInterval = 20 * time.Millisecond
+	}
+	ts, err := txn.New(ds.Broker(), to)
+	require.NoError(t, err)
+	require.NoError(t, ts.Start(context.Background()))
 	so := o.Server
-	so.Addr, so.Broker, so.Groups, so.Retry, so.Pop, so.Token = o.Addr, st, gc, rs, ps, o.Token
+	so.Addr, so.Broker, so.Groups, so.Retry, so.Pop, so.Token = o.Addr, ds.Broker(), gc, rs, ps, o.Token
+	so.Delay, so.Txn = ds, ts
 	srv, err := server.New(so)
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
-	e := &Env{Dir: o.Dir, Store: st, Groups: gc, Retry: rs, Pop: ps, Server: srv, Addr: srv.Addr().String()}
+	e := &Env{Dir: o.Dir, Store: st, Groups: gc, Retry: rs, Pop: ps, Delay: ds, Txn: ts, Server: srv, Addr: srv.Addr().String()}
 	stopped := false
 	e.stop = func() {
 		if stopped {
@@ -75,6 +108,8 @@ func Start(t testing.TB, o Options) *Env {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
+		_ = ts.Close()
+		_ = ds.Close()
 		_ = ps.Close()
 		_ = rs.Close()
 		_ = gc.Close()
