@@ -351,7 +351,7 @@ func parseDays(s string) (time.Duration, error) {
 		days, rest = n, rest[i+1:]
 	}
 	var d time.Duration
-	if rest != "" {
+	if rest != "" || days == 0 {
 		var err error
 		if d, err = time.ParseDuration(rest); err != nil || d < 0 {
 			return 0, errors.New("want a duration such as 90s, 36h or 7d12h")
