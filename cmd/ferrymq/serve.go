@@ -240,6 +240,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.broker, MaxDelay: n.delay.MaxDelay()}, n.store, &log); err != nil {
 		return err
 	}
+	n.gateway.Registry().MustRegister(newCoreCollector(n.delay, n.txn))
 	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, &log)
 	if err != nil {
 		return err

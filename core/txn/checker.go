@@ -157,6 +157,7 @@ func (s *Service) check(ctx context.Context, h *half, now int64) {
 		s.seenLocked(res.QueueOffset)
 	}
 	h.checks = checks
+	s.checks++
 	if s.halves[h.id] == h {
 		h.nextCheck = now + int64(s.opts.CheckInterval)
 		s.byCheck.add(h)

@@ -198,6 +198,29 @@ type Service struct {
 	inflightSeq uint64
 	// tail is one past the highest HalfTopic queue offset seen.
 	tail int64
+	// resolved counts resolutions since Start by state; checks counts
+	// check-backs sent.
+	resolved map[State]int64
+	checks   int64
+}
+
+// Stats counts what the service did since it started.
+type Stats struct {
+	// Pending is the number of unresolved halves now.
+	Pending int
+	// Committed, RolledBack and Discarded count resolutions since Start
+	// (not those recovered from the log).
+	Committed, RolledBack, Discarded int64
+	// Checks counts check-backs sent since Start.
+	Checks int64
+}
+
+// Stats returns the service's counters.
+func (s *Service) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Pending: len(s.halves), Committed: s.resolved[StateCommitted], RolledBack: s.resolved[StateRolledBack],
+		Discarded: s.resolved[StateDiscarded], Checks: s.checks}
 }
 
 // New checks opts and creates HalfTopic with one queue. Call Start to
@@ -661,6 +684,10 @@ func (s *Service) resolveLocked(h *half, state State) {
 	s.byOffset.remove(h)
 	s.unparkLocked(h)
 	s.recent.add(h.id, resolution{state: state, group: h.group})
+	if s.resolved == nil {
+		s.resolved = map[State]int64{}
+	}
+	s.resolved[state]++
 }
 
 // parkLocked puts h in its group's list of halves waiting for a producer.
