@@ -100,7 +100,7 @@ func (h *Hook) ID() string { return "ferrymq-auth" }
 // Provides implements mqtt.Hook.
 func (h *Hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish,
-		mqtt.OnSubscribe, mqtt.OnDisconnect}, []byte{b})
+		mqtt.OnSubscribe, mqtt.OnDisconnect, mqtt.OnWill}, []byte{b})
 }
 
 // AdmitConnection implements the gateway's Admitter: connection caps,
@@ -262,6 +262,26 @@ func internalTopic(topic string, write bool) (internal, shared bool) {
 		}
 	}
 	return strings.HasPrefix(topic, mqtttopic.Internal), false
+}
+
+// willRefused replaces the topic of a will the ACL does not let its client
+// publish: nobody may subscribe under the internal namespace and no uplink
+// rule bridges it, so the will goes nowhere.
+const willRefused = mqtttopic.Internal + "refused/will"
+
+// OnWill checks a will against the ACL when it is published, as a publish
+// of its client [MQTT-3.1.2-8]: mochi does not, so without this a client
+// could reach any topic through its will. A refused will is logged and
+// sent nowhere (its topic moved to the internal namespace, retain
+// cleared). The gateway calls this for wills restored after a restart too.
+func (h *Hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
+	if will.TopicName == willRefused || h.OnACLCheck(cl, will.TopicName, true) {
+		return will, nil
+	}
+	h.log.Warn().Str("client", cl.ID).Msg("will refused by the ACL: not published")
+	will.TopicName = willRefused
+	will.Retain = false
+	return will, nil
 }
 
 // sysRefused replaces the topic of a client's publish to $SYS, so that

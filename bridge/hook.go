@@ -362,8 +362,22 @@ func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, 
 // OnWillSent bridges a will message like any publish (it is not
 // acknowledged to anyone, so nothing waits for it).
 func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
-	msg, ok := h.mapPublish(cl, &pk)
-	if !ok {
+	var msg *core.Message
+	var ok bool
+	if inner, d, delayed, err := mqtttopic.Delayed(pk.TopicName); delayed {
+		// A will to "$delayed/{seconds}/{topic}" is delayed like a publish.
+		if err != nil || d > h.opts.MaxDelay {
+			h.m.unbridged.WithLabelValues("bad_delayed").Inc()
+			return
+		}
+		mapped := pk
+		mapped.TopicName = inner
+		if msg, ok = h.mapPublish(cl, &mapped); !ok {
+			return
+		}
+		msg.DeliverAt = time.Now().Add(d)
+		msg.Properties[PropDelay] = strconv.FormatInt(int64(d/time.Second), 10)
+	} else if msg, ok = h.mapPublish(cl, &pk); !ok {
 		return
 	}
 	h.produce(msg, func(err error) {

@@ -369,6 +369,13 @@ func (g *Gateway) publishWill(cl *mqtt.Client) {
 		return
 	}
 	w := cl.Properties.Will
+	for _, h := range g.opts.Hooks { // as mochi's own will path does (the ACL)
+		if h.Provides(mqtt.OnWill) {
+			if mw, err := h.OnWill(cl, w); err == nil {
+				w = mw
+			}
+		}
+	}
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: w.Qos, Retain: w.Retain},
 		TopicName:   w.TopicName, Payload: w.Payload, Properties: packets.Properties{User: w.User},

@@ -94,7 +94,7 @@ func (c *Client) NewTransactionProducer(ctx context.Context, group string, check
 	c.mu.Unlock()
 	// Announce the group on the current connection; later ones announce
 	// it in their hello.
-	if err := c.callJSON(ctx, wire.OpTxnRegister, wire.TxnRegisterReq{Groups: []string{group}}, nil); err != nil {
+	if err := c.announce(ctx); err != nil {
 		p.remove()
 		p.cancel()
 		return nil, fmt.Errorf("register producer group %s: %w", group, err)
@@ -129,7 +129,7 @@ func (p *TransactionProducer) SendHalf(ctx context.Context, m *core.Message) (co
 }
 
 // Commit makes the half message id visible in its topic and returns where
-// it was stored.
+// it was stored (ID, queue, offset; Topic is left empty — Send fills it in).
 func (p *TransactionProducer) Commit(ctx context.Context, id core.MessageID) (core.SendResult, error) {
 	return p.end(ctx, id, Commit, false)
 }
@@ -178,13 +178,17 @@ func (p *TransactionProducer) Send(ctx context.Context, m *core.Message, execute
 }
 
 // Close stops answering check-backs for the group and waits for the check
-// in progress. The server keeps the group's half messages and asks another
-// producer, or this one again once it is back.
+// in progress; the group is withdrawn from the server in the background.
+// The server keeps the group's half messages and asks another producer, or
+// this one again once it is back.
 func (p *TransactionProducer) Close() error {
 	p.once.Do(func() {
 		p.remove()
 		p.cancel()
 		p.wg.Wait()
+		// Withdraw the group, or the server would go on pushing its
+		// check-backs here, where they are dropped yet count as checks.
+		p.c.announceLater()
 	})
 	return nil
 }
@@ -237,10 +241,47 @@ func (c *Client) onCheck(f wire.Frame) {
 	p := c.txnProducers[group]
 	c.mu.Unlock()
 	if p == nil {
+		// The server's list of this connection's groups is stale (an
+		// announcement was lost with a connection): correct it, so that
+		// further checks go to a producer of the group.
 		c.log.Warn().Str("group", group).Str("id", half.ID.String()).Msg("check-back for a group without producer")
+		c.announceLater()
 		return
 	}
 	p.offer(half)
+}
+
+// announceLater runs announce in the background, until the client closes;
+// a connection made meanwhile announces the groups in its hello anyway.
+func (c *Client) announceLater() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed { // and under mu: Close waits for wg only after closed is set
+		return
+	}
+	c.wg.Go(func() {
+		if err := c.announce(c.ctx); err != nil && c.ctx.Err() == nil {
+			c.log.Warn().Err(err).Msg("announce producer groups")
+		}
+	})
+}
+
+// announce makes the server's set of producer groups for this connection
+// the open producers' groups (OpTxnRegister replaces the set). The server
+// handles requests concurrently, so an announcement may overtake an older
+// one; each is checked against the groups when its answer comes and sent
+// again if they changed meanwhile, so the last one the server applies is
+// current.
+func (c *Client) announce(ctx context.Context) error {
+	for {
+		groups := c.producerGroups()
+		if err := c.callJSON(ctx, wire.OpTxnRegister, wire.TxnRegisterReq{Groups: groups}, nil); err != nil {
+			return err
+		}
+		if slices.Equal(groups, c.producerGroups()) {
+			return nil
+		}
+	}
 }
 
 // producerGroups lists the groups to announce in a hello.

@@ -27,8 +27,11 @@ type Pending struct {
 
 // Lookup finds the delayed message the producer got id for: its newest
 // waiting copy. It fails with an error wrapping core.ErrMessageNotFound when
-// no copy is stored (never delayed here, delivered, or gone with retention)
-// and ErrNotDelayed for the ID of a message that is not a delayed one.
+// no copy is stored (never delayed here, or gone with retention),
+// ErrAlreadyDue once the message was delivered (its newest copy came out of
+// its level, or id is the delivered message's) and ErrNotDelayed for the ID
+// of a message that is not a delayed one. A cancelled message is found,
+// marked Cancelled, as long as its copies are stored.
 func (s *Service) Lookup(ctx context.Context, id core.MessageID) (Pending, error) {
 	first, err := s.b.Get(ctx, id)
 	if err != nil && !errors.Is(err, core.ErrMessageNotFound) {
@@ -52,18 +55,38 @@ func (s *Service) Lookup(ctx context.Context, id core.MessageID) (Pending, error
 	// Later copies carry the original ID as an index key; a copy waits at
 	// most MaxHold, so the newest one is that recent, unless the server was
 	// down meanwhile.
-	copies, err := s.b.FindByKey(ctx, DelayTopic, id.String(), core.KeyQuery{Max: 1 << 10})
-	if err != nil && !errors.Is(err, core.ErrMessageNotFound) {
+	newest, err := s.newestCopy(ctx, id, first)
+	if err != nil {
 		return Pending{}, err
-	}
-	newest := first
-	for _, c := range copies {
-		if newest == nil || c.CommitLogOffset > newest.CommitLogOffset {
-			newest = c
-		}
 	}
 	if newest == nil {
 		return Pending{}, fmt.Errorf("delayed message %s: %w", id, core.ErrMessageNotFound)
+	}
+	// Copies stay stored after they move on: a copy its level committed
+	// past has come out. Its successor, if any, was stored (and indexed)
+	// before that commit, so a search made after reading the commit finds
+	// it; with none, the message was delivered or dropped.
+	moved := false
+	for {
+		from, err := s.b.CommittedOffset(ctx, DelayGroup, DelayTopic, newest.Queue)
+		if errors.Is(err, core.ErrNoCommittedOffset) {
+			from, err = 0, nil
+		}
+		if err != nil {
+			return Pending{}, err
+		}
+		if newest.QueueOffset >= from {
+			break
+		}
+		again, err := s.newestCopy(ctx, id, newest)
+		if err != nil {
+			return Pending{}, err
+		}
+		if again == newest {
+			moved = true
+			break
+		}
+		newest = again
 	}
 	w, err := parseWaiting(newest)
 	if err != nil {
@@ -73,7 +96,29 @@ func (s *Service) Lookup(ctx context.Context, id core.MessageID) (Pending, error
 	s.mu.Lock()
 	_, p.Cancelled = s.cancelled[id]
 	s.mu.Unlock()
+	// A copy that moved on before its due time moved to another level (the
+	// index may not show the successor yet): still pending. At or after it,
+	// the message was delivered.
+	if moved && !p.Cancelled && !w.due.After(s.opts.Clock.Now()) {
+		return Pending{}, fmt.Errorf("%w: %s was delivered to %s (due %s)", ErrAlreadyDue, id, w.topic, w.due.UTC().Format(time.RFC3339))
+	}
 	return p, nil
+}
+
+// newestCopy returns the newest stored copy of the delayed message id:
+// known, if not nil, or one found by the index key later copies carry.
+func (s *Service) newestCopy(ctx context.Context, id core.MessageID, known *core.StoredMessage) (*core.StoredMessage, error) {
+	copies, err := s.b.FindByKey(ctx, DelayTopic, id.String(), core.KeyQuery{Max: 1 << 10})
+	if err != nil && !errors.Is(err, core.ErrMessageNotFound) {
+		return nil, err
+	}
+	newest := known
+	for _, c := range copies {
+		if newest == nil || c.CommitLogOffset > newest.CommitLogOffset {
+			newest = c
+		}
+	}
+	return newest, nil
 }
 
 // Cancel cancels the delayed message the producer got id for, so that it is

@@ -30,28 +30,43 @@ func (c *conn) CheckTransaction(half *core.StoredMessage) error {
 	}
 }
 
-// registerProducers makes this connection a check-back target for groups
-// until it closes.
+// registerProducers makes this connection a check-back target for exactly
+// groups (until it closes): groups not yet registered are added, and those
+// registered before but not listed are dropped, so that a client whose
+// transaction producer closed stops getting — and using up — the check-backs
+// of its group while it stays connected.
 func (c *conn) registerProducers(groups []string) error {
 	t := c.s.opts.Txn
 	if t == nil {
 		return fmt.Errorf("transactions: %w", wire.ErrNotEnabled)
 	}
+	want := make(map[string]bool, len(groups))
 	for _, g := range groups {
 		if err := txn.ValidateGroup(g); err != nil {
 			return err
 		}
+		want[g] = true
 	}
+	var drop []func()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, g := range groups {
-		if c.closed {
-			return errConnGone
+	if c.closed {
+		c.mu.Unlock()
+		return errConnGone
+	}
+	for g, unregister := range c.producerOf {
+		if !want[g] {
+			drop = append(drop, unregister)
+			delete(c.producerOf, g)
 		}
-		if _, ok := c.producerOf[g]; ok {
-			continue
+	}
+	for g := range want {
+		if _, ok := c.producerOf[g]; !ok {
+			c.producerOf[g] = t.Register(g, c)
 		}
-		c.producerOf[g] = t.Register(g, c)
+	}
+	c.mu.Unlock()
+	for _, unregister := range drop {
+		unregister()
 	}
 	return nil
 }

@@ -120,14 +120,17 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("ferrymq: %s (code %d)", e.Message, e.Code) }
 
-// Unwrap returns the sentinel of the code, if any.
-func (e *Error) Unwrap() error {
+// Unwrap returns the sentinels of the code: several packages' errors share
+// some codes (invalid group, bad request), and errors.Is matches any of
+// them.
+func (e *Error) Unwrap() []error {
+	var out []error
 	for _, s := range sentinels {
 		if s.code == e.Code {
-			return s.err
+			out = append(out, s.err)
 		}
 	}
-	return nil
+	return out
 }
 
 // Retryable reports whether the same request may succeed if sent again

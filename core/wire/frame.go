@@ -48,7 +48,7 @@ const (
 	OpCheckTxn    Op = 0x70 // push (server → producer): binary stored messages (one half message) to resolve
 	OpTxnHalf     Op = 0x71 // u8 group length, group, binary message → binary send results (one)
 	OpTxnEnd      Op = 0x72 // JSON {id, group, action, from_check} → binary send results (one for a commit, else none)
-	OpTxnRegister Op = 0x73 // JSON {groups} → empty: check-backs of these producer groups may come here
+	OpTxnRegister Op = 0x73 // JSON {groups} → empty: check-backs of exactly these producer groups may come here (replaces the connection's set)
 	OpTxnList     Op = 0x74 // JSON {} → JSON [pending half message]
 )
 

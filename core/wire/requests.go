@@ -245,7 +245,9 @@ type TxnEndReq struct {
 	FromCheck bool   `json:"from_check,omitempty"`
 }
 
-// TxnRegisterReq announces transactional producer groups (OpTxnRegister).
+// TxnRegisterReq announces the transactional producer groups a connection
+// serves check-backs for (OpTxnRegister): the whole set, replacing the one
+// announced before (an empty list withdraws them all).
 type TxnRegisterReq struct {
 	Groups []string `json:"groups"`
 }

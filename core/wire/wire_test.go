@@ -11,6 +11,8 @@ import (
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/txn"
 )
 
 func sample() []*core.Message {
@@ -203,4 +205,16 @@ func TestSendResultQueueMinusOne(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, -1, res[0].Queue)
 	require.EqualValues(t, -1, res[0].QueueOffset)
+}
+
+// Codes shared by several packages' errors match each of them.
+func TestErrorUnwrapsEverySentinelOfItsCode(t *testing.T) {
+	e := &Error{Code: CodeInvalidGroup}
+	require.ErrorIs(t, e, group.ErrInvalidGroup)
+	require.ErrorIs(t, e, txn.ErrInvalidGroup)
+	require.ErrorIs(t, e, retry.ErrInvalidGroup)
+	b := &Error{Code: CodeBadRequest}
+	require.ErrorIs(t, b, ErrBadPayload)
+	require.ErrorIs(t, b, txn.ErrInvalidAction)
+	require.NotErrorIs(t, b, txn.ErrInvalidGroup)
 }

@@ -46,8 +46,8 @@ type Env struct {
 	Sessions *session.Store
 	// Delay is the delayed delivery service (Options.Delay), or nil.
 	Delay *delay.Service
-	TCP      string // host:port of the MQTT TCP listener
-	WS       string // host:port of the WebSocket listener (path /mqtt)
+	TCP   string // host:port of the MQTT TCP listener
+	WS    string // host:port of the WebSocket listener (path /mqtt)
 }
 
 // Start runs a gateway until the test ends.
