@@ -123,18 +123,27 @@ const MaxTopicLen = 127
 
 // ValidateTopic reports whether name is a valid user topic name.
 func ValidateTopic(name string) error {
-	if name == "" || len(name) > MaxTopicLen {
-		return &TopicError{Name: name, Reason: "must be 1–127 characters"}
+	if reason := NameProblem(name, MaxTopicLen); reason != "" {
+		return &TopicError{Name: name, Reason: reason}
+	}
+	return nil
+}
+
+// NameProblem says what is wrong with a topic or group name — it must be 1
+// to max characters of [A-Za-z0-9._-] — or "" if nothing is.
+func NameProblem(name string, max int) string {
+	if name == "" || len(name) > max {
+		return "must be 1–" + strconv.Itoa(max) + " characters"
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
 		default:
-			return &TopicError{Name: name, Reason: "may hold only [A-Za-z0-9._-]"}
+			return "may hold only [A-Za-z0-9._-]"
 		}
 	}
-	return nil
+	return ""
 }
 
 // ValidateSystemTopic is ValidateTopic for names an engine creates itself: a

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/follow"
 )
 
 // runLevel moves one level's copies on: it reads the level's queue of
@@ -20,65 +21,11 @@ import (
 // may, by less than a tick, which delays a copy by at most that much.
 func (s *Service) runLevel(ctx context.Context, level int) {
 	log := s.log.With().Int(fieldLevel, level).Logger()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-
-	var offset int64
-	for {
-		o, err := s.b.CommittedOffset(ctx, DelayGroup, DelayTopic, level)
-		if err == nil || errors.Is(err, core.ErrNoCommittedOffset) {
-			offset = o
-			break
-		}
-		log.Error().Err(err).Msg("read level offset")
-		if !pause(ctx, timer, nil, s.opts.PollInterval) {
-			return
-		}
-	}
-	for {
-		arrivals := s.b.Arrivals(DelayTopic) // before the read: no arrival is missed
-		res, err := s.b.Read(ctx, core.ReadRequest{Topic: DelayTopic, Queue: level, Offset: offset, MaxCount: s.opts.BatchSize})
-		if err != nil {
-			var ce *core.CorruptError
-			if errors.As(err, &ce) && ce.QueueOffset >= offset {
-				log.Error().Err(err).Int64(fieldOffset, ce.QueueOffset).Msg("corrupt delayed copy skipped")
-				offset = ce.QueueOffset + 1
-				s.commit(ctx, log, level, offset)
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			log.Error().Err(err).Int64(fieldOffset, offset).Msg("read delayed copies")
-			if !pause(ctx, timer, nil, s.opts.PollInterval) {
-				return
-			}
-			continue
-		}
-		if res.Clamped && offset < res.Range.Min {
-			log.Error().Int64(fieldOffset, offset).Int64("min_offset", res.Range.Min).
-				Msg("delayed copies removed by retention before they moved on: keep MaxHold below the retention")
-		}
-		if len(res.Messages) == 0 {
-			if res.NextOffset != offset {
-				offset = res.NextOffset
-				s.commit(ctx, log, level, offset)
-			}
-			if !pause(ctx, timer, arrivals, s.opts.PollInterval) {
-				return
-			}
-			continue
-		}
-		next, ok := s.moveOn(ctx, log, timer, res.Messages)
-		if next > offset {
-			offset = next
-			s.commit(ctx, log, level, offset)
-		}
-		if !ok {
-			return
-		}
-	}
+	q := follow.Queue{Broker: s.b, Topic: DelayTopic, Queue: level, Group: DelayGroup, Batch: s.opts.BatchSize,
+		Poll: s.opts.PollInterval, Log: log, Name: "delayed copies"}
+	q.Run(ctx, func(ctx context.Context, timer *time.Timer, msgs []*core.StoredMessage) (int64, bool) {
+		return s.moveOn(ctx, log, timer, msgs)
+	})
 }
 
 // moveOn stores msgs (one level's, in queue order) in their topic or next
@@ -88,7 +35,7 @@ func (s *Service) moveOn(ctx context.Context, log zerolog.Logger, timer *time.Ti
 	next := msgs[0].QueueOffset
 	for len(msgs) > 0 {
 		if wait := s.opts.Clock.Until(msgs[0].DeliverAt); wait > 0 {
-			if !pause(ctx, timer, nil, min(wait, s.opts.PollInterval)) {
+			if !follow.Pause(ctx, timer, nil, min(wait, s.opts.PollInterval)) {
 				return next, false
 			}
 			continue // look at the clock again
@@ -167,7 +114,7 @@ func (s *Service) step(ctx context.Context, log zerolog.Logger, timer *time.Time
 			break
 		}
 		log.Error().Err(err).Int(fieldCount, len(out)).Msg("move delayed messages on")
-		if !pause(ctx, timer, nil, s.opts.PollInterval) {
+		if !follow.Pause(ctx, timer, nil, s.opts.PollInterval) {
 			return false
 		}
 	}
@@ -286,26 +233,5 @@ func deliverable(m *core.StoredMessage, w waiting) *core.Message {
 		DeliverAt:      w.due,
 		BornAt:         m.BornAt,
 		ReconsumeCount: m.ReconsumeCount,
-	}
-}
-
-func (s *Service) commit(ctx context.Context, log zerolog.Logger, level int, offset int64) {
-	if err := s.b.CommitOffset(ctx, DelayGroup, DelayTopic, level, offset); err != nil && ctx.Err() == nil {
-		log.Error().Err(err).Int64(fieldOffset, offset).Msg("commit level offset")
-	}
-}
-
-// pause waits for d, for wake (if not nil) or for ctx; it returns false once
-// ctx is done.
-func pause(ctx context.Context, timer *time.Timer, wake <-chan struct{}, d time.Duration) bool {
-	timer.Reset(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-wake:
-		return true
-	case <-timer.C:
-		return true
 	}
 }

@@ -81,16 +81,8 @@ func DLQTopic(group string) string { return dlqPrefix + group }
 // ValidateGroup reports whether group is a valid consumer group name:
 // 1–100 characters of [A-Za-z0-9._-]. The error wraps ErrInvalidGroup.
 func ValidateGroup(group string) error {
-	if group == "" || len(group) > MaxGroupLen {
-		return fmt.Errorf("%w %q: must be 1–%d characters", ErrInvalidGroup, group, MaxGroupLen)
-	}
-	for i := 0; i < len(group); i++ {
-		c := group[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return fmt.Errorf("%w %q: may hold only [A-Za-z0-9._-]", ErrInvalidGroup, group)
-		}
+	if reason := core.NameProblem(group, MaxGroupLen); reason != "" {
+		return fmt.Errorf("%w %q: %s", ErrInvalidGroup, group, reason)
 	}
 	return nil
 }

@@ -2,13 +2,13 @@ package retry
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/follow"
 )
 
 // schedulerBatch is how many scheduled messages a level reads at once.
@@ -22,66 +22,11 @@ const schedulerBatch = 64
 // goes at once.
 func (s *Service) runLevel(ctx context.Context, level int) {
 	log := s.log.With().Int(fieldLevel, level).Logger()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-
-	var offset int64
-	for {
-		o, err := s.b.CommittedOffset(ctx, SchedulerGroup, ScheduleTopic, level)
-		if err == nil || errors.Is(err, core.ErrNoCommittedOffset) {
-			offset = o
-			break
-		}
-		log.Error().Err(err).Msg("read scheduler offset")
-		if !pause(ctx, timer, nil, s.opts.PollInterval) {
-			return
-		}
-	}
-
-	for {
-		arrivals := s.b.Arrivals(ScheduleTopic) // before the read: no arrival is missed
-		res, err := s.b.Read(ctx, core.ReadRequest{Topic: ScheduleTopic, Queue: level, Offset: offset, MaxCount: schedulerBatch})
-		if err != nil {
-			var ce *core.CorruptError
-			if errors.As(err, &ce) && ce.QueueOffset >= offset {
-				log.Error().Err(err).Int64(fieldOffset, ce.QueueOffset).Msg("corrupt scheduled message skipped")
-				offset = ce.QueueOffset + 1
-				s.commit(ctx, log, level, offset)
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			log.Error().Err(err).Int64(fieldOffset, offset).Msg("read scheduled messages")
-			if !pause(ctx, timer, nil, s.opts.PollInterval) {
-				return
-			}
-			continue
-		}
-		if res.Clamped && offset < res.Range.Min {
-			log.Warn().Int64(fieldOffset, offset).Int64("min_offset", res.Range.Min).
-				Msg("scheduled messages removed by retention before delivery")
-		}
-		if len(res.Messages) == 0 {
-			if res.NextOffset != offset {
-				offset = res.NextOffset
-				s.commit(ctx, log, level, offset)
-			}
-			if !pause(ctx, timer, arrivals, s.opts.PollInterval) {
-				return
-			}
-			continue
-		}
-		next, ok := s.deliver(ctx, log, timer, level, res.Messages)
-		if next > offset {
-			offset = next
-			s.commit(ctx, log, level, offset)
-		}
-		if !ok {
-			return
-		}
-	}
+	q := follow.Queue{Broker: s.b, Topic: ScheduleTopic, Queue: level, Group: SchedulerGroup, Batch: schedulerBatch,
+		Poll: s.opts.PollInterval, Log: log, Name: "scheduled messages"}
+	q.Run(ctx, func(ctx context.Context, timer *time.Timer, msgs []*core.StoredMessage) (int64, bool) {
+		return s.deliver(ctx, log, timer, level, msgs)
+	})
 }
 
 // deliver produces msgs (one level's, in queue order) to their destinations
@@ -91,7 +36,7 @@ func (s *Service) deliver(ctx context.Context, log zerolog.Logger, timer *time.T
 	next := msgs[0].QueueOffset
 	for len(msgs) > 0 {
 		if wait := msgs[0].DeliverAt.Sub(s.opts.Now()); wait > 0 {
-			if !pause(ctx, timer, nil, wait) {
+			if !follow.Pause(ctx, timer, nil, wait) {
 				return next, false
 			}
 			continue // re-check the clock
@@ -120,7 +65,7 @@ func (s *Service) deliver(ctx context.Context, log zerolog.Logger, timer *time.T
 				}
 				log.Error().Err(err).Int(fieldCount, len(out)).Msg("deliver scheduled messages")
 				// Re-read from the first undelivered one after a pause.
-				return next, pause(ctx, timer, nil, s.opts.PollInterval)
+				return next, follow.Pause(ctx, timer, nil, s.opts.PollInterval)
 			}
 		}
 		for _, m := range out {
@@ -151,26 +96,5 @@ func unschedule(m *core.StoredMessage) *core.Message {
 		Body:           m.Body,
 		BornAt:         m.BornAt,
 		ReconsumeCount: m.ReconsumeCount,
-	}
-}
-
-func (s *Service) commit(ctx context.Context, log zerolog.Logger, level int, offset int64) {
-	if err := s.b.CommitOffset(ctx, SchedulerGroup, ScheduleTopic, level, offset); err != nil && ctx.Err() == nil {
-		log.Error().Err(err).Int64(fieldOffset, offset).Msg("commit scheduler offset")
-	}
-}
-
-// pause waits for d, for wake (if not nil) or for ctx; it returns false once
-// ctx is done.
-func pause(ctx context.Context, timer *time.Timer, wake <-chan struct{}, d time.Duration) bool {
-	timer.Reset(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-wake:
-		return true
-	case <-timer.C:
-		return true
 	}
 }
