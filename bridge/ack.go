@@ -39,6 +39,9 @@ type ack struct {
 	// held: not delivered to MQTT subscribers once durable (a delayed
 	// publish).
 	held bool
+	// id is the stored message's ID; traced: its ack hop is recorded.
+	id     core.MessageID
+	traced bool
 }
 
 // admit reserves a pipeline slot for pk, waiting while the client has
@@ -128,14 +131,17 @@ func (st *clientState) flush(h *Hook) {
 
 // writeAcks encodes and writes the acks for items. A refused publish gets
 // a reason code on MQTT 5; MQTT 3 has none, so the client is disconnected
-// without an ack and will publish again [MQTT-4.4.0-1].
+// without an ack and will publish again [MQTT-4.4.0-1]. Traced publishes
+// whose acks were written record their ack hop.
 func (st *clientState) writeAcks(h *Hook, items []ack, buf []byte) []byte {
 	cl := st.cl
 	v5 := cl.Properties.ProtocolVersion == 5
 	problemInfo := !(cl.Properties.Props.RequestProblemInfoFlag && cl.Properties.Props.RequestProblemInfo == 0)
 	n := 0
+	sent := len(items) // items[:sent] had their acks written
 	for i := range items {
 		if st.failed {
+			sent = i
 			break
 		}
 		pk := &items[i].pk
@@ -146,7 +152,10 @@ func (st *clientState) writeAcks(h *Hook, items []ack, buf []byte) []byte {
 		if err := items[i].err; err != nil {
 			code := reasonCode(err)
 			if !v5 || code == packets.ErrPacketTooLarge.Code {
-				st.write(h, buf, n)
+				sent = i
+				if !st.write(h, buf, n) {
+					sent = 0
+				}
 				buf, n = buf[:0], 0
 				st.failed = true
 				if v5 {
@@ -183,27 +192,34 @@ func (st *clientState) writeAcks(h *Hook, items []ack, buf []byte) []byte {
 		buf = appendAck(buf, typ, pk.PacketID, 0, "")
 		n++
 	}
-	st.write(h, buf, n)
+	if n > 0 && !st.write(h, buf, n) {
+		sent = 0
+	}
+	if h.opts.Trace != nil {
+		h.traceAcks(cl, items[:sent])
+	}
 	return buf
 }
 
 // write sends n encoded acks under the client's write lock, which mochi
-// holds for its own writes, so packets never interleave.
-func (st *clientState) write(h *Hook, b []byte, n int) {
+// holds for its own writes, so packets never interleave; false if they
+// were not written.
+func (st *clientState) write(h *Hook, b []byte, n int) bool {
 	cl := st.cl
 	if n == 0 || cl.Net.Conn == nil || cl.Closed() {
-		return
+		return false
 	}
 	cl.Lock()
 	_, err := cl.Net.Conn.Write(b)
 	cl.Unlock()
 	if err != nil {
 		h.log.Debug().Err(err).Str("client", cl.ID).Msg("write acks")
-		return
+		return false
 	}
 	h.m.acks.Add(float64(n))
 	atomic.AddInt64(&h.server.Info.BytesSent, int64(len(b)))
 	atomic.AddInt64(&h.server.Info.PacketsSent, int64(n))
+	return true
 }
 
 // appendAck encodes a PUBACK or PUBREC. Success is the 2-byte form every

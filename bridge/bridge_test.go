@@ -89,6 +89,40 @@ func TestUplinkRulesInOrder(t *testing.T) {
 	require.Equal(t, [3]string{"vehicle-status", "gw-1", ""}, [3]string{m.Topic, m.ShardingKey, m.Tag})
 	_, err = u.Map(&Publish{Topic: "phones/p1", ClientID: "p1"})
 	require.ErrorIs(t, err, ErrNoRule)
+
+	_, rule, err := u.MapRule(&Publish{Topic: "vehicles/car-9/status", ClientID: "gw-1"})
+	require.NoError(t, err)
+	require.Equal(t, UplinkRule{Filter: "vehicles/#", Topic: "vehicle-${level:3}", Key: "${clientid}"}, rule)
+	_, rule, err = u.MapRule(&Publish{Topic: "phones/p1", ClientID: "p1"})
+	require.ErrorIs(t, err, ErrNoRule)
+	require.Zero(t, rule)
+}
+
+// A traced downlink message's origin carries its trace; an untraced one's
+// (and one stored before tracing existed) is unchanged and reads as untraced.
+func TestDownlinkOriginCarriesTrace(t *testing.T) {
+	id := core.NewCommitLogID(1, 42, 100)
+	traceID := core.NewCommitLogID(1, 7, 100)
+	tr := downTrace{id: traceID, topic: "commands"}
+	for _, c := range []struct {
+		name, origin string
+		want         pendingDown
+	}{
+		{"p2p untraced", originP2P + id.String() + "/cmd/car7", pendingDown{id: id.String(), topic: "cmd/car7"}},
+		{"p2p traced", originP2P + tr.ref(id.String()) + "/cmd/car7", pendingDown{id: id.String(), topic: "cmd/car7", tr: tr}},
+		{"topic untraced", originDown + id.String(), pendingDown{id: id.String(), topic: "cars/x"}},
+		{"topic traced", originDown + tr.ref(id.String()), pendingDown{id: id.String(), topic: "cars/x", tr: tr}},
+		{"bad trace ID", originDown + id.String() + "~zz~commands", pendingDown{id: id.String(), topic: "cars/x"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := downlinkOf(c.origin, "cars/x")
+			require.True(t, ok)
+			require.Equal(t, c.want, got)
+		})
+	}
+	require.Equal(t, id.String(), downTrace{}.ref(id.String()))
+	_, ok := downlinkOf("car7", "cars/x")
+	require.False(t, ok, "a device's own publish")
 }
 
 func TestUplinkRejectsBadRules(t *testing.T) {
@@ -166,4 +200,18 @@ func FuzzEventJSON(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(e.appendJSON(nil)))
 	})
+}
+
+// A message whose key is not the client ID is indexed by the client ID too.
+func TestUplinkIndexesClientID(t *testing.T) {
+	u, err := NewUplink([]UplinkRule{{Filter: "fleet/+/pos", Topic: "pos", Key: "${level:2}"}, {Filter: "#", Topic: "${level:1}"}})
+	require.NoError(t, err)
+	m, err := u.Map(&Publish{Topic: "fleet/truck-1/pos", ClientID: "gw-7"})
+	require.NoError(t, err)
+	require.Equal(t, "truck-1", m.ShardingKey)
+	require.Equal(t, []string{"gw-7"}, m.Keys)
+	m, err = u.Map(&Publish{Topic: "tel/x", ClientID: "car-1"})
+	require.NoError(t, err)
+	require.Equal(t, "car-1", m.ShardingKey)
+	require.Empty(t, m.Keys, "the key is the client ID already")
 }

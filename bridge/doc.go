@@ -17,6 +17,15 @@
 // the events topic (default "device-events"), keyed by client ID, with a
 // sequence number that grows across restarts.
 //
+// Tracing: with Options.Trace, messages whose core topic the Recorder
+// traces record their MQTT hops — a device's publish (under the ID the core
+// gave it): mqtt.publish, stored (or delayed) and, for QoS 1/2, mqtt.ack
+// once the PUBACK/PUBREC is written; a command (under trace.IDOf):
+// mqtt.deliver when written to a device or queued for it, mqtt.device-ack
+// and receipt. A traced command carries its trace in the origin of its
+// packets (trace.go), so the trace survives a parked session and a
+// restart. Recording never blocks; an untraced topic costs one atomic load.
+//
 // The Hook is safe for concurrent use by mochi's connection goroutines.
 // Drain waits for everything handed to the core; call it after the
 // listeners closed and before closing the core. docs/gateway.md has the

@@ -185,7 +185,12 @@ func (h *Hook) wake(client string) {
 	h.dl.mu.Unlock()
 }
 
-type pendingDown struct{ id, topic string }
+// pendingDown is what a downlink packet sent to a device carries: the
+// message ID, its MQTT topic and its trace.
+type pendingDown struct {
+	id, topic string
+	tr        downTrace
+}
 
 // groupName is the per-node broadcast group: each node has its own offsets.
 func groupName(node string) string {
@@ -264,6 +269,7 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 		}
 	}
 	id := m.ID.String()
+	tr := h.downTraceOf(r.Topic, m)
 	receiptKey := target
 	if receiptKey == "" {
 		receiptKey = m.ShardingKey
@@ -272,13 +278,13 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 	var left time.Duration
 	if ttl > 0 {
 		if left = ttl - time.Since(m.BornAt); left <= 0 {
-			h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeExpired, Topic: topic})
+			h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeExpired, Topic: topic}, tr)
 			return
 		}
 	}
 	if !validTopicName(topic) {
 		const reason = "not a valid MQTT topic name (empty, wildcards, $ferrymq/, or over 65535 bytes)"
-		h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeInvalidTopic, Topic: topic, Reason: reason})
+		h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeInvalidTopic, Topic: topic, Reason: reason}, tr)
 		h.deadLetter(m, reason)
 		return
 	}
@@ -295,28 +301,29 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 		pk.Properties.MessageExpiryInterval = uint32(secs)
 		pk.Expiry = now.Unix() + secs
 	}
-	origin := originDown + id
+	origin := originDown + tr.ref(id)
+	queued := false // for an offline client, in mochi's inflight window
 	if target != "" {
 		if !validP2PClient(target) {
 			h.m.downlink.WithLabelValues("not_here").Inc()
 			return
 		}
 		pk.TopicName = mqtttopic.P2P + target
-		origin = originP2P + id + "/" + topic
+		origin = originP2P + tr.ref(id) + "/" + topic
 		pk.Origin = origin // a queued packet keeps it; an injected one gets it from Connect.ClientIdentifier
 		pk.Connect.ClientIdentifier = origin
 		cl, here := h.server.Clients.Get(target)
 		switch {
 		case here: // delivered below
 		case h.opts.Sessions != nil && h.opts.Sessions.Parked(target):
-			h.queueParked(receiptKey, target, id, topic, pk)
+			h.queueParked(receiptKey, target, id, topic, pk, tr)
 			return
 		case h.opts.HoldUnknown > 0 && qos > 0:
 			deadline := now.Add(h.opts.HoldUnknown)
 			if left > 0 && now.Add(left).Before(deadline) {
 				deadline = now.Add(left)
 			}
-			h.hold(target, heldMsg{pk: pk, id: id, topic: topic, receiptKey: receiptKey, deadline: deadline})
+			h.hold(target, heldMsg{pk: pk, id: id, topic: topic, receiptKey: receiptKey, deadline: deadline, tr: tr})
 			return
 		default:
 			h.m.downlink.WithLabelValues("not_here").Inc()
@@ -334,13 +341,14 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 				reason = "the offline device's queue is full (bytes)"
 			}
 			if reason != "" {
-				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason})
+				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason}, tr)
 				return
 			}
+			queued = true
 		} else if qos > 0 && !h.waitWindow(ctx, cl) {
 			if ctx.Err() == nil {
 				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic,
-					Reason: "the device did not acknowledge earlier messages in time"})
+					Reason: "the device did not acknowledge earlier messages in time"}, tr)
 			}
 			return
 		}
@@ -353,21 +361,25 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 		return
 	}
 	h.m.downlink.WithLabelValues("published").Inc()
+	if queued { // a connected device's deliver hop is recorded as the packet is written (OnPacketEncode)
+		h.traceDeliver(tr, target, topic, &pk, downQueued)
+	}
 }
 
 // queueParked queues a point-to-point message (addressed and with its
 // origin) for a parked session.
-func (h *Hook) queueParked(receiptKey, target, id, topic string, pk packets.Packet) {
+func (h *Hook) queueParked(receiptKey, target, id, topic string, pk packets.Packet, tr downTrace) {
 	reason := "QoS 0 is not queued for an offline device"
 	if pk.FixedHeader.Qos > 0 {
 		err := h.opts.Sessions.Enqueue(target, pk)
 		if err == nil {
 			h.m.downlink.WithLabelValues("queued").Inc()
+			h.traceDeliver(tr, target, topic, &pk, downQueued)
 			return
 		}
 		reason = err.Error()
 	}
-	h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason})
+	h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason}, tr)
 }
 
 // inflightOf counts an offline client's queued messages and their bytes.
@@ -382,7 +394,7 @@ func inflightOf(cl *mqtt.Client) (n, bytes int) {
 // Discarded turns a queued message the session store gave up on into a
 // receipt, when it is a downlink message.
 func (h *Hook) Discarded(clientID string, pk packets.Packet, expired bool, reason string) {
-	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
+	d, ok := downlinkOf(pk.Origin, pk.TopicName)
 	if !ok {
 		return
 	}
@@ -390,7 +402,7 @@ func (h *Hook) Discarded(clientID string, pk packets.Packet, expired bool, reaso
 	if expired {
 		outcome = OutcomeExpired
 	}
-	h.receipt(clientID, &Receipt{MessageID: id, ClientID: clientID, Outcome: outcome, Topic: topic, Reason: reason})
+	h.receipt(clientID, &Receipt{MessageID: d.id, ClientID: clientID, Outcome: outcome, Topic: d.topic, Reason: reason}, d.tr)
 }
 
 // validTopicName: non-empty, no wildcards, no NUL, at most 65535 bytes
@@ -436,37 +448,61 @@ func (h *Hook) OnUnsubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet {
 }
 
 // OnPacketEncode gives point-to-point packets their real topic (and no
-// topic alias: the alias mochi may have set names the internal topic).
-func (h *Hook) OnPacketEncode(_ *mqtt.Client, pk packets.Packet) packets.Packet {
-	if pk.FixedHeader.Type != packets.Publish || !strings.HasPrefix(pk.Origin, originP2P) {
+// topic alias: the alias mochi may have set names the internal topic),
+// and records the deliver hop of traced downlink packets as they are
+// written.
+func (h *Hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type != packets.Publish {
 		return pk
 	}
-	if _, topic, ok := parseP2POrigin(pk.Origin); ok {
+	switch {
+	case strings.HasPrefix(pk.Origin, originP2P):
+		ref, topic, ok := parseP2POrigin(pk.Origin)
+		if !ok {
+			return pk
+		}
 		pk.TopicName = topic
 		pk.Properties.TopicAlias, pk.Properties.TopicAliasFlag = 0, false
+		if h.opts.Trace != nil {
+			_, tr := splitRef(ref)
+			h.traceDeliver(tr, cl.ID, topic, &pk, downWritten)
+		}
+	case h.opts.Trace != nil && strings.HasPrefix(pk.Origin, originDown):
+		_, tr := splitRef(pk.Origin[len(originDown):])
+		h.traceDeliver(tr, cl.ID, pk.TopicName, &pk, downWritten)
 	}
 	return pk
 }
 
-func parseP2POrigin(o string) (id, topic string, ok bool) {
+// parseP2POrigin splits a point-to-point origin into the message's
+// reference (its ID, and its trace: splitRef) and MQTT topic.
+func parseP2POrigin(o string) (ref, topic string, ok bool) {
 	rest := strings.TrimPrefix(o, originP2P)
-	id, topic, ok = strings.Cut(rest, "/")
-	return id, topic, ok
+	return strings.Cut(rest, "/")
 }
 
-func downlinkOf(origin, topic string) (id, mqttTopic string, ok bool) {
+// downlinkOf says which downlink message a packet with this origin and
+// topic carries; false if none.
+func downlinkOf(origin, topic string) (pendingDown, bool) {
+	var ref string
 	switch {
 	case strings.HasPrefix(origin, originP2P):
-		return parseP2POrigin(origin)
+		var ok bool
+		if ref, topic, ok = parseP2POrigin(origin); !ok {
+			return pendingDown{}, false
+		}
 	case strings.HasPrefix(origin, originDown):
-		return origin[len(originDown):], topic, true
+		ref = origin[len(originDown):]
+	default:
+		return pendingDown{}, false
 	}
-	return "", "", false
+	id, tr := splitRef(ref)
+	return pendingDown{id: id, topic: topic, tr: tr}, true
 }
 
 // OnQosPublish remembers which downlink message a QoS 1/2 packet carries.
 func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
-	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
+	d, ok := downlinkOf(pk.Origin, pk.TopicName)
 	if !ok || pk.FixedHeader.Type != packets.Publish || cl.Closed() {
 		return // an offline client's queue is tracked again when it is resent
 	}
@@ -476,7 +512,7 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) 
 		m = map[uint16]pendingDown{}
 		h.dl.pending[cl.ID] = m
 	}
-	m[pk.PacketID] = pendingDown{id: id, topic: topic} // a resend replaces the entry
+	m[pk.PacketID] = d // a resend replaces the entry
 	h.dl.mu.Unlock()
 }
 
@@ -501,7 +537,8 @@ func (h *Hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	}
 	h.wake(cl.ID)
 	if p, ok := h.takePending(cl.ID, pk.PacketID); ok {
-		h.receipt(cl.ID, &Receipt{MessageID: p.id, ClientID: cl.ID, Outcome: OutcomeDelivered, Topic: p.topic})
+		h.traceDeviceAck(p.tr, cl.ID, &pk, p.topic)
+		h.receipt(cl.ID, &Receipt{MessageID: p.id, ClientID: cl.ID, Outcome: OutcomeDelivered, Topic: p.topic}, p.tr)
 	}
 }
 
@@ -514,7 +551,7 @@ func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 		return
 	}
 	h.takePending(cl.ID, pk.PacketID)
-	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
+	d, ok := downlinkOf(pk.Origin, pk.TopicName)
 	if !ok || pk.FixedHeader.Type != packets.Publish {
 		return
 	}
@@ -522,7 +559,7 @@ func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if pk.Expiry > 0 && pk.Expiry > time.Now().Unix() {
 		outcome, reason = OutcomeDropped, "the session was discarded"
 	}
-	h.receipt(cl.ID, &Receipt{MessageID: id, ClientID: cl.ID, Outcome: outcome, Topic: topic, Reason: reason})
+	h.receipt(cl.ID, &Receipt{MessageID: d.id, ClientID: cl.ID, Outcome: outcome, Topic: d.topic, Reason: reason}, d.tr)
 }
 
 // forgetPending forgets a client's sent messages when its connection ends
@@ -536,16 +573,17 @@ func (h *Hook) forgetPending(client string) {
 // OnPublishDropped: mochi's queue to a device was full. A downlink message
 // gets a "dropped" receipt.
 func (h *Hook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
-	id, topic, ok := downlinkOf(pk.Origin, pk.TopicName)
+	d, ok := downlinkOf(pk.Origin, pk.TopicName)
 	if !ok {
 		return
 	}
-	h.receipt(cl.ID, &Receipt{MessageID: id, ClientID: cl.ID, Outcome: OutcomeDropped, Topic: topic,
-		Reason: "the device's outbound queue was full"})
+	h.receipt(cl.ID, &Receipt{MessageID: d.id, ClientID: cl.ID, Outcome: OutcomeDropped, Topic: d.topic,
+		Reason: "the device's outbound queue was full"}, d.tr)
 }
 
-// receipt counts a downlink message's outcome and stores its receipt.
-func (h *Hook) receipt(key string, r *Receipt) {
+// receipt counts a downlink message's outcome and stores its receipt; a
+// traced message (tr) records its receipt hop.
+func (h *Hook) receipt(key string, r *Receipt, tr downTrace) {
 	h.m.downlink.WithLabelValues(r.Outcome).Inc()
 	if h.opts.DisableReceipts {
 		return
@@ -553,6 +591,7 @@ func (h *Hook) receipt(key string, r *Receipt) {
 	r.Time = time.Now().UTC()
 	r.Node = h.opts.Node
 	h.enqueue(&core.Message{Topic: h.opts.ReceiptsTopic, ShardingKey: key, Tag: r.Outcome, Body: r.appendJSON(nil)})
+	h.traceReceipt(tr, r)
 }
 
 // appendJSON encodes r as encoding/json would.

@@ -22,6 +22,7 @@ type heldMsg struct {
 	id, topic  string         // message ID and MQTT topic, for receipts
 	receiptKey string
 	deadline   time.Time
+	tr         downTrace
 }
 
 type heldQueue struct {
@@ -57,10 +58,11 @@ func (h *Hook) hold(target string, m heldMsg) {
 	}
 	h.dl.mu.Unlock()
 	if reason != "" {
-		h.receipt(m.receiptKey, &Receipt{MessageID: m.id, ClientID: target, Outcome: OutcomeDropped, Topic: m.topic, Reason: reason})
+		h.receipt(m.receiptKey, &Receipt{MessageID: m.id, ClientID: target, Outcome: OutcomeDropped, Topic: m.topic, Reason: reason}, m.tr)
 		return
 	}
 	h.m.downlink.WithLabelValues("held").Inc()
+	h.traceDeliver(m.tr, target, m.topic, &m.pk, downHeld)
 }
 
 // releaseHeld delivers what is held for a client that just connected.
@@ -95,7 +97,7 @@ func (h *Hook) releaseHeld(client string) {
 
 func (h *Hook) expireHeld(client string, m heldMsg) {
 	h.receipt(m.receiptKey, &Receipt{MessageID: m.id, ClientID: client, Outcome: OutcomeExpired, Topic: m.topic,
-		Reason: "the client did not connect to this node in time"})
+		Reason: "the client did not connect to this node in time"}, m.tr)
 }
 
 // sweepHeld gives held commands whose time passed their "expired" receipt,

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
@@ -87,7 +88,13 @@ type Options struct {
 	DisableReceipts bool
 	// Node names this gateway in presence events and receipts, and its
 	// downlink offsets; "" means the host name.
-	Node   string
+	Node string
+	// Trace, if set, records the MQTT hops of messages whose core topic it
+	// traces (see trace.go): a device's publish, where it was stored and
+	// its acknowledgement; a command's delivery to a device, the device's
+	// acknowledgement and the receipt. Nil records nothing. The bridge
+	// neither starts nor closes it.
+	Trace  *trace.Recorder
 	Logger *zerolog.Logger
 }
 
@@ -288,17 +295,22 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if cl.Net.Inline {
 		return pk, nil
 	}
+	var received time.Time // when tracing: the publish hop's time
+	if h.opts.Trace != nil {
+		received = time.Now()
+	}
 	qos := pk.FixedHeader.Qos
 	h.m.received.WithLabelValues(qosLabel[qos&3]).Inc()
 	if inner, d, ok, err := mqtttopic.Delayed(pk.TopicName); ok {
-		return h.delayedPublish(cl, pk, inner, d, err)
+		return h.delayedPublish(cl, pk, inner, d, err, received)
 	}
-	msg, ok := h.mapPublish(cl, &pk)
+	msg, rule, ok := h.mapPublish(cl, &pk)
 	if !ok {
 		return pk, nil
 	}
+	tr := h.traceUplink(cl, &pk, msg, rule, received)
 	if qos == 0 {
-		h.produce(msg, nil)
+		h.produce(msg, tr, nil)
 		return pk, nil
 	}
 	st := h.state(cl)
@@ -307,7 +319,9 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, packets.ErrRejectPacket
 	}
 	h.m.inflight.Inc()
-	h.produce(msg, func(err error) { st.complete(h, ack{pk: pk, err: err}) })
+	h.produce(msg, tr, func(r core.SendResult, err error) {
+		st.complete(h, ack{pk: pk, err: err, id: r.ID, traced: tr != nil})
+	})
 	return pk, packets.ErrRejectPacket
 }
 
@@ -319,8 +333,10 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 // beyond MaxDelay or a topic no rule bridges is refused: reason code 0x90
 // on MQTT 5 (QoS 1/2); an MQTT 3 client is disconnected without an ack, as
 // for any refused publish; a QoS 0 one is dropped and counted.
-func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, d time.Duration, err error) (packets.Packet, error) {
+func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, d time.Duration, err error,
+	received time.Time) (packets.Packet, error) {
 	var msg *core.Message
+	var tr *upTrace
 	if err == nil && d > h.opts.MaxDelay {
 		err = fmt.Errorf("%w: %q: %v is beyond the longest delay, %v", mqtttopic.ErrBadDelayed, pk.TopicName, d, h.opts.MaxDelay)
 	}
@@ -328,9 +344,11 @@ func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, 
 		mapped := pk
 		mapped.TopicName = inner
 		var ok bool
-		if msg, ok = h.mapPublish(cl, &mapped); ok {
-			msg.DeliverAt = time.Now().Add(d)
-			msg.Properties[PropDelay] = strconv.FormatInt(int64(d/time.Second), 10)
+		var rule string
+		if msg, rule, ok = h.mapPublish(cl, &mapped); ok {
+			setDelay(msg, d)
+			tr = h.traceUplink(cl, &pk, msg, rule, received)
+			tr.delayedUntil(msg.DeliverAt, d)
 		} else {
 			err = fmt.Errorf("%w: %q: no uplink rule bridges %q", mqtttopic.ErrBadDelayed, pk.TopicName, inner)
 		}
@@ -341,7 +359,7 @@ func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, 
 	}
 	if pk.FixedHeader.Qos == 0 {
 		if err == nil {
-			h.produce(msg, nil)
+			h.produce(msg, tr, nil)
 		}
 		return pk, packets.ErrRejectPacket // not for MQTT subscribers
 	}
@@ -355,16 +373,30 @@ func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, 
 		st.complete(h, ack{pk: pk, err: err, held: true})
 		return pk, packets.ErrRejectPacket
 	}
-	h.produce(msg, func(err error) { st.complete(h, ack{pk: pk, err: err, held: true}) })
+	h.produce(msg, tr, func(r core.SendResult, err error) {
+		st.complete(h, ack{pk: pk, err: err, held: true, id: r.ID, traced: tr != nil})
+	})
 	return pk, packets.ErrRejectPacket
+}
+
+// setDelay makes msg a delayed message, due d from now.
+func setDelay(msg *core.Message, d time.Duration) {
+	msg.DeliverAt = time.Now().Add(d)
+	msg.Properties[PropDelay] = strconv.FormatInt(int64(d/time.Second), 10)
 }
 
 // OnWillSent bridges a will message like any publish (it is not
 // acknowledged to anyone, so nothing waits for it).
 func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	var received time.Time
+	if h.opts.Trace != nil {
+		received = time.Now()
+	}
 	var msg *core.Message
+	var rule string
 	var ok bool
-	if inner, d, delayed, err := mqtttopic.Delayed(pk.TopicName); delayed {
+	inner, d, delayed, err := mqtttopic.Delayed(pk.TopicName)
+	if delayed {
 		// A will to "$delayed/{seconds}/{topic}" is delayed like a publish.
 		if err != nil || d > h.opts.MaxDelay {
 			h.m.unbridged.WithLabelValues("bad_delayed").Inc()
@@ -372,51 +404,66 @@ func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 		}
 		mapped := pk
 		mapped.TopicName = inner
-		if msg, ok = h.mapPublish(cl, &mapped); !ok {
+		if msg, rule, ok = h.mapPublish(cl, &mapped); !ok {
 			return
 		}
-		msg.DeliverAt = time.Now().Add(d)
-		msg.Properties[PropDelay] = strconv.FormatInt(int64(d/time.Second), 10)
-	} else if msg, ok = h.mapPublish(cl, &pk); !ok {
+		setDelay(msg, d)
+	} else if msg, rule, ok = h.mapPublish(cl, &pk); !ok {
 		return
 	}
-	h.produce(msg, func(err error) {
+	tr := h.traceUplink(cl, &pk, msg, rule, received)
+	if tr != nil {
+		tr.attrs["will"] = "true"
+	}
+	if delayed {
+		tr.delayedUntil(msg.DeliverAt, d)
+	}
+	h.produce(msg, tr, func(_ core.SendResult, err error) {
 		if err != nil {
 			h.log.Warn().Err(err).Str("client", cl.ID).Msg("will not bridged")
 		}
 	})
 }
 
-// mapPublish applies the uplink rules to pk; false (counted by reason)
-// when it stays MQTT-only. No loops: a downlink topic is fed by backends
-// only, never by the uplink.
-func (h *Hook) mapPublish(cl *mqtt.Client, pk *packets.Packet) (*core.Message, bool) {
-	msg, err := h.up.Map(publishOf(cl, pk))
+// mapPublish applies the uplink rules to pk and says which rule's filter
+// matched; false (counted by reason) when it stays MQTT-only. No loops: a
+// downlink topic is fed by backends only, never by the uplink.
+func (h *Hook) mapPublish(cl *mqtt.Client, pk *packets.Packet) (*core.Message, string, bool) {
+	msg, rule, err := h.up.MapRule(publishOf(cl, pk))
 	if err == nil && h.downTopic[msg.Topic] {
 		err = errDownlinkTopic
 	}
 	if err != nil {
 		h.m.unbridged.WithLabelValues(unbridgedReason(err)).Inc()
-		return nil, false
+		return nil, "", false
 	}
-	return msg, true
+	return msg, rule.Filter, true
 }
 
 // produce hands one bridged message to the core and counts the outcome;
-// done, if set, runs on the core's goroutine (it must not block).
-func (h *Hook) produce(msg *core.Message, done func(error)) {
+// a traced one (tr set) records its hops once stored. done, if set, runs
+// on the core's goroutine (it must not block) with where the message was
+// stored (zero after an error).
+func (h *Hook) produce(msg *core.Message, tr *upTrace, done func(core.SendResult, error)) {
 	start := time.Now()
 	h.produces.Add(1)
-	h.core.ProduceAsync([]*core.Message{msg}, func(_ []core.SendResult, err error) {
+	h.core.ProduceAsync([]*core.Message{msg}, func(res []core.SendResult, err error) {
 		defer h.produces.Done()
 		h.m.appendSeconds.Observe(time.Since(start).Seconds())
+		var r core.SendResult
 		if err != nil {
 			h.m.failures.WithLabelValues(failureReason(err)).Inc()
 		} else {
 			h.m.bridged.Inc()
+			if len(res) > 0 {
+				r = res[0]
+			}
+			if tr != nil {
+				h.traceStored(tr, &r)
+			}
 		}
 		if done != nil {
-			done(err)
+			done(r, err)
 		}
 	})
 }

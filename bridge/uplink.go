@@ -132,6 +132,13 @@ type UserProperty struct{ Key, Value string }
 // Map returns the core message for p, or ErrNoRule / ErrInvalidCoreTopic
 // (wrapped) when p stays MQTT-only. The message's body aliases p.Payload.
 func (u *Uplink) Map(p *Publish) (*core.Message, error) {
+	m, _, err := u.MapRule(p)
+	return m, err
+}
+
+// MapRule is Map that also returns the rule that matched p, its Key
+// filled in if it was empty (the zero rule with ErrNoRule).
+func (u *Uplink) MapRule(p *Publish) (*core.Message, UplinkRule, error) {
 	for i := range u.rules {
 		r := &u.rules[i]
 		if !mqtttopic.Match(r.Filter, p.Topic) {
@@ -141,18 +148,24 @@ func (u *Uplink) Map(p *Publish) (*core.Message, error) {
 		topic := r.topic.expand(&v)
 		if !r.fixedTopic {
 			if err := core.ValidateTopic(topic); err != nil {
-				return nil, fmt.Errorf("%w: %q from MQTT topic %q", ErrInvalidCoreTopic, topic, p.Topic)
+				return nil, r.UplinkRule, fmt.Errorf("%w: %q from MQTT topic %q", ErrInvalidCoreTopic, topic, p.Topic)
 			}
 		}
-		return &core.Message{
+		m := &core.Message{
 			Topic:       topic,
 			ShardingKey: r.key.expand(&v),
 			Tag:         r.tag.expand(&v),
 			Properties:  properties(p),
 			Body:        p.Payload,
-		}, nil
+		}
+		if m.ShardingKey != p.ClientID && p.ClientID != "" {
+			// Indexed by the publishing client too, so that operators
+			// find a device's messages by its client ID whatever the key.
+			m.Keys = []string{p.ClientID}
+		}
+		return m, r.UplinkRule, nil
 	}
-	return nil, ErrNoRule
+	return nil, UplinkRule{}, ErrNoRule
 }
 
 func properties(p *Publish) map[string]string {

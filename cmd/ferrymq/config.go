@@ -28,6 +28,7 @@ import (
 //	  default_queues: 8
 //	  auto_create_topics: true
 //	delay: {max_delay: 960h, max_hold: 18h12m16s}
+//	trace: {all: false, topics: [telemetry], node: gw-1}
 //	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
 //	core: {addr: ":10911", token: ""}
 //	http: {addr: ":18083"}
@@ -52,6 +53,11 @@ type fileConfig struct {
 		MaxDelay duration `yaml:"max_delay"`
 		MaxHold  duration `yaml:"max_hold"`
 	} `yaml:"delay"`
+	Trace struct {
+		All    bool     `yaml:"all"`
+		Topics []string `yaml:"topics"`
+		Node   string   `yaml:"node"`
+	} `yaml:"trace"`
 	Transactions struct {
 		FirstCheck    duration `yaml:"first_check"`
 		CheckInterval duration `yaml:"check_interval"`

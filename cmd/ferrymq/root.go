@@ -21,7 +21,7 @@ func newRootCmd() *cobra.Command {
 		RunE: helpRunE,
 	}
 	root.AddCommand(newServeCmd(), newVersionCmd(),
-		newProduceCmd(), newConsumeCmd(), newTopicCmd(), newGroupCmd(), newMsgCmd(), newBenchCmd(),
+		newProduceCmd(), newConsumeCmd(), newTopicCmd(), newGroupCmd(), newMsgCmd(), newTraceCmd(), newBenchCmd(),
 		newAuthCmd())
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/gateway"
 )
@@ -87,6 +89,7 @@ func newServeCmd() *cobra.Command {
 // node is everything serve runs, in start order.
 type node struct {
 	store      *store.Store
+	trace      *trace.Recorder
 	delay      *delay.Service
 	broker     core.Broker // the store with delayed delivery: what producers use
 	txn        *txn.Service
@@ -211,23 +214,28 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		log.Warn().Str("file", filepath.Join(o.dataDir, tokenFile)).
 			Msg("the core port or the HTTP API listens beyond loopback and no token was configured: generated one; clients read it from this file or FERRYMQ_TOKEN")
 	}
+	tc := o.file.Trace
+	if n.trace, err = trace.New(n.store, trace.Options{All: tc.All, Topics: tc.Topics, Node: cmp.Or(tc.Node, hostname()), Logger: &log}); err != nil {
+		return err
+	}
+	n.trace.Start()
 	if err := n.startDelayAndTxn(o, &log); err != nil {
 		return err
 	}
-	if n.groups, err = group.New(n.store, group.Options{Logger: &log}); err != nil {
+	if n.groups, err = group.New(n.store, group.Options{Logger: &log, Trace: n.trace}); err != nil {
 		return err
 	}
 	n.groups.Start()
-	if n.retry, err = retry.New(n.store, retry.Options{Logger: &log}); err != nil {
+	if n.retry, err = retry.New(n.store, retry.Options{Logger: &log, Trace: n.trace}); err != nil {
 		return err
 	}
 	n.retry.Start()
-	if n.pop, err = pop.New(n.store, n.retry, pop.Options{Logger: &log}); err != nil {
+	if n.pop, err = pop.New(n.store, n.retry, pop.Options{Logger: &log, Trace: n.trace}); err != nil {
 		return err
 	}
 	n.pop.Start()
 	n.core, err = server.New(server.Options{Addr: o.coreAddr, Broker: n.broker, Groups: n.groups, Retry: n.retry, Pop: n.pop,
-		Delay: n.delay, Txn: n.txn,
+		Delay: n.delay, Txn: n.txn, Trace: n.trace,
 		Token: o.token, Version: "ferrymq " + buildVersion(), Logger: &log})
 	if err != nil {
 		return err
@@ -237,10 +245,10 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	n.token = o.token
-	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.broker, MaxDelay: n.delay.MaxDelay()}, n.store, &log); err != nil {
+	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.broker, MaxDelay: n.delay.MaxDelay(), Trace: n.trace}, n.store, &log); err != nil {
 		return err
 	}
-	n.gateway.Registry().MustRegister(newCoreCollector(n.delay, n.txn))
+	n.gateway.Registry().MustRegister(newCoreCollector(n.delay, n.txn, n.trace))
 	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, &log)
 	if err != nil {
 		return err
@@ -260,7 +268,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 func (n *node) startDelayAndTxn(o *serveOptions, log *zerolog.Logger) error {
 	st := o.file.Store
 	cfg := o.file.Delay
-	opts := delay.Options{Logger: log, MaxDelay: time.Duration(cfg.MaxDelay), MaxHold: time.Duration(cfg.MaxHold),
+	opts := delay.Options{Logger: log, Trace: n.trace, MaxDelay: time.Duration(cfg.MaxDelay), MaxHold: time.Duration(cfg.MaxHold),
 		DisableAutoCreate: st.AutoCreateTopics != nil && !*st.AutoCreateTopics}
 	if opts.MaxHold == 0 {
 		// A copy must outlive its hold: keep holds at most a third of the
@@ -294,7 +302,7 @@ func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 	const maxWait = 30 * time.Second
 	h := http.NewServeMux()
 	if n.store != nil {
-		api, err := httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Logger: log, MaxWait: maxWait})
+		api, err := httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: log, MaxWait: maxWait})
 		if err != nil {
 			return nil, err
 		}
@@ -368,6 +376,10 @@ func (n *node) close(ctx context.Context) error {
 		errs = append(errs, n.groups.Close())
 		n.groups = nil
 	}
+	if n.trace != nil {
+		errs = append(errs, n.trace.Close()) // after everything that records
+		n.trace = nil
+	}
 	if n.store != nil {
 		if err := n.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
@@ -375,4 +387,9 @@ func (n *node) close(ctx context.Context) error {
 		n.store = nil
 	}
 	return errors.Join(errs...)
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }

@@ -58,6 +58,8 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		EventsTopic:        bc.EventsTopic,
 		DisableEvents:      bc.DisableEvents,
 		MaxInflight:        bc.MaxInflight,
+		MaxDelay:           bo.MaxDelay,
+		Trace:              bo.Trace,
 		Downlink:           down,
 		DisableDownlink:    bc.DisableDownlink,
 		ReceiptsTopic:      bc.ReceiptsTopic,

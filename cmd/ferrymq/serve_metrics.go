@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferrymq/ferrymq/core/delay"
+	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
 )
 
@@ -19,14 +20,18 @@ type coreCollector struct {
 
 	delayScheduled, delayDelivered, delayMoved, delayDropped, delayFailed, delayWaiting, delayCancels *prometheus.Desc
 	txnPending, txnResolved, txnChecks                                                                *prometheus.Desc
+	traceWritten, traceDropped                                                                        *prometheus.Desc
+	trace                                                                                             *trace.Recorder
 }
 
-func newCoreCollector(d *delay.Service, t *txn.Service) *coreCollector {
+func newCoreCollector(d *delay.Service, t *txn.Service, r *trace.Recorder) *coreCollector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &coreCollector{
-		delay: d, txn: t,
+		delay: d, txn: t, trace: r,
+		traceWritten:   desc("ferrymq_trace_hops_written_total", "Trace hops written to %TRACE% since start."),
+		traceDropped:   desc("ferrymq_trace_hops_dropped_total", "Trace hops dropped (queue full or write failed) since start."),
 		delayScheduled: desc("ferrymq_delay_scheduled_total", "Delayed messages accepted since start."),
 		delayDelivered: desc("ferrymq_delay_delivered_total", "Delayed messages stored in their topic when due, since start."),
 		delayMoved:     desc("ferrymq_delay_moved_total", "Copies of delayed messages moved from one level to the next, since start."),
@@ -42,7 +47,7 @@ func newCoreCollector(d *delay.Service, t *txn.Service) *coreCollector {
 
 func (c *coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.delayScheduled, c.delayDelivered, c.delayMoved, c.delayDropped, c.delayFailed,
-		c.delayWaiting, c.delayCancels, c.txnPending, c.txnResolved, c.txnChecks} {
+		c.delayWaiting, c.delayCancels, c.txnPending, c.txnResolved, c.txnChecks, c.traceWritten, c.traceDropped} {
 		ch <- d
 	}
 }
@@ -69,6 +74,11 @@ func (c *coreCollector) Collect(ch chan<- prometheus.Metric) {
 				gauge(c.delayWaiting, n, levelLabel(level))
 			}
 		}
+	}
+	if c.trace != nil {
+		written, dropped := c.trace.Stats()
+		counter(c.traceWritten, written)
+		counter(c.traceDropped, dropped)
 	}
 	if c.txn != nil {
 		st := c.txn.Stats()

@@ -38,7 +38,7 @@ func TestCoreCollector(t *testing.T) {
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCoreCollector(ds, ts))
+	reg.MustRegister(newCoreCollector(ds, ts, nil))
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	got := map[string]float64{}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
 
@@ -120,4 +121,27 @@ func (c *Client) PendingTransactions(ctx context.Context) ([]wire.TxnPending, er
 	var out []wire.TxnPending
 	err := c.callJSON(ctx, wire.OpTxnList, struct{}{}, &out)
 	return out, err
+}
+
+// Trace returns the recorded hops of message id, in time order (empty when
+// its topic was not traced).
+func (c *Client) Trace(ctx context.Context, id core.MessageID) ([]trace.Event, error) {
+	var out []trace.Event
+	err := c.callJSON(ctx, wire.OpTrace, wire.TraceReq{ID: id.String()}, &out)
+	return out, err
+}
+
+// Query returns one page of messages by key, MQTT client or store time;
+// pass next back in req.Cursor for the following page (empty: no more).
+func (c *Client) Query(ctx context.Context, req wire.QueryReq) (msgs []*core.StoredMessage, next string, err error) {
+	b, err := jsonBytes(req)
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := c.call(ctx, wire.OpQuery, b)
+	if err != nil {
+		return nil, "", err
+	}
+	next, msgs, err = wire.DecodeQuery(p)
+	return msgs, next, err
 }

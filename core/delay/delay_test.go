@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 func TestMain(m *testing.M) {
@@ -443,4 +444,37 @@ func ExampleService_Broker() {
 	})
 	fmt.Println(res.Topic, res.Queue, err)
 	// Output: reminders -1 <nil>
+}
+
+// A traced delayed message's "stored" hop is recorded when it is delivered,
+// under the ID its producer got.
+func TestTraceDelivered(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "store"), store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	rec, err := trace.New(st, trace.Options{Topics: []string{"t"}})
+	require.NoError(t, err)
+	rec.Start()
+	svc, err := New(st, filepath.Join(dir, "delay"), Options{PollInterval: 10 * time.Millisecond, Trace: rec})
+	require.NoError(t, err)
+	svc.Start()
+	res, err := svc.Broker().Produce(t.Context(), &core.Message{Topic: "t", Body: []byte("x"), DeliverAt: time.Now().Add(300 * time.Millisecond)})
+	require.NoError(t, err)
+	untraced, err := svc.Broker().Produce(t.Context(), &core.Message{Topic: "u", Body: []byte("y"), DeliverAt: time.Now().Add(300 * time.Millisecond)})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, err := svc.Stats(t.Context())
+		return err == nil && st.Delivered == 2
+	}, waitFor, 10*time.Millisecond)
+	require.NoError(t, svc.Close())
+	require.NoError(t, rec.Close())
+	hops, err := trace.Lookup(t.Context(), st, res.ID, 0)
+	require.NoError(t, err)
+	require.Len(t, hops, 1)
+	require.Equal(t, trace.HopStored, hops[0].Hop)
+	require.Equal(t, "t", hops[0].Attrs["topic"])
+	hops, err = trace.Lookup(t.Context(), st, untraced.ID, 0)
+	require.NoError(t, err)
+	require.Empty(t, hops)
 }

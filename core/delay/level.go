@@ -5,12 +5,14 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/follow"
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 // runLevel moves one level's copies on: it reads the level's queue of
@@ -99,8 +101,9 @@ func (s *Service) step(ctx context.Context, log zerolog.Logger, timer *time.Time
 		return true
 	}
 	for {
-		_, err := s.b.ProduceBatch(ctx, out)
+		res, err := s.b.ProduceBatch(ctx, out)
 		if err == nil {
+			s.traceDelivered(out, res)
 			break
 		}
 		if ctx.Err() != nil {
@@ -233,5 +236,26 @@ func deliverable(m *core.StoredMessage, w waiting) *core.Message {
 		DeliverAt:      w.due,
 		BornAt:         m.BornAt,
 		ReconsumeCount: m.ReconsumeCount,
+	}
+}
+
+// traceDelivered records the "stored" hop of traced messages just delivered.
+func (s *Service) traceDelivered(out []*core.Message, res []core.SendResult) {
+	rec := s.opts.Trace
+	if rec == nil {
+		return
+	}
+	for i, m := range out {
+		if m.Topic == DelayTopic || i >= len(res) || !rec.Enabled(m.Topic) {
+			continue
+		}
+		id, err := core.ParseMessageID(m.Properties[PropID])
+		if err != nil {
+			continue
+		}
+		r := res[i]
+		rec.Record(trace.Event{ID: id, Hop: trace.HopStored, At: r.StoredAt, Actor: "delay",
+			Attrs: map[string]string{"topic": r.Topic, "queue": strconv.Itoa(r.Queue), "offset": strconv.FormatInt(r.QueueOffset, 10),
+				"id": r.ID.String(), "due": m.DeliverAt.UTC().Format(time.RFC3339Nano)}})
 	}
 }

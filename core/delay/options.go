@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 // Defaults.
@@ -67,6 +69,9 @@ type Options struct {
 	Clock Clock
 	// Logger receives one line per event; default: discard.
 	Logger *zerolog.Logger
+	// Trace, if set, records when a traced message is stored in its topic
+	// (hop "stored", under the ID its producer got).
+	Trace *trace.Recorder
 }
 
 func (o Options) withDefaults() Options {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 // Mode is how a group's members share its messages.
@@ -71,8 +72,14 @@ type Options struct {
 	CheckInterval time.Duration
 	// LeaseLogSize bounds the in-memory log of lease events; default 65,536.
 	LeaseLogSize int
-	Logger       *zerolog.Logger
-	Now          func() time.Time
+	// Trace, when set, records the hops of traced messages (those whose
+	// topic, or original topic for a retried message, Trace.Enabled
+	// reports): "delivered" when Pull returns one, "committed" when a
+	// commit passes it. Delivered messages are remembered until then, at
+	// most 4,096 per queue (the oldest are forgotten). Nil records nothing.
+	Trace  *trace.Recorder
+	Logger *zerolog.Logger
+	Now    func() time.Time
 }
 
 func (o Options) withDefaults() Options {
@@ -141,6 +148,9 @@ type groupState struct {
 	// an older generation is told to drop its position.
 	resetGen   map[QueueRef]uint64
 	lastCommit map[QueueRef]time.Time
+	// traced holds the traced messages delivered and not yet committed;
+	// nil until tracing delivers one.
+	traced map[tracedKey]*tracedQueue
 }
 
 type member struct {
@@ -458,6 +468,7 @@ func (c *Coordinator) check(ctx context.Context) {
 		for id, m := range g.members {
 			if now.Sub(m.lastSeen) >= c.opts.HeartbeatTimeout {
 				delete(g.members, id)
+				g.forgetMemberLocked(id)
 				gone = true
 				c.log.Warn().Str("group", g.name).Str("client", id).Dur("silent", now.Sub(m.lastSeen)).Msg("member expired: missed heartbeats")
 			}
@@ -487,6 +498,7 @@ func (c *Coordinator) Leave(ctx context.Context, group, clientID string) error {
 		return fmt.Errorf("%w: %s in %s", ErrUnknownMember, clientID, group)
 	}
 	delete(g.members, clientID)
+	g.forgetMemberLocked(clientID)
 	now := c.opts.Now()
 	for ref, l := range g.leases {
 		if l.owner == clientID {

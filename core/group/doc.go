@@ -25,6 +25,16 @@
 //     places duplicates come from.
 //   - Order: within a queue, Pull returns messages in offset order.
 //
+// # Tracing
+//
+// With Options.Trace, Pull records a "delivered" hop for each traced
+// message it returns and remembers it (offset and traced ID, in memory, at
+// most 4,096 per queue and offset group, the oldest forgotten first) until
+// a Commit passes it, which records its "committed" hop. ResetOffsets, a
+// broadcast member leaving and a group expiring drop what is remembered;
+// those messages get no committed hop. Recording never blocks a pull or a
+// commit.
+//
 // A Coordinator is safe for concurrent use. Start runs one goroutine that
 // expires silent members; Close stops it and waits.
 package group

@@ -70,7 +70,7 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 		m.resetSeen[ref] = gen
 		reset = true
 	}
-	from := g.from
+	from, mode := g.from, g.mode
 	key := offsetGroup(g, m.id)
 	c.mu.Unlock()
 
@@ -106,6 +106,7 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 		out := PullResult{Messages: res.Messages, Offset: start, NextOffset: res.NextOffset, Reset: reset, Range: res.Range}
 		wait := time.Until(deadline)
 		if len(res.Messages) > 0 || res.NextOffset != offset || wait <= 0 {
+			c.traceDelivered(req, key, mode, out.Messages)
 			return out, nil
 		}
 		t := time.NewTimer(wait)
@@ -220,9 +221,13 @@ func (c *Coordinator) Commit(ctx context.Context, group, clientID string, ref Qu
 	}
 	key := offsetGroup(g, clientID)
 	g.lastCommit[ref] = c.opts.Now()
+	traced := len(g.traced) > 0
 	c.mu.Unlock()
 	if err := c.b.CommitOffset(ctx, key, ref.Topic, ref.Queue, offset); err != nil {
 		return fmt.Errorf("commit %s for %s: %w", ref, group, err)
+	}
+	if traced {
+		c.traceCommitted(group, clientID, key, ref, offset)
 	}
 	return nil
 }
@@ -284,6 +289,7 @@ func (c *Coordinator) ResetOffsets(ctx context.Context, group, topic string, to 
 		for q := range offs {
 			g.resetGen[QueueRef{topic, q}]++
 		}
+		g.forgetTopicLocked(topic) // delivered again from the new offsets if need be
 	}
 	c.mu.Unlock()
 	c.log.Info().Str("group", group).Str("topic", topic).Time("to_time", to.Time).Bool("latest", to.Latest).Msg("offsets reset")

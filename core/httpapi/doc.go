@@ -21,7 +21,10 @@
 // the message is durable under the engine's flush policy. Any other answer,
 // or none, means it may or may not be stored (at-least-once: retry, and let
 // consumers deduplicate on the message ID). Only user topics are accepted
-// (core.ValidateTopic); system topics ('%…') belong to the engine.
+// (core.ValidateTopic); system topics ('%…') belong to the engine. With
+// Options.Trace, a stored message of a traced topic gets a "produce" hop
+// (actor "http", the remote address) and a "stored" — or, delayed,
+// "delayed" — hop under its ID.
 //
 // # Consume
 //

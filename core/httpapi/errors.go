@@ -12,6 +12,7 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/pop"
+	"github.com/ferrymq/ferrymq/core/query"
 	"github.com/ferrymq/ferrymq/core/retry"
 )
 
@@ -109,6 +110,8 @@ var sentinels = []struct {
 	{pop.ErrInvalidHandle, http.StatusBadRequest, CodeInvalidHandle, ""},
 	{pop.ErrInvisibleTime, http.StatusBadRequest, CodeInvisibleTime, ""},
 	{pop.ErrInvalidRequest, http.StatusBadRequest, CodeBadRequest, ""},
+	{query.ErrBadRequest, http.StatusBadRequest, CodeBadRequest, ""},
+	{core.ErrInvalidMessageID, http.StatusBadRequest, CodeBadRequest, ""},
 	{delay.ErrDelayTooLong, http.StatusBadRequest, CodeDelayTooLong, ""},
 	{delay.ErrDeliverAtPast, http.StatusBadRequest, CodeDeliverAtPast, ""},
 	{delay.ErrNotDelayed, http.StatusConflict, CodeNotDelayed, ""},

@@ -22,6 +22,9 @@ const (
 	prefix        = "/api/v1/"
 	pathMessages  = "/api/v1/topics/{topic}/messages"
 	pathAck       = "/api/v1/topics/{topic}/ack"
+	pathQuery     = "/api/v1/messages"
+	pathMessage   = "/api/v1/messages/{id}"
+	pathTrace     = "/api/v1/messages/{id}/trace"
 	pathDelayed   = "/api/v1/delayed"
 	pathDelayedID = "/api/v1/delayed/{id}"
 	pathInvisible = "/api/v1/topics/{topic}/invisible"
@@ -72,6 +75,12 @@ func New(opts Options) (http.Handler, error) {
 	mux.Handle(pathAck, a.notAllowed("POST"))
 	mux.Handle("POST "+pathInvisible, a.serve(a.changeInvisible))
 	mux.Handle(pathInvisible, a.notAllowed("POST"))
+	mux.Handle("GET "+pathQuery, a.serve(a.queryMessages))
+	mux.Handle(pathQuery, a.notAllowed("GET"))
+	mux.Handle("GET "+pathMessage, a.serve(a.getMessage))
+	mux.Handle(pathMessage, a.notAllowed("GET"))
+	mux.Handle("GET "+pathTrace, a.serve(a.traceMessage))
+	mux.Handle(pathTrace, a.notAllowed("GET"))
 	mux.Handle("GET "+pathDelayed, a.serve(a.listDelayed))
 	mux.Handle(pathDelayed, a.notAllowed("GET"))
 	mux.Handle("GET "+pathDelayedID, a.serve(a.getDelayed))

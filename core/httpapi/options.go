@@ -10,6 +10,7 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/pop"
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 // Defaults.
@@ -46,6 +47,12 @@ type Options struct {
 	// MaxBatch bounds the messages of one produce batch and the handles of
 	// one ack request; more are answered 413 batch_too_large. Default 1024.
 	MaxBatch int
+	// Trace, when set, records the hops of traced messages produced here:
+	// "produce" (actor "http", the remote address), then "stored", or
+	// "delayed" for one that waits for its deliver-at time, under the ID
+	// the producer got. Pop records the consuming hops with its own
+	// recorder. Nil records nothing.
+	Trace *trace.Recorder
 }
 
 func (o Options) withDefaults() Options {

@@ -59,6 +59,15 @@
 // each topic its own group to keep them apart. Run one Service per broker:
 // two would hand out the same messages.
 //
+// # Tracing
+//
+// With Options.Trace, a traced message (trace.TopicOf: its original topic)
+// gets a "delivered" hop (mode "pop") each time Pop hands it out and an
+// "acked" hop when it is acknowledged, under the ID of its first original
+// (trace.IDOf). The ID is kept in the message's in-flight entry (16 bytes,
+// bounded like the entries by MaxInflight). An expired message's "retry" or
+// "dead-letter" hop is the retry service's.
+//
 // # Concurrency
 //
 // A Service is safe for concurrent use. Start starts the reviver, the one

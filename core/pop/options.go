@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 // Defaults and limits, as in RocketMQ.
@@ -50,6 +52,12 @@ type Options struct {
 	Logger *zerolog.Logger
 	// Now is the clock for invisibility deadlines; default time.Now.
 	Now func() time.Time
+	// Trace, when set, records the hops of traced messages (those whose
+	// topic, or original topic for a retried message, Trace.Enabled
+	// reports): "delivered" when Pop hands one out, "acked" when its handle
+	// acknowledges it. Expiries are recorded by the retry service, as its
+	// own hops. Nil records nothing.
+	Trace *trace.Recorder
 }
 
 func (o Options) withDefaults() Options {

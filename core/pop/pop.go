@@ -275,6 +275,7 @@ func (s *Service) popOnce(ctx context.Context, req Request, n int, invisible tim
 		}
 	}
 	if len(out) > 0 {
+		s.traceDelivered(req, out)
 		return out, nil // handed out: they must reach the caller
 	}
 	return nil, firstErr
@@ -293,15 +294,25 @@ func (s *Service) Ack(ctx context.Context, text string) error {
 		return err
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	traceID, err := s.ackLocked(ctx, q, h, now)
+	q.mu.Unlock()
+	if err == nil && !traceID.IsZero() {
+		s.traceAcked(h, traceID)
+	}
+	return err
+}
+
+// ackLocked marks the message of h done and returns the ID it is traced
+// under (zero when its hand-out was not traced).
+func (s *Service) ackLocked(ctx context.Context, q *queueState, h handle, now time.Time) (core.MessageID, error) {
 	e, err := q.liveLocked(h)
 	if err != nil {
-		return err
+		return core.MessageID{}, err
 	}
 	s.heapMu.Lock()
 	if e.idx < 0 || !now.Before(e.deadline) {
 		s.heapMu.Unlock()
-		return fmt.Errorf("%w: deadline passed", ErrHandleExpired)
+		return core.MessageID{}, fmt.Errorf("%w: deadline passed", ErrHandleExpired)
 	}
 	s.deadlines.remove(e)
 	s.heapMu.Unlock()
@@ -311,7 +322,7 @@ func (s *Service) Ack(ctx context.Context, text string) error {
 	if full || (e.orderly && q.invisible == 0) {
 		s.signal()
 	}
-	return nil
+	return e.traceID, nil
 }
 
 // ChangeInvisibleTime hides the message of a handle for d from now on and

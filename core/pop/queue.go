@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 type queueKey struct {
@@ -38,6 +39,9 @@ type entry struct {
 	state   entryState
 	gen     uint64 // of the one hand-out whose handle works
 	attempt int    // delivery number of the current hand-out, from 1
+	// traceID is the ID the message is traced under (trace.IDOf) when its
+	// hand-out was traced, else zero: its acked hop needs it.
+	traceID core.MessageID
 
 	// Guarded by Service.heapMu (written with q.mu held too).
 	deadline time.Time
@@ -186,6 +190,10 @@ func (s *Service) redeliverLocked(ctx context.Context, q *queueState, n int, dea
 func (s *Service) handOutLocked(e *entry, m *core.StoredMessage, deadline time.Time) Popped {
 	e.gen = s.gen.Add(1)
 	s.schedule(e, deadline)
+	e.traceID = core.MessageID{}
+	if rec := s.opts.Trace; rec.Enabled(trace.TopicOf(m)) {
+		e.traceID = trace.IDOf(m)
+	}
 	m.ReconsumeCount = e.attempt - 1
 	h := handle{queue: e.q.key.queue, offset: e.offset, gen: e.gen, deadline: deadline.UnixNano(), group: e.q.key.group, topic: e.q.key.topic}
 	return Popped{Message: m, Handle: s.sign.encode(h), Attempt: e.attempt, VisibleAt: deadline}

@@ -39,6 +39,16 @@
 // is kept in memory. Run one Service per broker: two would both deliver
 // every scheduled message.
 //
+// # Tracing
+//
+// With Options.Trace, a traced message (trace.TopicOf: its original topic)
+// gets, under the ID of its first original (trace.IDOf), a "retry" hop when
+// SendBack schedules it — attrs group, attempt (the delivery that failed,
+// its reconsume count plus one), reason (at most MaxReasonLen bytes),
+// next_at and outcome — and a "dead-letter" hop when it is dead-lettered,
+// by SendBack or DeadLetter — attrs group, attempt, reason and dlq. Both are
+// recorded only once the copy is stored, and never block.
+//
 // # Concurrency
 //
 // A Service is safe for concurrent use. Start starts the schedulers; Close

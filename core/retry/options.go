@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 // DefaultSchedule is RocketMQ's redelivery back-off: the delay before the
@@ -46,6 +48,11 @@ type Options struct {
 	Logger *zerolog.Logger
 	// Now is the clock used for deliver-at times; default time.Now.
 	Now func() time.Time
+	// Trace, when set, records the hops of traced messages (those whose
+	// original topic Trace.Enabled reports), under the ID of their first
+	// original: "retry" when SendBack schedules one, "dead-letter" when one
+	// is dead-lettered. Nil records nothing.
+	Trace *trace.Recorder
 }
 
 func (o Options) withDefaults() Options {

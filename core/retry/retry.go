@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 // Names of the system topics and internal groups. The '%' they contain
@@ -70,6 +71,16 @@ const (
 	fieldDeliverAt = "deliver_at"
 	fieldOffset    = "offset"
 	fieldCount     = "count"
+)
+
+// Attribute names of the hops a Service records (Options.Trace).
+const (
+	attrGroup   = "group"
+	attrAttempt = "attempt"
+	attrReason  = "reason"
+	attrNextAt  = "next_at"
+	attrOutcome = "outcome"
+	attrDLQ     = "dlq"
 )
 
 // RetryTopic names the topic a group's redelivered messages come back on.
@@ -231,6 +242,12 @@ func (s *Service) SendBack(ctx context.Context, group string, m *core.StoredMess
 	s.log.Debug().Str(fieldGroup, group).Str(fieldID, m.ID.String()).Str(fieldOriginID, msg.Properties[PropOriginID]).
 		Int(fieldAttempt, attempt).Int(fieldLevel, level).Time(fieldDeliverAt, msg.DeliverAt).
 		Int64(fieldOffset, res.QueueOffset).Msg("message scheduled for redelivery")
+	if rec := s.opts.Trace; rec.Enabled(trace.TopicOf(m)) {
+		rec.Record(trace.Event{ID: trace.IDOf(m), Hop: trace.HopRetry, Actor: group, Attrs: map[string]string{
+			attrGroup: group, attrAttempt: strconv.Itoa(attempt), attrReason: msg.Properties[PropReason],
+			attrNextAt: msg.DeliverAt.UTC().Format(time.RFC3339Nano), attrOutcome: Scheduled.String(),
+		}})
+	}
 	return Scheduled, nil
 }
 
@@ -258,6 +275,11 @@ func (s *Service) DeadLetter(ctx context.Context, group string, m *core.StoredMe
 	s.log.Warn().Str(fieldGroup, group).Str(fieldID, m.ID.String()).Str(fieldOriginID, msg.Properties[PropOriginID]).
 		Str(fieldTopic, msg.Properties[PropOriginTopic]).Int(fieldAttempt, m.ReconsumeCount).
 		Int64(fieldOffset, res.QueueOffset).Msg("message dead-lettered")
+	if rec := s.opts.Trace; rec.Enabled(trace.TopicOf(m)) {
+		rec.Record(trace.Event{ID: trace.IDOf(m), Hop: trace.HopDeadLetter, Actor: group, Attrs: map[string]string{
+			attrGroup: group, attrAttempt: strconv.Itoa(m.ReconsumeCount + 1), attrReason: msg.Properties[PropReason], attrDLQ: dlq,
+		}})
+	}
 	return nil
 }
 

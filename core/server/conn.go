@@ -23,6 +23,9 @@ type conn struct {
 	s   *Server
 	nc  net.Conn
 	log zerolog.Logger
+	// clientID is what the client named itself in OpHello; set before the
+	// connection's other goroutines start.
+	clientID string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -179,6 +182,7 @@ func (c *conn) handshake() bool {
 		MaxFrame: c.s.opts.MaxFrame, KeepaliveMS: c.s.opts.Keepalive.Milliseconds()})
 	if h.ClientID != "" {
 		c.log = c.log.With().Str("client", h.ClientID).Logger()
+		c.clientID = h.ClientID
 	}
 	return c.writeNow(wire.Frame{Op: wire.OpHello, Flags: wire.FlagResponse, ID: f.ID, Payload: reply})
 }

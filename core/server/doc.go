@@ -19,6 +19,11 @@
 // stream cannot be trusted any more, a closed connection); nothing a client
 // sends can panic the server or affect other connections.
 //
+// With Options.Trace, a produce of a traced topic records, once stored, the
+// "produce" hop (the client ID of the connection's OpHello, its remote
+// address) and the "stored" or "delayed" hop of each traced message; the
+// consuming hops are recorded by the group, retry and POP services.
+//
 // Shutdown stops accepting, answers requests still arriving with
 // CodeShuttingDown and parked long polls with their empty result, waits for
 // in-flight requests (bounded by its context) and closes every connection;

@@ -21,10 +21,18 @@ func (c *conn) produce(f wire.Frame) {
 		c.fail(f, err)
 		return
 	}
+	rec := c.s.opts.Trace
+	var at time.Time // set when a message is traced
+	if traced(rec, msgs) {
+		at = time.Now()
+	}
 	c.s.opts.Broker.ProduceAsync(msgs, func(res []core.SendResult, err error) {
 		if err != nil {
 			c.fail(f, err)
 			return
+		}
+		if !at.IsZero() {
+			traceProduced(rec, c.clientID, c.nc.RemoteAddr().String(), at, msgs, res)
 		}
 		c.reply(f, wire.EncodeSendResults(res))
 	})
@@ -338,6 +346,9 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 
 	case wire.OpCancelDelay, wire.OpListDelayed:
 		return c.delayedOp(f)
+
+	case wire.OpTrace, wire.OpQuery:
+		return c.queryOp(f)
 
 	case wire.OpTxnHalf, wire.OpTxnEnd, wire.OpTxnRegister, wire.OpTxnList:
 		return c.txnOp(f)

@@ -15,6 +15,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
@@ -55,7 +56,13 @@ type Options struct {
 	MaxWait time.Duration
 	// Version is reported in OpHello; default "ferrymq".
 	Version string
-	Logger  *zerolog.Logger
+	// Trace, when set, records the hops of traced messages produced over
+	// the wire (OpProduce): "produce" by the connection's client ID, then
+	// "stored", or "delayed" for one that waits for its deliver-at time,
+	// under the ID its producer got. The services in Groups, Retry and Pop
+	// record their hops with their own recorders. Nil records nothing.
+	Trace  *trace.Recorder
+	Logger *zerolog.Logger
 }
 
 func (o Options) withDefaults() Options {

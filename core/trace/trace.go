@@ -334,7 +334,9 @@ const (
 // for a redelivered copy or dead letter, its producer's for a delivered
 // delayed message, else its own.
 func IDOf(m *core.StoredMessage) core.MessageID {
-	for _, p := range []string{propRetryOrigin, propDelayID} {
+	// delay.id first: a retried copy of a delayed message carries both, and
+	// its retry.origin_id names the delivered copy, not what the producer got.
+	for _, p := range []string{propDelayID, propRetryOrigin} {
 		if v := m.Properties[p]; v != "" {
 			if id, err := core.ParseMessageID(v); err == nil {
 				return id

@@ -35,7 +35,7 @@ func TestRecordAndLookup(t *testing.T) {
 	r.Record(trace.Event{ID: id, Hop: trace.HopPublish, At: t0, Actor: "car-42"})
 	r.Record(trace.Event{ID: other, Hop: trace.HopPublish, At: t0})
 	r.Record(trace.Event{Hop: trace.HopPublish}) // no ID: ignored
-	require.NoError(t, r.Close())                 // flushes
+	require.NoError(t, r.Close())                // flushes
 
 	hops, err := trace.Lookup(t.Context(), st, id, 0)
 	require.NoError(t, err)

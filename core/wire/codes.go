@@ -10,6 +10,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/pop"
+	"github.com/ferrymq/ferrymq/core/query"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/txn"
 )
@@ -103,6 +104,7 @@ var sentinels = []struct {
 	{CodeInvalidGroup, txn.ErrInvalidGroup},
 	{CodeTxnTooManyPending, txn.ErrTooManyPending},
 	{CodeBadRequest, txn.ErrInvalidAction},
+	{CodeBadRequest, query.ErrBadRequest},
 	{CodeShuttingDown, txn.ErrClosed},
 	{CodeNotEnabled, ErrNotEnabled},
 	{CodeBadRequest, retry.ErrInvalidMax},

@@ -45,6 +45,8 @@ const (
 	OpFindByKey   Op = 0x61 // JSON {topic, key, max, begin, end} → binary messages
 	OpCancelDelay Op = 0x62 // JSON {id} → JSON delayed message
 	OpListDelayed Op = 0x63 // JSON {topic, level, offset, max} → JSON {pending, next_level, next_offset, done}
+	OpTrace       Op = 0x64 // JSON {id, max} → JSON [hop]: a message's end-to-end trace
+	OpQuery       Op = 0x65 // JSON {topic, key, client, begin, end, max, cursor} → u16 cursor length, cursor, then as OpGet's response
 	OpCheckTxn    Op = 0x70 // push (server → producer): binary stored messages (one half message) to resolve
 	OpTxnHalf     Op = 0x71 // u8 group length, group, binary message → binary send results (one)
 	OpTxnEnd      Op = 0x72 // JSON {id, group, action, from_check} → binary send results (one for a commit, else none)
@@ -143,7 +145,7 @@ var opNames = map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produc
 	OpLeave: "leave", OpSendBack: "send-back", OpDeadLetter: "dead-letter", OpPop: "pop", OpAck: "ack",
 	OpChangeInvis: "change-invisible", OpLag: "lag", OpReset: "reset", OpGroups: "groups",
 	OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpGet: "get",
-	OpFindByKey: "find-by-key", OpCancelDelay: "cancel-delayed", OpListDelayed: "list-delayed",
+	OpFindByKey: "find-by-key", OpCancelDelay: "cancel-delayed", OpListDelayed: "list-delayed", OpTrace: "trace", OpQuery: "query",
 	OpCheckTxn: "check-transaction", OpTxnHalf: "transaction-half", OpTxnEnd: "transaction-end",
 	OpTxnRegister: "transaction-register", OpTxnList: "transaction-list"}
 

@@ -434,3 +434,27 @@ func DecodeTxnHalf(p []byte) (string, *core.Message, error) {
 	}
 	return group, m, nil
 }
+
+// EncodeQuery is the payload of an OpQuery response.
+func EncodeQuery(next string, msgs []*core.StoredMessage) ([]byte, error) {
+	if len(next) > 0xFFFF {
+		return nil, fmt.Errorf("%w: cursor too long", ErrBadPayload)
+	}
+	b := appendStr16(nil, next)
+	p, err := EncodeStored(msgs)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, p...), nil
+}
+
+// DecodeQuery parses an OpQuery response. Bodies alias p.
+func DecodeQuery(p []byte) (string, []*core.StoredMessage, error) {
+	r := reader{b: p}
+	next := string(r.str16())
+	if r.err != nil {
+		return "", nil, r.err
+	}
+	msgs, err := DecodeStored(p[r.p:])
+	return next, msgs, err
+}

@@ -261,3 +261,21 @@ type TxnPending struct {
 	Checks    int       `json:"checks"`
 	NextCheck time.Time `json:"next_check"`
 }
+
+// TraceReq asks for a message's trace (OpTrace).
+type TraceReq struct {
+	ID  string `json:"id"`
+	Max int    `json:"max,omitempty"`
+}
+
+// QueryReq finds messages (OpQuery): by key, by MQTT client, or by store
+// time within a topic; Begin/End bound every kind.
+type QueryReq struct {
+	Topic    string    `json:"topic,omitempty"`
+	Key      string    `json:"key,omitempty"`
+	ClientID string    `json:"client,omitempty"`
+	Begin    time.Time `json:"begin,omitzero"`
+	End      time.Time `json:"end,omitzero"`
+	Max      int       `json:"max,omitempty"`
+	Cursor   string    `json:"cursor,omitempty"`
+}

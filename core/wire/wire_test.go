@@ -161,6 +161,7 @@ func FuzzDecodeMessages(f *testing.F) {
 		_, _ = DecodeStored(b)
 		_, _ = DecodeSendResults(b)
 		_ = DecodeError(b)
+		_, _, _ = DecodeQuery(b)
 		if g, m, err := DecodeTxnHalf(b); err == nil {
 			if _, err := EncodeTxnHalf(g, m); err != nil {
 				t.Fatalf("decoded half message does not re-encode: %v", err)
@@ -217,4 +218,17 @@ func TestErrorUnwrapsEverySentinelOfItsCode(t *testing.T) {
 	require.ErrorIs(t, b, ErrBadPayload)
 	require.ErrorIs(t, b, txn.ErrInvalidAction)
 	require.NotErrorIs(t, b, txn.ErrInvalidGroup)
+}
+
+func TestQueryRoundTrip(t *testing.T) {
+	m := &core.StoredMessage{Message: *sample()[1]}
+	p, err := EncodeQuery("123-456", []*core.StoredMessage{m})
+	require.NoError(t, err)
+	next, msgs, err := DecodeQuery(p)
+	require.NoError(t, err)
+	require.Equal(t, "123-456", next)
+	require.Len(t, msgs, 1)
+	require.Equal(t, m.Body, msgs[0].Body)
+	_, _, err = DecodeQuery(p[:1])
+	require.ErrorIs(t, err, ErrBadPayload)
 }

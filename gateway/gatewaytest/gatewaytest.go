@@ -16,6 +16,7 @@ import (
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/session"
 )
@@ -35,6 +36,10 @@ type Options struct {
 	// Delay runs delayed delivery (package core/delay, folder Dir/delay)
 	// with these options, and the bridge produces through it; nil: none.
 	Delay *delay.Options
+	// Trace records message traces in the store with these options: the
+	// Recorder is the bridge's (Bridge.Trace) and, unless Delay.Trace is
+	// set, the delay service's. Nil: no tracing.
+	Trace *trace.Options
 }
 
 // Env is a running gateway.
@@ -46,6 +51,8 @@ type Env struct {
 	Sessions *session.Store
 	// Delay is the delayed delivery service (Options.Delay), or nil.
 	Delay *delay.Service
+	// Trace is the trace recorder (Options.Trace), or nil.
+	Trace *trace.Recorder
 	TCP   string // host:port of the MQTT TCP listener
 	WS    string // host:port of the WebSocket listener (path /mqtt)
 }
@@ -59,11 +66,30 @@ func Start(t testing.TB, o Options) *Env {
 	st, err := store.Open(o.Dir, o.Store)
 	require.NoError(t, err)
 	o.Bridge.Broker = st
+	var rec *trace.Recorder
 	var ds *delay.Service
+	fail := func(err error) { // before the gateway runs
+		if ds != nil {
+			_ = ds.Close()
+		}
+		_ = rec.Close()
+		_ = st.Close()
+		require.NoError(t, err)
+	}
+	if o.Trace != nil {
+		if rec, err = trace.New(st, *o.Trace); err != nil {
+			fail(err)
+		}
+		rec.Start()
+		o.Bridge.Trace = rec
+	}
 	if o.Delay != nil {
-		if ds, err = delay.New(st, filepath.Join(o.Dir, "delay"), *o.Delay); err != nil {
-			_ = st.Close()
-			require.NoError(t, err)
+		do := *o.Delay
+		if do.Trace == nil {
+			do.Trace = rec
+		}
+		if ds, err = delay.New(st, filepath.Join(o.Dir, "delay"), do); err != nil {
+			fail(err)
 		}
 		ds.Start()
 		o.Bridge.Broker = ds.Broker()
@@ -74,14 +100,12 @@ func Start(t testing.TB, o Options) *Env {
 		so := o.SessionOptions
 		so.Discarded = func(id string, pk packets.Packet, expired bool, reason string) { br.Discarded(id, pk, expired, reason) }
 		if ss, err = session.Open(filepath.Join(o.Dir, "sessions"), so); err != nil {
-			_ = st.Close()
-			require.NoError(t, err)
+			fail(err)
 		}
 		o.Bridge.Sessions = ss
 	}
 	if br, err = bridge.New(o.Bridge); err != nil {
-		_ = st.Close()
-		require.NoError(t, err)
+		fail(err)
 	}
 	if o.Gateway.Listeners == nil {
 		o.Gateway.Listeners = []gateway.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}, {Type: "ws", Addr: "127.0.0.1:0"}}
@@ -99,11 +123,10 @@ func Start(t testing.TB, o Options) *Env {
 	o.Gateway.Store = st
 	gw, err := gateway.New(o.Gateway)
 	if err != nil {
-		_ = st.Close()
-		require.NoError(t, err)
+		fail(err)
 	}
 	require.NoError(t, gw.Start())
-	e := &Env{Store: st, Bridge: br, Gateway: gw, Sessions: ss, Delay: ds}
+	e := &Env{Store: st, Bridge: br, Gateway: gw, Sessions: ss, Delay: ds, Trace: rec}
 	if a := gw.Addr("tcp"); a != nil {
 		e.TCP = a.String()
 	}
@@ -114,7 +137,9 @@ func Start(t testing.TB, o Options) *Env {
 	return e
 }
 
-// Stop shuts the gateway down and closes the store; safe to call twice.
+// Stop shuts the gateway down, then the delay service and the trace
+// recorder (which write to the store), and closes the store; safe to call
+// twice.
 func (e *Env) Stop(t testing.TB) {
 	t.Helper()
 	if e.Gateway == nil {
@@ -126,6 +151,7 @@ func (e *Env) Stop(t testing.TB) {
 	if e.Delay != nil {
 		require.NoError(t, e.Delay.Close())
 	}
+	require.NoError(t, e.Trace.Close())
 	require.NoError(t, e.Store.Close())
 	e.Gateway = nil
 }

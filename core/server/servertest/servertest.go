@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
 )
 
@@ -31,8 +32,10 @@ type Env struct {
 	Delay  *delay.Service
 	Txn    *txn.Service
 	Server *server.Server
-	Addr   string
-	stop   func()
+	// Trace is the recorder the parts share; nil unless Options.Trace.
+	Trace *trace.Recorder
+	Addr  string
+	stop  func()
 }
 
 // Options adjust a test server.
@@ -47,6 +50,11 @@ type Options struct {
 	// (transactions: first check after 200 ms, then every 200 ms, 3 checks).
 	Delay delay.Options
 	Txn   txn.Options
+	// Trace, when set, starts a trace.Recorder over the store with these
+	// options and gives it to the group coordinator, the retry, POP and
+	// delay services and the server (Env.Trace); it is closed after them,
+	// before the store.
+	Trace *trace.Options
 }
 
 // Start runs a server until the test ends (or Stop).
@@ -61,17 +69,26 @@ func Start(t testing.TB, o Options) *Env {
 	st, err := store.Open(o.Dir, store.Options{FlushPolicy: o.FlushPolicy, IndexSlots: 1 << 12, IndexEntries: 1 << 16,
 		CheckpointInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
-	gc, err := group.New(st, group.Options{HeartbeatTimeout: 500 * time.Millisecond, CheckInterval: 25 * time.Millisecond})
+	var rec *trace.Recorder
+	if o.Trace != nil {
+		rec, err = trace.New(st, *o.Trace)
+		require.NoError(t, err)
+		rec.Start()
+	}
+	gc, err := group.New(st, group.Options{HeartbeatTimeout: 500 * time.Millisecond, CheckInterval: 25 * time.Millisecond, Trace: rec})
 	require.NoError(t, err)
 	gc.Start()
-	rs, err := retry.New(st, retry.Options{Schedule: []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}})
+	rs, err := retry.New(st, retry.Options{Schedule: []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}, Trace: rec})
 	require.NoError(t, err)
 	rs.Start()
-	ps, err := pop.New(st, rs, pop.Options{MinInvisible: 50 * time.Millisecond})
+	ps, err := pop.New(st, rs, pop.Options{MinInvisible: 50 * time.Millisecond, Trace: rec})
 	require.NoError(t, err)
 	ps.Start()
 	if o.Delay.PollInterval == 0 {
 		o.Delay.PollInterval = 20 * time.Millisecond
+	}
+	if o.Delay.Trace == nil {
+		o.Delay.Trace = rec
 	}
 	ds, err := delay.New(st, filepath.Join(o.Dir, "delay"), o.Delay)
 	require.NoError(t, err)
@@ -95,10 +112,13 @@ func Start(t testing.TB, o Options) *Env {
 	so := o.Server
 	so.Addr, so.Broker, so.Groups, so.Retry, so.Pop, so.Token = o.Addr, ds.Broker(), gc, rs, ps, o.Token
 	so.Delay, so.Txn = ds, ts
+	if so.Trace == nil {
+		so.Trace = rec
+	}
 	srv, err := server.New(so)
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
-	e := &Env{Dir: o.Dir, Store: st, Groups: gc, Retry: rs, Pop: ps, Delay: ds, Txn: ts, Server: srv, Addr: srv.Addr().String()}
+	e := &Env{Dir: o.Dir, Store: st, Groups: gc, Retry: rs, Pop: ps, Delay: ds, Txn: ts, Server: srv, Trace: rec, Addr: srv.Addr().String()}
 	stopped := false
 	e.stop = func() {
 		if stopped {
@@ -113,6 +133,7 @@ func Start(t testing.TB, o Options) *Env {
 		_ = ps.Close()
 		_ = rs.Close()
 		_ = gc.Close()
+		_ = rec.Close() // after everything that records, before the store it writes to
 		_ = st.Close()
 	}
 	t.Cleanup(e.stop)

@@ -1,0 +1,242 @@
+package bridge
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/trace"
+)
+
+// The bridge records the MQTT hops of traced messages (Options.Trace) —
+// only of messages whose core topic the Recorder traces, which costs one
+// atomic load per message when it traces nothing, and nothing at all when
+// Options.Trace is nil.
+//
+// Uplink, under the ID the core gave the stored message:
+//
+//	mqtt.publish  when the PUBLISH arrived; actor the client ID
+//	stored        when the core stored it (delayed: when it was scheduled)
+//	mqtt.ack      when the PUBACK / PUBREC was written (QoS 1 and 2)
+//
+// Downlink, under the command's trace.IDOf:
+//
+//	mqtt.deliver     written to a device, or queued for one (queued=true)
+//	mqtt.device-ack  the device's PUBACK / PUBCOMP
+//	receipt          a receipt was produced, with its outcome
+
+// Attributes of the bridge's hops.
+const (
+	attrMQTTTopic = "mqtt_topic"
+	attrQoS       = "qos"
+	attrPacketID  = "packet_id"
+	attrTopic     = "topic" // the core topic
+)
+
+// upTrace is a traced uplink publish on its way to the core: its hops are
+// recorded once the core gives the message its ID.
+type upTrace struct {
+	at     time.Time // the PUBLISH arrived
+	client string
+	key    string            // the message's sharding key
+	attrs  map[string]string // of the publish hop
+	// delayed: a "$delayed/{seconds}/{topic}" publish, due then.
+	delayed bool
+	due     time.Time
+	delay   time.Duration
+}
+
+// traceUplink returns the trace of pk, received at at and mapped by the
+// uplink rule whose filter is rule onto msg, or nil when msg's core topic
+// is not traced.
+func (h *Hook) traceUplink(cl *mqtt.Client, pk *packets.Packet, msg *core.Message, rule string, at time.Time) *upTrace {
+	if !h.opts.Trace.Enabled(msg.Topic) {
+		return nil
+	}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	qos := pk.FixedHeader.Qos
+	a := make(map[string]string, 8)
+	a[attrMQTTTopic] = pk.TopicName
+	a[attrQoS] = qosLabel[qos&3]
+	if qos > 0 && pk.PacketID != 0 {
+		a[attrPacketID] = strconv.Itoa(int(pk.PacketID))
+	}
+	a["protocol"] = strconv.Itoa(int(cl.Properties.ProtocolVersion)) // 3 = 3.1, 4 = 3.1.1, 5 = 5.0
+	if len(cl.Properties.Username) > 0 {
+		a["username"] = string(cl.Properties.Username)
+	}
+	if cl.Net.Remote != "" {
+		a["remote"] = cl.Net.Remote
+	}
+	a["rule"] = rule
+	return &upTrace{at: at, client: cl.ID, key: msg.ShardingKey, attrs: a}
+}
+
+// delayedUntil marks t (if any) as a delayed publish, due at due, d after
+// it arrived.
+func (t *upTrace) delayedUntil(due time.Time, d time.Duration) {
+	if t != nil {
+		t.delayed, t.due, t.delay = true, due, d
+	}
+}
+
+// traceStored records the publish hop of a traced publish and where the
+// core stored it (r): the stored hop, or for a delayed publish the delayed
+// hop (the core records stored when it is delivered).
+func (h *Hook) traceStored(t *upTrace, r *core.SendResult) {
+	rec := h.opts.Trace
+	rec.Record(trace.Event{ID: r.ID, Hop: trace.HopPublish, At: t.at, Actor: t.client, Attrs: t.attrs})
+	a := map[string]string{attrTopic: r.Topic}
+	hop := trace.HopStored
+	if t.delayed {
+		hop = trace.HopDelayed
+		a["due"] = t.due.UTC().Format(time.RFC3339Nano)
+		a["delay_s"] = strconv.FormatInt(int64(t.delay/time.Second), 10)
+	}
+	if r.Queue >= 0 { // a delayed message's queue is known only when it is delivered
+		a["queue"] = strconv.Itoa(r.Queue)
+		a["offset"] = strconv.FormatInt(r.QueueOffset, 10)
+	}
+	if t.key != "" {
+		a["key"] = t.key
+	}
+	rec.Record(trace.Event{ID: r.ID, Hop: hop, At: r.StoredAt, Attrs: a})
+}
+
+// traceAcks records the ack hop of the traced publishes among items, whose
+// acknowledgements were written to cl.
+func (h *Hook) traceAcks(cl *mqtt.Client, items []ack) {
+	for i := range items {
+		a := &items[i]
+		if !a.traced || a.err != nil {
+			continue
+		}
+		qos := a.pk.FixedHeader.Qos
+		h.opts.Trace.Record(trace.Event{ID: a.id, Hop: trace.HopPuback, Actor: cl.ID, Attrs: map[string]string{
+			attrPacketID: strconv.Itoa(int(a.pk.PacketID)),
+			attrQoS:      qosLabel[qos&3],
+			"code":       "0x00",
+		}})
+	}
+}
+
+// downTrace says how a downlink message is traced: under id, as a message
+// of core topic topic. The zero value: it is not.
+type downTrace struct {
+	id    core.MessageID
+	topic string
+}
+
+// A traced downlink message carries its downTrace in the origin of its
+// packets, so the trace follows the packet through mochi's queues, a parked
+// session and a restart: the message ID (32 hex digits) is followed by
+// "~" + the ID it is traced under + "~" + its core topic. Core topic names
+// hold neither '~' nor '/'; an untraced message's origin is as before.
+const refSep = "~"
+
+// ref is what a packet's origin says of message id.
+func (t downTrace) ref(id string) string {
+	if t.id.IsZero() {
+		return id
+	}
+	return id + refSep + t.id.String() + refSep + t.topic
+}
+
+// splitRef undoes ref.
+func splitRef(ref string) (id string, t downTrace) {
+	id, rest, ok := strings.Cut(ref, refSep)
+	if !ok {
+		return ref, t
+	}
+	tid, topic, _ := strings.Cut(rest, refSep)
+	if x, err := core.ParseMessageID(tid); err == nil {
+		t = downTrace{id: x, topic: topic}
+	}
+	return id, t
+}
+
+// downTraceOf is how the downlink message m, consumed from core topic
+// topic, is traced.
+func (h *Hook) downTraceOf(topic string, m *core.StoredMessage) downTrace {
+	if !h.opts.Trace.Enabled(topic) {
+		return downTrace{}
+	}
+	return downTrace{id: trace.IDOf(m), topic: topic}
+}
+
+// traced reports whether hops of t are recorded now.
+func (h *Hook) traced(t downTrace) bool { return !t.id.IsZero() && h.opts.Trace.Enabled(t.topic) }
+
+// Ways a downlink message reaches a device (the deliver hop).
+const (
+	downWritten = iota // written to the connection
+	downQueued         // queued for an offline or parked session
+	downHeld           // held for a client this node does not know yet
+)
+
+// traceDeliver records the deliver hop of a downlink packet for client.
+func (h *Hook) traceDeliver(t downTrace, client, mqttTopic string, pk *packets.Packet, how int) {
+	if !h.traced(t) {
+		return
+	}
+	qos := pk.FixedHeader.Qos
+	a := make(map[string]string, 6)
+	if mqttTopic != "" { // empty when a topic alias stands for it
+		a[attrMQTTTopic] = mqttTopic
+	}
+	a[attrQoS] = qosLabel[qos&3]
+	switch how {
+	case downWritten:
+		if qos > 0 {
+			a[attrPacketID] = strconv.Itoa(int(pk.PacketID))
+		}
+		if pk.FixedHeader.Dup {
+			a["dup"] = "true"
+		}
+	case downHeld:
+		a["held"] = "true"
+		a["queued"] = "true"
+	default:
+		a["queued"] = "true"
+	}
+	a["node"] = h.opts.Node
+	h.opts.Trace.Record(trace.Event{ID: t.id, Hop: trace.HopDownlink, Actor: client, Attrs: a})
+}
+
+// traceDeviceAck records a device's acknowledgement (PUBACK or PUBCOMP) of
+// a downlink packet.
+func (h *Hook) traceDeviceAck(t downTrace, client string, pk *packets.Packet, mqttTopic string) {
+	if !h.traced(t) {
+		return
+	}
+	qos := "1"
+	if pk.FixedHeader.Type == packets.Pubcomp {
+		qos = "2"
+	}
+	a := map[string]string{attrPacketID: strconv.Itoa(int(pk.PacketID)), attrQoS: qos}
+	if mqttTopic != "" {
+		a[attrMQTTTopic] = mqttTopic
+	}
+	h.opts.Trace.Record(trace.Event{ID: t.id, Hop: trace.HopDeviceAck, Actor: client, Attrs: a})
+}
+
+// traceReceipt records that receipt r was produced.
+func (h *Hook) traceReceipt(t downTrace, r *Receipt) {
+	if !h.traced(t) {
+		return
+	}
+	a := map[string]string{"outcome": r.Outcome, attrTopic: h.opts.ReceiptsTopic}
+	if r.Topic != "" {
+		a[attrMQTTTopic] = r.Topic
+	}
+	if r.Reason != "" {
+		a["reason"] = r.Reason
+	}
+	h.opts.Trace.Record(trace.Event{ID: t.id, Hop: trace.HopReceipt, At: r.Time, Actor: r.ClientID, Attrs: a})
+}
