@@ -29,6 +29,7 @@ import (
 //	  auto_create_topics: true
 //	delay: {max_delay: 960h, max_hold: 18h12m16s}
 //	trace: {all: false, topics: [telemetry], node: gw-1}
+//	retry: {schedule: [10s, 30s, 1m, …], max_attempts: 16}
 //	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
 //	core: {addr: ":10911", token: ""}
 //	http: {addr: ":18083"}
@@ -53,6 +54,10 @@ type fileConfig struct {
 		MaxDelay duration `yaml:"max_delay"`
 		MaxHold  duration `yaml:"max_hold"`
 	} `yaml:"delay"`
+	Retry struct {
+		Schedule    []duration `yaml:"schedule"`
+		MaxAttempts int        `yaml:"max_attempts"`
+	} `yaml:"retry"`
 	Trace struct {
 		All    bool     `yaml:"all"`
 		Topics []string `yaml:"topics"`

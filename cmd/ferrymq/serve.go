@@ -226,7 +226,11 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	n.groups.Start()
-	if n.retry, err = retry.New(n.store, retry.Options{Logger: &log, Trace: n.trace}); err != nil {
+	ro := retry.Options{Logger: &log, Trace: n.trace, MaxAttempts: o.file.Retry.MaxAttempts}
+	for _, d := range o.file.Retry.Schedule {
+		ro.Schedule = append(ro.Schedule, time.Duration(d))
+	}
+	if n.retry, err = retry.New(n.store, ro); err != nil {
 		return err
 	}
 	n.retry.Start()
