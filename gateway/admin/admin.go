@@ -1,0 +1,357 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/rs/zerolog"
+)
+
+// Routes: path patterns of Go's ServeMux. A {wildcard} is one path segment,
+// unescaped (percent-encode a '/' inside it as %2F); {topic...} is the rest
+// of the path.
+const (
+	pathNode        = "/api/v1/node"
+	pathTopics      = "/api/v1/topics"
+	pathTopic       = "/api/v1/topics/{topic}"
+	pathGroups      = "/api/v1/groups"
+	pathGroup       = "/api/v1/groups/{group}"
+	pathReset       = "/api/v1/groups/{group}/reset"
+	pathDeadLetters = "/api/v1/groups/{group}/dead-letters"
+	pathRedrive     = "/api/v1/groups/{group}/dead-letters/redrive"
+	pathClients     = "/api/v1/clients"
+	pathClient      = "/api/v1/clients/{id}"
+	pathSession     = "/api/v1/sessions/{id}"
+	pathRetained    = "/api/v1/retained"
+	pathRetainedOne = "/api/v1/retained/{topic...}"
+)
+
+// paths are the patterns New's handler serves, in registration order.
+var paths = []string{
+	pathNode, pathTopics, pathTopic, pathGroups, pathGroup, pathReset, pathDeadLetters, pathRedrive,
+	pathClients, pathClient, pathSession, pathRetained, pathRetainedOne,
+}
+
+// Patterns returns the path patterns (without a method) the handler New
+// returns serves, for the caller's mux: register each of them with that
+// handler, behind the same authentication as the rest of /api/. None of
+// them matches a path of core/httpapi, and each is more specific than
+// "/api/", so both can share one mux:
+//
+//	for _, p := range admin.Patterns() {
+//		mux.Handle(p, requireToken(token, adminHandler))
+//	}
+//	mux.Handle("/api/", requireToken(token, httpapiHandler))
+func Patterns() []string { return slices.Clone(paths) }
+
+// Log field names.
+const (
+	fieldMethod = "method"
+	fieldRoute  = "route"
+	fieldStatus = "status"
+	fieldCode   = "code"
+	fieldRemote = "remote"
+	fieldTopic  = "topic"
+	fieldGroup  = "group"
+	fieldClient = "client"
+	fieldCount  = "count"
+)
+
+// api serves the endpoints.
+type api struct {
+	opts   Options
+	log    zerolog.Logger
+	config json.RawMessage // Options.Config, marshalled
+	server *mqtt.Server    // nil without a gateway
+	inline *mqtt.Client    // publishes the empty retained messages that clear one
+	conns  *connTimes      // nil without a gateway
+}
+
+type handlerFunc func(http.ResponseWriter, *http.Request) error
+
+// New checks opts and returns the handler of the admin API: the paths of
+// Patterns, and a JSON 404 for any other. It starts no goroutines; with a
+// gateway it adds one hook to its mochi server (see Options.Gateway). It
+// is safe for concurrent use.
+func New(opts Options) (http.Handler, error) {
+	opts = opts.withDefaults()
+	cfg, err := opts.validate()
+	if err != nil {
+		return nil, err
+	}
+	a := &api{opts: opts, log: opts.Logger.With().Str("component", "admin").Logger(), config: cfg}
+	if opts.Gateway != nil {
+		a.server = opts.Gateway.Server()
+		a.inline = a.server.NewClient(nil, mqtt.LocalListener, inlineID, true)
+		a.conns = newConnTimes(opts.Now)
+		if err := a.server.AddHook(a.conns, nil); err != nil {
+			return nil, fmt.Errorf("admin: add hook: %w", err)
+		}
+	}
+	type endpoint struct {
+		method string
+		h      handlerFunc
+	}
+	routes := map[string][]endpoint{
+		pathNode:        {{http.MethodGet, a.node}},
+		pathTopics:      {{http.MethodGet, a.listTopics}, {http.MethodPost, a.createTopic}},
+		pathTopic:       {{http.MethodGet, a.getTopic}, {http.MethodDelete, a.deleteTopic}},
+		pathGroups:      {{http.MethodGet, a.listGroups}},
+		pathGroup:       {{http.MethodGet, a.getGroup}},
+		pathReset:       {{http.MethodPost, a.resetGroup}},
+		pathDeadLetters: {{http.MethodGet, a.listDeadLetters}},
+		pathRedrive:     {{http.MethodPost, a.redrive}},
+		pathClients:     {{http.MethodGet, a.listClients}},
+		pathClient:      {{http.MethodGet, a.getClient}, {http.MethodDelete, a.kickClient}},
+		pathSession:     {{http.MethodDelete, a.deleteSession}},
+		pathRetained:    {{http.MethodGet, a.listRetained}},
+		pathRetainedOne: {{http.MethodGet, a.getRetained}, {http.MethodDelete, a.clearRetained}},
+	}
+	mux := http.NewServeMux()
+	// A pattern with a method is more specific than the same path without
+	// one, so the method-less pattern catches only the wrong methods.
+	for _, p := range paths {
+		var allow []string
+		for _, e := range routes[p] {
+			h := e.h
+			if e.method != http.MethodGet {
+				h = a.write(h)
+			}
+			mux.Handle(e.method+" "+p, a.serve(h))
+			allow = append(allow, e.method)
+		}
+		mux.Handle(p, a.notAllowed(strings.Join(allow, ", ")))
+	}
+	mux.Handle("/", a.serve(func(_ http.ResponseWriter, r *http.Request) error {
+		return newError(http.StatusNotFound, CodeNotFound, "no endpoint at %q", r.URL.Path)
+	}))
+	return mux, nil
+}
+
+// serve adapts a handler that returns its failure.
+func (a *api) serve(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			a.fail(w, r, err)
+		}
+	})
+}
+
+// notAllowed answers 405 for a known path and a wrong method.
+func (a *api) notAllowed(allow string) http.Handler {
+	return a.serve(func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Allow", allow)
+		return newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method %s not allowed here; use %s", r.Method, allow)
+	})
+}
+
+// write guards a handler that changes something: it runs only with
+// Options.AllowWrites or when Options.Authorize accepts the request.
+func (a *api) write(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		switch {
+		case a.opts.AllowWrites:
+		case a.opts.Authorize == nil:
+			return newError(http.StatusForbidden, CodeWritesDisabled, "the admin API is read-only on this server")
+		case !a.opts.Authorize(r):
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ferrymq"`)
+			return newError(http.StatusUnauthorized, CodeUnauthorized, "changes need a token: Authorization: Bearer <token>")
+		}
+		return h(w, r)
+	}
+}
+
+// errorBody is every error response.
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// fail answers err and logs one line: debug for the client's mistakes,
+// error for the server's.
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := classify(r.Context(), err)
+	ev := a.log.Debug()
+	if e.status >= 500 && e.status != http.StatusNotImplemented && e.code != CodeCanceled {
+		ev = a.log.Error()
+	}
+	ev.Str(fieldMethod, r.Method).Str(fieldRoute, r.Pattern).Str(fieldRemote, r.RemoteAddr).
+		Int(fieldStatus, e.status).Str(fieldCode, e.code).Err(e.logErr()).Msg("admin request failed")
+	a.writeJSON(w, r, e.status, errorBody{Error: e.msg, Code: e.code})
+}
+
+// audit logs a change that was made.
+func (a *api) audit(r *http.Request) *zerolog.Event {
+	return a.log.Info().Str(fieldMethod, r.Method).Str(fieldRoute, r.Pattern).Str(fieldRemote, r.RemoteAddr)
+}
+
+// writeJSON answers v. A failed write means the client went away; it is
+// only logged.
+func (a *api) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		a.log.Error().Err(err).Str(fieldRoute, r.Pattern).Msg("encode response")
+		status = http.StatusInternalServerError
+		buf.Reset()
+		fmt.Fprintf(&buf, `{"error":"internal error","code":%q}`+"\n", CodeInternal)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		a.log.Debug().Err(err).Str(fieldMethod, r.Method).Str(fieldRoute, r.Pattern).
+			Str(fieldRemote, r.RemoteAddr).Msg("write response")
+	}
+}
+
+// queryParams parses the query, refusing unknown and repeated parameters.
+func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("query: %v", err)
+	}
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the same request, the same error
+	for _, name := range names {
+		if !slices.Contains(allowed, name) {
+			return nil, badRequest("unknown query parameter %q", name)
+		}
+		if len(q[name]) != 1 {
+			return nil, badRequest("query parameter %s given %d times, want once", name, len(q[name]))
+		}
+	}
+	return q, nil
+}
+
+// pageParams reads max (default DefaultPage, cut to Options.MaxPage) and
+// cursor.
+func (a *api) pageParams(q url.Values) (int, string, error) {
+	n := min(DefaultPage, a.opts.MaxPage)
+	if v := q.Get("max"); v != "" {
+		m, err := strconv.ParseInt(v, 10, 64)
+		if (err != nil && !errors.Is(err, strconv.ErrRange)) || m < 1 {
+			return 0, "", badRequest("max %q: want a positive integer", v)
+		}
+		n = int(min(m, int64(a.opts.MaxPage))) // out of range: +Inf, cut
+	}
+	return n, q.Get("cursor"), nil
+}
+
+// pageOf returns the items whose key sorts after cursor, at most max of
+// them, and the cursor of the next page ("" when this is the last). items
+// are sorted by key, and keys are unique.
+func pageOf[T any](items []T, key func(T) string, max int, cursor string) ([]T, string) {
+	i := 0
+	if cursor != "" {
+		i = sort.Search(len(items), func(i int) bool { return key(items[i]) > cursor })
+	}
+	items = items[i:]
+	if len(items) <= max {
+		return items, ""
+	}
+	return items[:max], key(items[max-1])
+}
+
+// parseBool reads an optional boolean query parameter.
+func parseBool(q url.Values, name string) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest("%s %q: want true or false", name, v)
+	}
+	return b, nil
+}
+
+// decodeBody decodes the request body, one JSON object, strictly into v: a
+// field must be one of v's JSON names, spelled exactly, at most once. An
+// empty body leaves v as it is when emptyOK.
+func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
+	limit := a.opts.MaxBodyBytes
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		return &http.MaxBytesError{Limit: limit}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return err
+		}
+		return badRequest("read request body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if emptyOK {
+			return nil
+		}
+		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: empty body, want an object"}
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); b[0] != '{' {
+		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: want an object"}
+	}
+	fields := jsonNames(v)
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // '{'
+		return jsonError(err)
+	}
+	seen := map[string]bool{}
+	var skip json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(err)
+		}
+		name, _ := tok.(string)
+		switch {
+		case !slices.Contains(fields, name):
+			return &apiError{status: http.StatusBadRequest, code: CodeBadJSON,
+				msg: oneLine(fmt.Sprintf("bad JSON: unknown field %q", name)), cause: errors.New("bad JSON: unknown field")}
+		case seen[name]:
+			return &apiError{status: http.StatusBadRequest, code: CodeBadJSON,
+				msg: oneLine(fmt.Sprintf("bad JSON: field %q given twice", name)), cause: errors.New("bad JSON: field given twice")}
+		}
+		seen[name] = true
+		if err := dec.Decode(&skip); err != nil {
+			return jsonError(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: data after the top-level value"}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return jsonError(err)
+	}
+	return nil
+}
+
+// jsonNames lists the JSON names of the fields of the struct v points to.
+func jsonNames(v any) []string {
+	t := reflect.TypeOf(v).Elem()
+	out := make([]string, t.NumField())
+	for i := range out {
+		out[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return out
+}
