@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -21,6 +22,28 @@ import (
 //
 // checks are extra readiness conditions (e.g. the core is open).
 func (g *Gateway) StatsHandler(checks ...func() error) http.Handler {
+	return g.StatsHandlerWith(StatsOptions{Checks: checks})
+}
+
+// StatsOptions add to what StatsHandlerWith serves. A zero field adds
+// nothing.
+type StatsOptions struct {
+	// Checks are extra readiness conditions for /readyz.
+	Checks []func() error
+	// Extra returns sections /stats adds beside "time", "ready" and
+	// "metrics" (which it cannot replace), e.g. "topics" and "groups" from
+	// the store. It is called once per request, with the request's context
+	// bounded by StatsExtraTimeout, and must be safe for concurrent use.
+	// What it returns is shown to anyone who can reach the port: no
+	// secrets.
+	Extra func(ctx context.Context) map[string]any
+}
+
+// StatsExtraTimeout bounds one call of StatsOptions.Extra.
+const StatsExtraTimeout = 2 * time.Second
+
+// StatsHandlerWith is StatsHandler with StatsOptions.
+func (g *Gateway) StatsHandlerWith(o StatsOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -32,7 +55,7 @@ func (g *Gateway) StatsHandler(checks ...func() error) http.Handler {
 			http.Error(w, "mqtt listeners not serving", http.StatusServiceUnavailable)
 			return
 		}
-		for _, c := range checks {
+		for _, c := range o.Checks {
 			if err := c(); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
@@ -41,26 +64,26 @@ func (g *Gateway) StatsHandler(checks ...func() error) http.Handler {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /stats", g.serveStats)
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) { g.serveStats(w, r, o.Extra) })
 	return mux
 }
 
-// statsDoc is the /stats body: every metric by name; labelled ones as a
-// map from "label=value,…" to value; histograms as count, sum and
-// estimated quantiles.
-type statsDoc struct {
-	Time    time.Time      `json:"time"`
-	Ready   bool           `json:"ready"`
-	Metrics map[string]any `json:"metrics"`
-}
+// The /stats body: every metric by name under "metrics"; labelled ones as
+// a map from "label=value,…" to value; histograms as count, sum and
+// estimated quantiles. StatsOptions.Extra adds sections at the top level.
+const (
+	statsTime    = "time"
+	statsReady   = "ready"
+	statsMetrics = "metrics"
+)
 
-func (g *Gateway) serveStats(w http.ResponseWriter, _ *http.Request) {
+func (g *Gateway) serveStats(w http.ResponseWriter, r *http.Request, extra func(context.Context) map[string]any) {
 	mfs, err := g.reg.Gather()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	doc := statsDoc{Time: time.Now().UTC(), Ready: g.Ready(), Metrics: map[string]any{}}
+	metrics := map[string]any{}
 	for _, mf := range mfs {
 		name := mf.GetName()
 		if strings.HasPrefix(name, "go_") && name != "go_goroutines" {
@@ -68,16 +91,28 @@ func (g *Gateway) serveStats(w http.ResponseWriter, _ *http.Request) {
 		}
 		ms := mf.GetMetric()
 		if len(ms) == 1 && len(ms[0].GetLabel()) == 0 {
-			doc.Metrics[name] = metricValue(ms[0])
+			metrics[name] = metricValue(ms[0])
 			continue
 		}
 		byLabel := map[string]any{}
 		for _, m := range ms {
 			byLabel[labelKey(m.GetLabel())] = metricValue(m)
 		}
-		doc.Metrics[name] = byLabel
+		metrics[name] = byLabel
+	}
+	doc := map[string]any{statsTime: time.Now().UTC(), statsReady: g.Ready(), statsMetrics: metrics}
+	if extra != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), StatsExtraTimeout)
+		sections := extra(ctx)
+		cancel()
+		for k, v := range sections {
+			if _, taken := doc[k]; !taken {
+				doc[k] = v
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(doc)

@@ -30,6 +30,8 @@ import (
 	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/dashboard"
+	"github.com/ferrymq/ferrymq/session"
 )
 
 type serveOptions struct {
@@ -47,6 +49,7 @@ type serveOptions struct {
 	cpuProf   string
 	file      fileConfig     // from --config; flags win
 	closers   []func() error // closed when serve returns (auth providers)
+	sessions  *session.Store // the gateway's session store, once built
 	logLevel  string
 	logPretty bool
 }
@@ -90,6 +93,9 @@ func newServeCmd() *cobra.Command {
 type node struct {
 	store      *store.Store
 	trace      *trace.Recorder
+	sessions   *session.Store // the gateway's, for the admin API
+	nodeName   string
+	summary    configSummary // the configuration the admin API shows
 	delay      *delay.Service
 	broker     core.Broker // the store with delayed delivery: what producers use
 	txn        *txn.Service
@@ -252,6 +258,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.broker, MaxDelay: n.delay.MaxDelay(), Trace: n.trace}, n.store, &log); err != nil {
 		return err
 	}
+	n.sessions, n.nodeName, n.summary = o.sessions, o.file.Trace.Node, o.summary()
 	n.gateway.Registry().MustRegister(newCoreCollector(n.delay, n.txn, n.trace))
 	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, &log)
 	if err != nil {
@@ -312,7 +319,17 @@ func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 		}
 		h.Handle("/api/", requireToken(n.token, api))
 	}
-	h.Handle("/", n.gateway.StatsHandler())
+	if err := n.mountAdmin(h, log); err != nil {
+		return nil, err
+	}
+	var so gateway.StatsOptions
+	if n.store != nil { // topics and group lag for /stats and the dashboard
+		so.Extra = statsExtra(n.broker, n.groups)
+	}
+	h.Handle("/", n.gateway.StatsHandlerWith(so))
+	dash := dashboard.Handler(dashboard.Options{})
+	h.Handle("GET /{$}", dash)
+	h.Handle("GET "+dashboard.AssetPrefix, dash)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen http %s: %w", addr, err)

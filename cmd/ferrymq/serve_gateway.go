@@ -127,6 +127,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		return nil, err
 	}
 	ok = true
+	o.sessions = sessions
 	return gw, nil
 }
 
@@ -164,6 +165,7 @@ func (o *serveOptions) runRemote(cmd *cobra.Command, n *node, log *zerolog.Logge
 	if n.gateway, err = o.newGateway(bo, nil, log); err != nil {
 		return err
 	}
+	n.sessions, n.summary = o.sessions, o.summary()
 	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, log)
 	if err != nil {
 		return err
