@@ -555,3 +555,32 @@ func (s *Store) Session(clientID string) (Info, bool) {
 	}
 	return in, true
 }
+
+// ErrHeld is returned by Delete for a session the MQTT server still holds:
+// its client is connected, went away less than ParkAfter ago, or has a
+// will pending. Disconnect it, wait a moment and delete again.
+var ErrHeld = errors.New("session: the session is held by the MQTT server")
+
+// Delete removes clientID's parked session — subscriptions and queued
+// messages, which are reported to Discarded as dropped with reason — and
+// returns how many messages it held. ErrNotParked when no session of that
+// ID is stored, ErrHeld while the MQTT server holds it.
+func (s *Store) Delete(clientID, reason string) (int, error) {
+	s.mu.Lock()
+	ss := s.sessions[clientID]
+	if ss == nil {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("delete %q: %w", clientID, ErrNotParked)
+	}
+	if !ss.parked {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("delete %q: %w", clientID, ErrHeld)
+	}
+	n := len(ss.msgs)
+	ds := s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, false, reason)
+	s.dropLocked(ss, true)
+	s.mu.Unlock()
+	s.tell(ds)
+	s.log.Info().Str("client", clientID).Int("queued", n).Msg("parked session deleted")
+	return n, nil
+}

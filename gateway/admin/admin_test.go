@@ -13,6 +13,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -659,6 +660,8 @@ func TestParkedSession(t *testing.T) {
 	e := start(t, nil)
 	c := dialV3(t, e.gw.TCP, "car-7", func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetUsername("fleet") })
 	wait(t, c.Subscribe("cars/car-7/cmd", 1, nil))
+	// While connected, the MQTT server holds the session: kick first.
+	requireError(t, e.do(t, http.MethodDelete, "/api/v1/sessions/car-7", ""), http.StatusConflict, admin.CodeSessionHeld)
 	c.Disconnect(100)
 	require.Eventually(t, func() bool { return e.gw.Sessions.Parked("car-7") }, 10*time.Second, 10*time.Millisecond)
 
@@ -679,9 +682,18 @@ func TestParkedSession(t *testing.T) {
 	require.Empty(t, p.Clients)
 	requireError(t, e.do(t, http.MethodDelete, "/api/v1/clients/car-7", ""), http.StatusNotFound, admin.CodeClientNotFound)
 
-	// The session store cannot delete a session.
-	requireError(t, e.do(t, http.MethodDelete, "/api/v1/sessions/car-7", ""), http.StatusNotImplemented, admin.CodeNotSupported)
+	// A parked session is deleted with its queue.
+	require.NoError(t, e.gw.Sessions.Enqueue("car-7", packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName: "cars/car-7/cmd", Payload: []byte("unlock")}))
+	r = e.do(t, http.MethodDelete, "/api/v1/sessions/car-7", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"id":"car-7","deleted":true,"dropped":1}`, string(r.body))
+	require.False(t, e.gw.Sessions.Parked("car-7"))
+	requireError(t, e.get(t, "/api/v1/clients/car-7"), http.StatusNotFound, admin.CodeClientNotFound)
+	requireError(t, e.do(t, http.MethodDelete, "/api/v1/sessions/car-7", ""), http.StatusNotFound, admin.CodeSessionNotFound)
 	requireError(t, e.do(t, http.MethodDelete, "/api/v1/sessions/nobody", ""), http.StatusNotFound, admin.CodeSessionNotFound)
+	_, stored := e.gw.Sessions.Session("car-7")
+	require.False(t, stored, "the session is gone from the store")
 	requireError(t, e.get(t, "/api/v1/sessions/car-7"), http.StatusMethodNotAllowed, admin.CodeMethodNotAllowed)
 }
 

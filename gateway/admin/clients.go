@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"slices"
@@ -10,6 +11,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferrymq/ferrymq/session"
 )
 
 // inlineID is the client ID of the admin API's inline mochi client, the
@@ -253,17 +256,36 @@ func (a *api) kickClient(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// deleteSession serves DELETE /api/v1/sessions/{id}: the session store
-// cannot delete a session yet.
-func (a *api) deleteSession(_ http.ResponseWriter, r *http.Request) error {
+// sessionDeleted answers DELETE /api/v1/sessions/{id}.
+type sessionDeleted struct {
+	ID      string `json:"id"`
+	Deleted bool   `json:"deleted"`
+	// Dropped is how many queued messages went with it (each gets a
+	// "dropped" receipt).
+	Dropped int `json:"dropped"`
+}
+
+// deleteSession serves DELETE /api/v1/sessions/{id}: a parked (offline)
+// session is deleted with its queued messages; one the MQTT server holds
+// (connected, just disconnected, or with a will pending) is 409 — kick the
+// client first.
+func (a *api) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	ss := a.opts.Sessions
 	if ss == nil {
 		return disabled(CodeSessionsDisabled, "a session store")
 	}
 	id := r.PathValue("id")
-	if _, ok := ss.Session(id); !ok {
+	n, err := ss.Delete(id, "the session was deleted by an operator")
+	switch {
+	case errors.Is(err, session.ErrNotParked):
 		return newError(http.StatusNotFound, CodeSessionNotFound, "no session %q stored", id)
+	case errors.Is(err, session.ErrHeld):
+		return newError(http.StatusConflict, CodeSessionHeld,
+			"session %q is held by the MQTT server (connected, disconnected under a second ago, or with a will pending): kick the client, then delete", id)
+	case err != nil:
+		return err
 	}
-	return newError(http.StatusNotImplemented, CodeNotSupported,
-		"deleting a stored session is not supported yet: it ends when its session expiry passes, or when the client connects with a clean start")
+	a.audit(r).Str(fieldClient, id).Int("dropped", n).Msg("session deleted")
+	a.writeJSON(w, r, http.StatusOK, sessionDeleted{ID: id, Deleted: true, Dropped: n})
+	return nil
 }

@@ -15,7 +15,7 @@
 //	GET    /api/v1/clients                              connected MQTT clients (max, cursor)
 //	GET    /api/v1/clients/{id}                         one client, or its stored session
 //	DELETE /api/v1/clients/{id}                         disconnect a client
-//	DELETE /api/v1/sessions/{id}                        501 not_supported: the session store cannot delete one
+//	DELETE /api/v1/sessions/{id}                        a parked session and its queue; 409 session_held while connected
 //	GET    /api/v1/retained                             retained MQTT messages (max, cursor, system)
 //	GET    /api/v1/retained/{topic...}                  one retained message
 //	DELETE /api/v1/retained/{topic...}                  clear a retained message

@@ -32,6 +32,7 @@ const (
 	CodeGroupNotFound    = "group_not_found"    // the group has no live members
 	CodeClientNotFound   = "client_not_found"   // no connected client (nor stored session) with this ID
 	CodeSessionNotFound  = "session_not_found"  // no stored session with this ID
+	CodeSessionHeld      = "session_held"       // the MQTT server holds the session (connected client): kick it first
 	CodeRetainedNotFound = "retained_not_found" // no retained message on this topic
 	// 405
 	CodeMethodNotAllowed = "method_not_allowed" // see the Allow header
@@ -43,7 +44,7 @@ const (
 	CodeCorrupt  = "corrupt"  // stored data failed its checks
 	CodeInternal = "internal" // anything else; the server log has the cause
 	// 501
-	CodeNotSupported     = "not_supported"     // the engine cannot do this (topic and session deletion)
+	CodeNotSupported     = "not_supported"     // the engine cannot do this (topic deletion)
 	CodeStoreDisabled    = "store_disabled"    // no local store (Options.Broker)
 	CodeGroupsDisabled   = "groups_disabled"   // no group coordinator (Options.Groups)
 	CodeRetryDisabled    = "retry_disabled"    // no retry service (Options.Retry)
