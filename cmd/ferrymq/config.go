@@ -28,7 +28,7 @@ import (
 //	  default_queues: 8
 //	  auto_create_topics: true
 //	delay: {max_delay: 960h, max_hold: 18h12m16s}
-//	trace: {all: false, topics: [telemetry], node: gw-1}
+//	trace: {all: false, topics: [telemetry], node: gw-1, sample: 1.0}
 //	retry: {schedule: [10s, 30s, 1m, …], max_attempts: 16}
 //	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
 //	core: {addr: ":10911", token: ""}
@@ -62,6 +62,7 @@ type fileConfig struct {
 		All    bool     `yaml:"all"`
 		Topics []string `yaml:"topics"`
 		Node   string   `yaml:"node"`
+		Sample float64  `yaml:"sample"`
 	} `yaml:"trace"`
 	Transactions struct {
 		FirstCheck    duration `yaml:"first_check"`

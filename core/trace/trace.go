@@ -81,6 +81,10 @@ type Options struct {
 	Topics []string
 	// Node names this node in the events it records; default: none.
 	Node string
+	// Sample, between 0 and 1, keeps the hops of that fraction of the
+	// traced messages (0 means 1: all). The choice hashes the message ID, so
+	// every node keeps all the hops of a sampled message or none.
+	Sample float64
 	// Queue bounds events waiting to be written; default 8192.
 	Queue int
 	// Batch bounds events written at once; default 256.
@@ -192,7 +196,7 @@ func (r *Recorder) Node() string {
 // Record queues e for writing; it never blocks. A zero At is now; an empty
 // Node is the Recorder's.
 func (r *Recorder) Record(e Event) {
-	if r == nil || e.ID.IsZero() {
+	if r == nil || e.ID.IsZero() || !r.sampled(e.ID) {
 		return
 	}
 	if e.At.IsZero() {
@@ -206,6 +210,15 @@ func (r *Recorder) Record(e Event) {
 	default:
 		r.dropped.Add(1)
 	}
+}
+
+// sampled reports whether id's hops are kept under Options.Sample.
+func (r *Recorder) sampled(id core.MessageID) bool {
+	if r.opts.Sample <= 0 || r.opts.Sample >= 1 {
+		return true
+	}
+	h := core.FNV64a(core.FNV64Offset, string(id[:]))
+	return float64(h%1_000_000) < r.opts.Sample*1_000_000
 }
 
 // Stats says how many events were written and dropped (queue full).

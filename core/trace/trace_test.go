@@ -112,3 +112,24 @@ func BenchmarkEnabledOff(b *testing.B) {
 		}
 	}
 }
+
+// Sampling keeps all hops of a sampled message and none of the others, about
+// the asked fraction of messages.
+func TestSample(t *testing.T) {
+	st, err := store.Open(t.TempDir(), store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	r, err := trace.New(st, trace.Options{All: true, Sample: 0.1, Queue: 100_000})
+	require.NoError(t, err)
+	r.Start()
+	const n = 2000
+	for i := range n {
+		id := core.NewCommitLogID(1, int64(i)*64, 64)
+		r.Record(trace.Event{ID: id, Hop: trace.HopPublish})
+		r.Record(trace.Event{ID: id, Hop: trace.HopStored})
+	}
+	require.NoError(t, r.Close())
+	written, _ := r.Stats()
+	require.Zero(t, written%2, "both hops of a message or none")
+	require.InDelta(t, n/10, written/2, n/20, "about a tenth of the messages")
+}
