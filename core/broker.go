@@ -38,6 +38,11 @@ type Broker interface {
 	Topic(ctx context.Context, name string) (TopicInfo, error)
 	// Topics lists all topics, sorted by name.
 	Topics(ctx context.Context) ([]TopicInfo, error)
+	// DeleteTopic deletes a user topic: it is gone at once with its queues
+	// and its groups' committed offsets; its messages are never served
+	// again, and a topic created later under the same name starts empty.
+	// ErrTopicNotFound if absent; system topics cannot be deleted.
+	DeleteTopic(ctx context.Context, name string) error
 
 	// Read returns stored messages of one queue from an offset on, in order.
 	// An offset below the queue's minimum is moved up to it and one above its

@@ -20,7 +20,7 @@ func newTopicCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: helpRunE,
 	}
-	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicDescribeCmd())
+	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicDescribeCmd(), newTopicDeleteCmd())
 	return cmd
 }
 
@@ -163,5 +163,35 @@ func (o *topicDescribeOptions) run(cmd *cobra.Command, args []string) error {
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\n", q, r.Min, r.Max, r.Max-r.Min)
 		}
 		return tw.Flush()
+	})
+}
+
+type topicDeleteOptions struct {
+	client clientOptions
+}
+
+func newTopicDeleteCmd() *cobra.Command {
+	o := &topicDeleteOptions{}
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a topic: its queues and groups' offsets go, its messages are never served again",
+		Long: `Delete a user topic at once. Its consume queues and every group's committed offsets go, and
+its messages are never served again (by ID, key or query); they leave the disk with retention.
+A topic created later under the same name starts empty. System topics cannot be deleted.`,
+		Example: `  ferrymq topic delete orders`,
+		Args:    cobra.ExactArgs(1),
+		RunE:    runE(o.run),
+	}
+	o.client.AddFlags(cmd)
+	return cmd
+}
+
+func (o *topicDeleteOptions) run(cmd *cobra.Command, args []string) error {
+	return o.client.call(cmd, func(ctx context.Context, c *client.Client) error {
+		if err := c.DeleteTopic(ctx, args[0]); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s\n", args[0])
+		return err
 	})
 }

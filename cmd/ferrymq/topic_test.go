@@ -87,3 +87,13 @@ func TestTopicErrors(t *testing.T) {
 	r := cli(t, t.Context(), "", "topic", "list", "--server", "127.0.0.1:1", "--timeout", "2s")
 	requireOneLineError(t, r, "connect to 127.0.0.1:1")
 }
+
+func TestTopicDelete(t *testing.T) {
+	addr := newServer(t)
+	mustCLI(t, "", "produce", "--server", addr, "--topic", "gone", "--key", "k", "x")
+	r := mustCLI(t, "", "topic", "delete", "gone", "--server", addr)
+	require.Equal(t, "deleted topic gone\n", r.out)
+	requireOneLineError(t, cli(t, t.Context(), "", "topic", "describe", "gone", "--server", addr), "topic not found")
+	requireOneLineError(t, cli(t, t.Context(), "", "topic", "delete", "gone", "--server", addr), "topic not found")
+	requireOneLineError(t, cli(t, t.Context(), "", "topic", "delete", "%DLQ%g", "--server", addr), "invalid topic name")
+}

@@ -145,3 +145,9 @@ func (c *Client) Query(ctx context.Context, req wire.QueryReq) (msgs []*core.Sto
 	next, msgs, err = wire.DecodeQuery(p)
 	return msgs, next, err
 }
+
+// DeleteTopic deletes a user topic: its queues and committed offsets go,
+// its messages are never served again.
+func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+	return c.callJSON(ctx, wire.OpTopicDelete, wire.TopicReq{Name: name}, nil)
+}

@@ -293,6 +293,13 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		}
 		return marshal(out)
 
+	case wire.OpTopicDelete:
+		var r wire.TopicReq
+		if err := decode(f, &r); err != nil {
+			return nil, err
+		}
+		return nil, o.Broker.DeleteTopic(ctx, r.Name)
+
 	case wire.OpTopicCreate, wire.OpTopicGet:
 		var r wire.TopicReq
 		if err := decode(f, &r); err != nil {

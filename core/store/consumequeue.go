@@ -402,6 +402,9 @@ func (cq *consumeQueue) dropBefore(k int64) error {
 	return errors.Join(errs...)
 }
 
+// dirConsumeQueue holds one folder per topic, one per queue inside it.
+const dirConsumeQueue = "consumequeue"
+
 func queueDir(root, topic string, queue int) string {
-	return filepath.Join(root, "consumequeue", topic, strconv.Itoa(queue))
+	return filepath.Join(root, dirConsumeQueue, topic, strconv.Itoa(queue))
 }

@@ -238,6 +238,9 @@ func (s *Store) Get(ctx context.Context, id core.MessageID) (*core.StoredMessage
 		s.log.Error().Err(err).Str("id", id.String()).Msg("corrupt message not served")
 		return nil, fmt.Errorf("get %s: %w: %w", id, core.ErrCorrupt, err)
 	}
+	if s.deletedAt(m.Topic, off) {
+		return nil, fmt.Errorf("%w: %s: its topic %s was deleted", core.ErrMessageNotFound, id, m.Topic)
+	}
 	return m, nil
 }
 
@@ -269,6 +272,10 @@ func (s *Store) FindByKey(ctx context.Context, topicName, key string, q core.Key
 	}
 	limit := s.confirmed.Load()
 	logMin, _ := s.cl.bounds()
+	s.topicsMu.RLock()
+	fence := s.tombstones[topicName] // records below it belong to a deleted incarnation
+	s.topicsMu.RUnlock()
+	logMin = max(logMin, fence)
 	var out []*core.StoredMessage
 	seen := map[int64]bool{}
 	for _, h := range hits {

@@ -189,6 +189,9 @@ func (s *Store) replay(from int64) (int64, error) {
 // topic if topics.meta does not know it.
 func (s *Store) replayReq(meta recordMeta) (dispatchReq, bool) {
 	name := string(meta.topic)
+	if s.deletedAt(name, meta.clOffset) {
+		return dispatchReq{}, false // a deleted incarnation's record
+	}
 	t, err := s.topic(name, true, max(s.opts.DefaultQueues, meta.queue+1))
 	if err != nil || meta.queue >= len(t.queues) {
 		s.log.Error().Err(err).Str("topic", name).Int("queue", meta.queue).Msg("recovered record has no queue; not indexed")

@@ -32,8 +32,13 @@ type Store struct {
 	cl  *commitLog
 	idx *keyIndex
 
-	topicsMu sync.RWMutex // guards topics; topic creation also persists topics.meta under it
+	topicsMu sync.RWMutex // guards topics and tombstones; creation and deletion persist topics.meta under it
 	topics   map[string]*topic
+	// tombstones: per deleted topic name, the commit-log offset below which
+	// its records belong to a deleted incarnation and are never served,
+	// indexed or dispatched again.
+	tombstones map[string]int64
+	deleteMu   sync.Mutex // one DeleteTopic at a time
 
 	// appendMu guards the append state below. Lock order: appendMu, then
 	// commitLog.mu / keyIndex.mu / consumeQueue.mu.
@@ -107,6 +112,7 @@ type topic struct {
 	next    []int64 // next queue offset per queue; guarded by Store.appendMu
 	rr      atomic.Uint32
 	mark    uint64 // dispatcher's scratch: last dispatch round that wrote this topic
+	deleted bool   // set by DeleteTopic; guarded by Store.appendMu
 }
 
 // batch is what producers have appended and the writer has not yet written.
@@ -176,8 +182,11 @@ type storeMeta struct {
 
 type topicMeta struct {
 	Name    string    `json:"name"`
-	Queues  int       `json:"queues"`
-	Created time.Time `json:"created"`
+	Queues  int       `json:"queues"` // 0: a tombstone only (the topic was deleted)
+	Created time.Time `json:"created,omitzero"`
+	// DeletedBelow, when set, fences off the records of a deleted earlier
+	// incarnation: those below this commit-log offset.
+	DeletedBelow int64 `json:"deleted_below,omitempty"`
 }
 
 type checkpointMeta struct {
@@ -200,6 +209,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		fs:           opts.FS,
 		log:          opts.Logger.With().Str("component", "store").Logger(),
 		topics:       map[string]*topic{},
+		tombstones:   map[string]int64{},
 		offsets:      map[offsetKey]int64{},
 		pend:         &batch{},
 		spare:        &batch{},
@@ -274,6 +284,17 @@ func (s *Store) open() error {
 		return err
 	}
 	for _, tm := range topics {
+		if tm.DeletedBelow > 0 {
+			s.tombstones[tm.Name] = tm.DeletedBelow
+		}
+		if tm.Queues == 0 && tm.DeletedBelow > 0 {
+			// Deleted and not recreated: queue files a crash left behind
+			// go now, so that a new incarnation starts empty.
+			if err := s.fs.RemoveAll(filepath.Join(s.dir, dirConsumeQueue, tm.Name)); err != nil {
+				return fmt.Errorf("remove queues of deleted topic %s: %w", tm.Name, err)
+			}
+			continue
+		}
 		t, err := s.openTopic(tm)
 		if err != nil {
 			return err
@@ -311,9 +332,14 @@ func (s *Store) openTopic(tm topicMeta) (*topic, error) {
 
 // persistTopicsLocked writes topics.meta; topicsMu must be held.
 func (s *Store) persistTopicsLocked() error {
-	list := make([]topicMeta, 0, len(s.topics))
+	list := make([]topicMeta, 0, len(s.topics)+len(s.tombstones))
 	for _, t := range s.topics {
-		list = append(list, topicMeta{Name: t.name, Queues: len(t.queues), Created: t.created})
+		list = append(list, topicMeta{Name: t.name, Queues: len(t.queues), Created: t.created, DeletedBelow: s.tombstones[t.name]})
+	}
+	for name, fence := range s.tombstones {
+		if s.topics[name] == nil {
+			list = append(list, topicMeta{Name: name, DeletedBelow: fence})
+		}
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 	return writeMeta(s.fs, s.dir, fileTopics, list)
@@ -500,6 +526,12 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 		now = s.lastStored // store times never go backwards along the log
 	}
 	s.lastStored = now
+	for i := range preps {
+		if preps[i].t.deleted {
+			s.appendMu.Unlock()
+			return fmt.Errorf("%w: %q was deleted", core.ErrTopicNotFound, preps[i].t.name)
+		}
+	}
 	b := s.pend
 	for i := range preps {
 		p := &preps[i]

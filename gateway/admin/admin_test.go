@@ -280,8 +280,13 @@ func TestTopicCreateAndDescribe(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.True(t, decode[topicJSON](t, r).System)
 
-	// The store cannot delete a topic.
-	requireError(t, e.do(t, http.MethodDelete, "/api/v1/topics/orders", ""), http.StatusNotImplemented, admin.CodeNotSupported)
+	// Delete: gone, and a system topic cannot be deleted.
+	requireError(t, e.do(t, http.MethodDelete, "/api/v1/topics/"+url.PathEscape(retry.ScheduleTopic), ""), http.StatusBadRequest, admin.CodeInvalidTopic)
+	r = e.do(t, http.MethodDelete, "/api/v1/topics/orders", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"name":"orders","deleted":true}`, string(r.body))
+	requireError(t, e.get(t, "/api/v1/topics/orders"), http.StatusNotFound, admin.CodeTopicNotFound)
+	requireError(t, e.do(t, http.MethodDelete, "/api/v1/topics/orders", ""), http.StatusNotFound, admin.CodeTopicNotFound)
 	r = e.do(t, http.MethodPut, "/api/v1/topics/orders", "")
 	requireError(t, r, http.StatusMethodNotAllowed, admin.CodeMethodNotAllowed)
 	require.Equal(t, "GET, DELETE", r.header.Get("Allow"))
@@ -819,7 +824,7 @@ func TestRetained(t *testing.T) {
 func TestWritesNeedAuthorization(t *testing.T) {
 	writes := []struct{ method, path, body string }{
 		{http.MethodPost, "/api/v1/topics", `{"name":"t"}`},
-		{http.MethodDelete, "/api/v1/topics/t", ""},
+		{http.MethodDelete, "/api/v1/topics/u", ""},
 		{http.MethodPost, "/api/v1/groups/g/reset", `{"topic":"t","to":"latest"}`},
 		{http.MethodPost, "/api/v1/groups/g/dead-letters/redrive", `{"max":1}`},
 		{http.MethodDelete, "/api/v1/clients/c", ""},

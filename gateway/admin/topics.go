@@ -172,9 +172,31 @@ func (a *api) getTopic(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// deleteTopic serves DELETE /api/v1/topics/{topic}: the engine cannot
-// delete a topic.
-func (a *api) deleteTopic(http.ResponseWriter, *http.Request) error {
-	return newError(http.StatusNotImplemented, CodeNotSupported,
-		"deleting a topic is not supported: the commit log has no topic deletion; its messages go with retention")
+// topicDeleted answers DELETE /api/v1/topics/{topic}.
+type topicDeleted struct {
+	Name    string `json:"name"`
+	Deleted bool   `json:"deleted"`
+}
+
+// deleteTopic serves DELETE /api/v1/topics/{topic}: the topic, its queues
+// and its groups' offsets go at once; its messages are never served again
+// and stay on disk until retention. System topics are refused (400).
+func (a *api) deleteTopic(w http.ResponseWriter, r *http.Request) error {
+	b, err := a.broker()
+	if err != nil {
+		return err
+	}
+	name, err := pathTopicName(r)
+	if err != nil {
+		return err
+	}
+	if err := core.ValidateTopic(name); err != nil {
+		return newError(http.StatusBadRequest, CodeInvalidTopic, "%s: system topics cannot be deleted", name)
+	}
+	if err := b.DeleteTopic(r.Context(), name); err != nil {
+		return err
+	}
+	a.audit(r).Str("topic", name).Msg("topic deleted")
+	a.writeJSON(w, r, http.StatusOK, topicDeleted{Name: name, Deleted: true})
+	return nil
 }
