@@ -126,6 +126,9 @@ type Hook struct {
 
 	clients   sync.Map // *mqtt.Client → *clientState, while QoS≥1 publishes are on the way
 	takenOver sync.Map // *mqtt.Client → struct{}: its session was taken over
+	// conns: *mqtt.Client → connSession, while connected and only when
+	// tracing is on: the connect session a traced publish names.
+	conns sync.Map
 	seq       atomic.Uint64
 
 	produces sync.WaitGroup // ProduceAsync calls whose done has not run

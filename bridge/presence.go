@@ -80,6 +80,11 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 			orderInflight(old)
 		}
 	}
+	traced := false
+	if all, topics := h.opts.Trace.Traced(); all || len(topics) > 0 {
+		traced = true
+		h.conns.Store(cl, connSession{at: time.Now()})
+	}
 	if h.opts.DisableEvents {
 		return
 	}
@@ -90,9 +95,12 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 				Remote: cl.Net.Remote, Listener: cl.Net.Listener, OldRemote: old.Net.Remote})
 		}
 	}
-	h.emit(&Event{Event: EventConnected, ClientID: cl.ID, Username: string(cl.Properties.Username),
+	seq := h.emit(&Event{Event: EventConnected, ClientID: cl.ID, Username: string(cl.Properties.Username),
 		Remote: cl.Net.Remote, Listener: cl.Net.Listener, Proto: cl.Properties.ProtocolVersion,
 		Clean: cl.Properties.Clean, Keepalive: cl.State.Keepalive})
+	if traced {
+		h.conns.Store(cl, connSession{at: time.Now(), seq: seq})
+	}
 }
 
 // OnSessionEstablished makes sure the client has its point-to-point
@@ -112,6 +120,7 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 		return // a session loaded from storage at start, not a connection
 	}
 	h.clients.Delete(cl)
+	h.conns.Delete(cl)
 	h.wake(cl.ID)
 	if !cl.IsTakenOver() {
 		h.forgetPending(cl.ID) // rebuilt from the resent packets if the session resumes
@@ -145,11 +154,12 @@ func (h *Hook) ClientClosed(cl *mqtt.Client, reason string, err error) {
 }
 
 // emit stamps an event and queues it for storing.
-func (h *Hook) emit(e *Event) {
+func (h *Hook) emit(e *Event) uint64 {
 	e.Seq = h.seq.Add(1)
 	e.Time = time.Now().UTC()
 	e.Node = h.opts.Node
 	h.enqueue(&core.Message{Topic: h.opts.EventsTopic, ShardingKey: e.ClientID, Tag: e.Event, Body: e.appendJSON(nil)})
+	return e.Seq
 }
 
 // enqueue hands a presence event or receipt to the notices goroutine, which

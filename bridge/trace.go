@@ -37,6 +37,15 @@ const (
 	attrTopic     = "topic" // the core topic
 )
 
+// connSession is when a traced client's connection began, and the
+// sequence number of its "connected" presence event (in EventsTopic), which
+// the publish hop names so that a trace leads to the device's connect
+// session.
+type connSession struct {
+	at  time.Time
+	seq uint64
+}
+
 // upTrace is a traced uplink publish on its way to the core: its hops are
 // recorded once the core gives the message its ID.
 type upTrace struct {
@@ -75,6 +84,13 @@ func (h *Hook) traceUplink(cl *mqtt.Client, pk *packets.Packet, msg *core.Messag
 		a["remote"] = cl.Net.Remote
 	}
 	a["rule"] = rule
+	if v, ok := h.conns.Load(cl); ok {
+		cs := v.(connSession)
+		a["connected_at"] = cs.at.UTC().Format(time.RFC3339Nano)
+		if cs.seq != 0 {
+			a["connect_seq"] = strconv.FormatUint(cs.seq, 10) // the seq of its "connected" presence event
+		}
+	}
 	return &upTrace{at: at, client: cl.ID, key: msg.ShardingKey, attrs: a}
 }
 

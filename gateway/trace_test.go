@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -94,6 +95,21 @@ func TestTraceUplink(t *testing.T) {
 	require.Equal(t, "alice", pub.Attrs["username"])
 	require.Contains(t, pub.Attrs["remote"], "127.0.0.1:")
 	require.Equal(t, "#", pub.Attrs["rule"])
+	// The connect session: when the connection began, and the seq of its
+	// "connected" presence event.
+	connectedAt, err := time.Parse(time.RFC3339Nano, pub.Attrs["connected_at"])
+	require.NoError(t, err)
+	require.False(t, connectedAt.After(pub.At))
+	var connected *bridge.Event
+	for _, m := range readAll(t, env.Store, bridge.DefaultEventsTopic) {
+		var ev bridge.Event
+		require.NoError(t, json.Unmarshal(m.Body, &ev))
+		if ev.Event == bridge.EventConnected && ev.ClientID == "car1" {
+			connected = &ev
+		}
+	}
+	require.NotNil(t, connected)
+	require.Equal(t, strconv.FormatUint(connected.Seq, 10), pub.Attrs["connect_seq"])
 	require.Equal(t, map[string]string{"topic": "telemetry", "queue": strconv.Itoa(q1.Queue),
 		"offset": strconv.FormatInt(q1.QueueOffset, 10), "key": "car1"}, stored.Attrs)
 	require.Equal(t, q1.StoredAt.UnixNano(), stored.At.UnixNano())
@@ -124,7 +140,7 @@ func TestTraceUplink(t *testing.T) {
 
 	untraced := storedBody(t, env, "other", "untraced")
 	require.Eventually(t, func() bool { w, _ := env.Trace.Stats(); return w == 3+3+2+2 }, 10*time.Second, 10*time.Millisecond)
-	evs, err := trace.Lookup(ctx, env.Store, untraced.ID, 0)
+	evs, err = trace.Lookup(ctx, env.Store, untraced.ID, 0)
 	require.NoError(t, err)
 	require.Empty(t, evs, "an untraced topic records nothing")
 	written, dropped := env.Trace.Stats()
