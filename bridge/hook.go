@@ -129,7 +129,7 @@ type Hook struct {
 	// conns: *mqtt.Client → connSession, while connected and only when
 	// tracing is on: the connect session a traced publish names.
 	conns sync.Map
-	seq       atomic.Uint64
+	seq   atomic.Uint64
 
 	produces sync.WaitGroup // ProduceAsync calls whose done has not run
 	flushers sync.WaitGroup // ack flushers running
