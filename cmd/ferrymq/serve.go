@@ -221,7 +221,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			Msg("the core port or the HTTP API listens beyond loopback and no token was configured: generated one; clients read it from this file or FERRYMQ_TOKEN")
 	}
 	tc := o.file.Trace
-	if n.trace, err = trace.New(n.store, trace.Options{All: tc.All, Topics: tc.Topics, Node: cmp.Or(tc.Node, hostname()), Sample: tc.Sample, Logger: &log}); err != nil {
+	if n.trace, err = trace.New(n.store, trace.Options{All: tc.All, Topics: tc.Topics, Node: cmp.Or(tc.Node, hostname()), Sample: tc.Sample, Flush: o.flush, Logger: &log}); err != nil {
 		return err
 	}
 	n.trace.Start()

@@ -81,6 +81,9 @@ type Options struct {
 	Topics []string
 	// Node names this node in the events it records; default: none.
 	Node string
+	// Flush, when set, is the store's flush policy, noted on every "stored"
+	// hop (flush=sync: fsynced before it was acknowledged).
+	Flush string
 	// Sample, between 0 and 1, keeps the hops of that fraction of the
 	// traced messages (0 means 1: all). The choice hashes the message ID, so
 	// every node keeps all the hops of a sampled message or none.
@@ -204,6 +207,12 @@ func (r *Recorder) Record(e Event) {
 	}
 	if e.Node == "" {
 		e.Node = r.opts.Node
+	}
+	if e.Hop == HopStored && r.opts.Flush != "" && e.Attrs["flush"] == "" {
+		if e.Attrs == nil {
+			e.Attrs = map[string]string{}
+		}
+		e.Attrs["flush"] = r.opts.Flush
 	}
 	select {
 	case r.events <- e:
