@@ -41,17 +41,20 @@ type Broker interface {
 	// DeleteTopic deletes a user topic: it is gone at once with its queues
 	// and its groups' committed offsets; its messages are never served
 	// again, and a topic created later under the same name starts empty.
-	// ErrTopicNotFound if absent; system topics cannot be deleted.
+	// ErrTopicNotFound if absent; a system topic ('%…') or another invalid
+	// name is ErrInvalidTopic.
 	DeleteTopic(ctx context.Context, name string) error
 
 	// Read returns stored messages of one queue from an offset on, in order.
 	// An offset below the queue's minimum is moved up to it and one above its
 	// maximum down to it; ReadResult.Clamped says so.
 	Read(ctx context.Context, req ReadRequest) (ReadResult, error)
-	// Get returns the message with the given ID, or ErrMessageNotFound.
+	// Get returns the message with the given ID, or ErrMessageNotFound
+	// (ErrCorrupt when the ID points into damaged or unrelated bytes of the
+	// engine's storage).
 	Get(ctx context.Context, id MessageID) (*StoredMessage, error)
 	// FindByKey returns messages of topic whose sharding key or one of whose
-	// Keys equals key, oldest first, at most q.Max of them.
+	// Keys equals key, oldest first: the oldest q.Max of them.
 	FindByKey(ctx context.Context, topic, key string, q KeyQuery) ([]*StoredMessage, error)
 	// OffsetAt returns the offset of the first message of the queue stored at
 	// or after t; the queue's max offset if there is none.

@@ -444,6 +444,9 @@ func (s *Store) Produce(ctx context.Context, m *core.Message) (core.SendResult, 
 // ProduceBatch implements core.Broker.
 func (s *Store) ProduceBatch(ctx context.Context, msgs []*core.Message) ([]core.SendResult, error) {
 	if len(msgs) == 0 {
+		if s.closed.Load() {
+			return nil, core.ErrClosed
+		}
 		return nil, nil
 	}
 	return s.produce(ctx, msgs)
@@ -452,6 +455,10 @@ func (s *Store) ProduceBatch(ctx context.Context, msgs []*core.Message) ([]core.
 // ProduceAsync implements core.Broker.
 func (s *Store) ProduceAsync(msgs []*core.Message, done func([]core.SendResult, error)) {
 	if len(msgs) == 0 {
+		if s.closed.Load() {
+			done(nil, core.ErrClosed)
+			return
+		}
 		done(nil, nil)
 		return
 	}
