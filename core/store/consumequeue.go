@@ -60,6 +60,9 @@ type consumeQueue struct {
 
 	min atomic.Int64 // first readable offset (retention moves it up)
 	max atomic.Int64 // one past the last readable offset
+	// gone is set when its topic was deleted: a reader that got the queue
+	// before the deletion answers "topic not found", not a read error.
+	gone atomic.Bool
 
 	// wmu guards the write side: entries added but not yet written to a
 	// file (pend, starting at queue offset pendStart; entries below

@@ -79,6 +79,7 @@ func (s *Store) DeleteTopic(ctx context.Context, name string) error {
 	// The tombstone is durable: the queue files can go (a crash before this
 	// leaves them to Open, which removes them).
 	for _, cq := range t.queues {
+		cq.gone.Store(true)
 		_ = cq.close()
 	}
 	if err := s.fs.RemoveAll(filepath.Join(s.dir, dirConsumeQueue, name)); err != nil {

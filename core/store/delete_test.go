@@ -136,3 +136,28 @@ func TestDeleteTopicRacingProduces(t *testing.T) {
 	_, err = s.Topic(ctx, "t")
 	require.ErrorIs(t, err, core.ErrTopicNotFound)
 }
+
+// Reads racing the deletion succeed or answer ErrTopicNotFound, nothing
+// else.
+func TestDeleteTopicRacingReads(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), Options{DefaultQueues: 1})
+	require.NoError(t, err)
+	defer s.Close()
+	for i := 0; i < 200; i++ {
+		_, err := s.Produce(ctx, &core.Message{Topic: "t", Body: []byte("x")})
+		require.NoError(t, err)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		for {
+			_, err := s.Read(ctx, core.ReadRequest{Topic: "t", Offset: 0, MaxCount: 200})
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	require.NoError(t, s.DeleteTopic(ctx, "t"))
+	require.ErrorIs(t, <-errs, core.ErrTopicNotFound)
+}

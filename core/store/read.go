@@ -92,6 +92,16 @@ func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult
 	if err != nil {
 		return res, err
 	}
+	res, err = s.read(ctx, cq, req)
+	if err != nil && cq.gone.Load() {
+		return core.ReadResult{}, fmt.Errorf("%w: %q was deleted", core.ErrTopicNotFound, req.Topic)
+	}
+	return res, err
+}
+
+// read is Read on the queue cq of req.
+func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest) (core.ReadResult, error) {
+	var res core.ReadResult
 	maxCount := req.MaxCount
 	if maxCount <= 0 {
 		maxCount = 32
