@@ -121,3 +121,53 @@ func (o *msgCancelOptions) run(cmd *cobra.Command, args []string) error {
 		return err
 	})
 }
+
+type msgTxnOptions struct {
+	client clientOptions
+	json   bool
+}
+
+func newMsgTxnCmd() *cobra.Command {
+	o := &msgTxnOptions{}
+	cmd := &cobra.Command{
+		Use:   "transactions",
+		Short: "List transactional half messages not yet committed or rolled back, oldest first",
+		Long: `List the half messages the server holds for transactions that are neither committed nor
+rolled back: their producer group, topic, how many check-backs were sent and when the next is due.`,
+		Example: `  ferrymq msg transactions
+  ferrymq msg transactions --json`,
+		Args: cobra.NoArgs,
+		RunE: runE(o.run),
+	}
+	o.client.AddFlags(cmd)
+	cmd.Flags().BoolVar(&o.json, "json", false, "print one JSON object per half message")
+	return cmd
+}
+
+func (o *msgTxnOptions) run(cmd *cobra.Command, _ []string) error {
+	return o.client.call(cmd, func(ctx context.Context, c *client.Client) error {
+		pending, err := c.PendingTransactions(ctx)
+		if err != nil {
+			return fmt.Errorf("list transactions: %w", err)
+		}
+		w := cmd.OutOrStdout()
+		if o.json {
+			for _, p := range pending {
+				if err := writeJSONLine(w, p); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if len(pending) == 0 {
+			_, err := fmt.Fprintln(w, "no transactions pending")
+			return err
+		}
+		tw := newTable(w)
+		fmt.Fprintln(tw, "ID\tGROUP\tTOPIC\tSTORED AT\tCHECKS\tNEXT CHECK")
+		for _, p := range pending {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.Group, p.Topic, displayTime(p.StoredAt), p.Checks, displayTime(p.NextCheck))
+		}
+		return tw.Flush()
+	})
+}

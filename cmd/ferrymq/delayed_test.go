@@ -8,6 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/server/servertest"
+	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
 
@@ -86,4 +89,19 @@ func TestParseDays(t *testing.T) {
 		_, err := parseDays(bad)
 		require.Error(t, err, bad)
 	}
+}
+
+func TestMsgTransactions(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{Txn: txn.Options{FirstCheck: time.Hour}})
+	r := mustCLI(t, "", "msg", "transactions", "--server", env.Addr)
+	require.Equal(t, "no transactions pending\n", r.out)
+	half, err := env.Txn.SendHalf(t.Context(), "order-svc", &core.Message{Topic: "orders", Body: []byte("o")})
+	require.NoError(t, err)
+	r = mustCLI(t, "", "msg", "transactions", "--server", env.Addr)
+	require.Contains(t, r.out, half.ID.String())
+	require.Contains(t, r.out, "order-svc")
+	var p wire.TxnPending
+	require.NoError(t, json.Unmarshal([]byte(mustCLI(t, "", "msg", "transactions", "--server", env.Addr, "--json").lines()[0]), &p))
+	require.Equal(t, "orders", p.Topic)
+	require.Zero(t, p.Checks)
 }

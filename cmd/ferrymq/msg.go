@@ -23,7 +23,7 @@ func newMsgCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: helpRunE,
 	}
-	cmd.AddCommand(newMsgGetCmd(), newMsgFindCmd(), newMsgQueryCmd(), newMsgDelayedCmd(), newMsgCancelCmd())
+	cmd.AddCommand(newMsgGetCmd(), newMsgFindCmd(), newMsgQueryCmd(), newMsgDelayedCmd(), newMsgCancelCmd(), newMsgTxnCmd())
 	return cmd
 }
 
