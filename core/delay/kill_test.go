@@ -29,8 +29,13 @@ const (
 	killStoreOpts = store.FlushSync
 )
 
-func killDue(i int, base time.Time) time.Time {
-	return base.Add(2*time.Second + time.Duration(i%50)*100*time.Millisecond)
+// killDelay is message i's delay from when the child produces it: 4 s to
+// 4.98 s, so every first copy waits in the 4 s level and none moves on
+// before the kill (under 3.9 s after the child started) — a kill inside a
+// hop would deliver that message twice, the documented at-least-once
+// window, which this test does not probe.
+func killDelay(i int) time.Duration {
+	return 4*time.Second + time.Duration(i%50)*20*time.Millisecond
 }
 
 func runKillChild() bool {
@@ -52,14 +57,10 @@ func runKillChild() bool {
 		return fail(err)
 	}
 	svc.Start()
-	base, err := time.Parse(time.RFC3339Nano, os.Getenv(killChildEnv+"_BASE"))
-	if err != nil {
-		return fail(err)
-	}
 	b := svc.Broker()
 	for i := range killMessages {
 		res, err := b.Produce(context.Background(), &core.Message{Topic: killTopic, ShardingKey: "k" + strconv.Itoa(i%7),
-			Body: []byte(strconv.Itoa(i)), DeliverAt: killDue(i, base)})
+			Body: []byte(strconv.Itoa(i)), DeliverAt: time.Now().Add(killDelay(i))})
 		if err != nil {
 			return fail(err)
 		}
@@ -82,7 +83,7 @@ func TestKill9WithPendingTimers(t *testing.T) {
 	dir := t.TempDir()
 	base := time.Now()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), killChildEnv+"="+dir, killChildEnv+"_BASE="+base.Format(time.RFC3339Nano))
+	cmd.Env = append(os.Environ(), killChildEnv+"="+dir)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -91,10 +92,10 @@ func TestKill9WithPendingTimers(t *testing.T) {
 	require.Equal(t, "ready\n", line)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
-	require.Less(t, time.Since(base), 2*time.Second, "the child was slow: messages came due before the kill")
+	require.Less(t, time.Since(base), 3900*time.Millisecond, "the child was slow: copies may have moved before the kill")
 
 	// Wait until every message is due, then restart: delivered promptly.
-	time.Sleep(time.Until(base.Add(7 * time.Second)))
+	time.Sleep(time.Until(base.Add(9 * time.Second))) // every message is due
 	restart := time.Now()
 	st, err := store.Open(filepath.Join(dir, "store"), store.Options{FlushPolicy: killStoreOpts, DefaultQueues: 4})
 	require.NoError(t, err)
@@ -116,7 +117,7 @@ func TestKill9WithPendingTimers(t *testing.T) {
 			i, err := strconv.Atoi(string(m.Body))
 			require.NoError(t, err)
 			require.NotZero(t, i%10, "cancelled message %d delivered", i)
-			require.False(t, m.StoredAt.Before(killDue(i, base)), "message %d early", i)
+			require.False(t, m.StoredAt.Before(m.DeliverAt), "message %d early", i)
 			seen[i]++
 		}
 	}

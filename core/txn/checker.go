@@ -159,7 +159,10 @@ func (s *Service) check(ctx context.Context, h *half, now int64) {
 	h.checks = checks
 	s.checks++
 	if s.halves[h.id] == h {
-		h.nextCheck = now + int64(s.opts.CheckInterval)
+		// From the clock now, not the round's start: the check took time,
+		// and a half a Register brought back may have been taken with a
+		// reading older than its due time.
+		h.nextCheck = max(now, s.opts.Now().UnixNano()) + int64(s.opts.CheckInterval)
 		s.byCheck.add(h)
 	}
 	s.log.Debug().Str(fieldGroup, h.group.Value()).Str(fieldID, h.id.String()).Int(fieldChecks, checks).
