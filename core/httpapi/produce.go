@@ -74,13 +74,13 @@ func (a *api) produce(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	at := a.traceStart(msgs)
+	at := a.opts.Trace.ProduceStart(msgs)
 	if !batch {
 		res, err := a.b.Produce(r.Context(), msgs[0])
 		if err != nil {
 			return err
 		}
-		a.traceProduced(r, at, msgs, []core.SendResult{res})
+		a.opts.Trace.Produced("http", r.RemoteAddr, at, msgs, []core.SendResult{res})
 		a.writeJSON(w, r, http.StatusCreated, toSendResult(res))
 		return nil
 	}
@@ -88,7 +88,7 @@ func (a *api) produce(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a.traceProduced(r, at, msgs, res)
+	a.opts.Trace.Produced("http", r.RemoteAddr, at, msgs, res)
 	out := make([]sendResult, len(res))
 	for i, sr := range res {
 		out[i] = toSendResult(sr)
@@ -224,12 +224,12 @@ func (a *api) produceRaw(w http.ResponseWriter, r *http.Request, topic string) e
 		return err
 	}
 	msgs := []*core.Message{msg}
-	at := a.traceStart(msgs)
+	at := a.opts.Trace.ProduceStart(msgs)
 	res, err := a.b.Produce(r.Context(), msg)
 	if err != nil {
 		return err
 	}
-	a.traceProduced(r, at, msgs, []core.SendResult{res})
+	a.opts.Trace.Produced("http", r.RemoteAddr, at, msgs, []core.SendResult{res})
 	a.writeJSON(w, r, http.StatusCreated, toSendResult(res))
 	return nil
 }

@@ -22,18 +22,13 @@ func (c *conn) produce(f wire.Frame) {
 		return
 	}
 	rec := c.s.opts.Trace
-	var at time.Time // set when a message is traced
-	if traced(rec, msgs) {
-		at = time.Now()
-	}
+	at := rec.ProduceStart(msgs)
 	c.s.opts.Broker.ProduceAsync(msgs, func(res []core.SendResult, err error) {
 		if err != nil {
 			c.fail(f, err)
 			return
 		}
-		if !at.IsZero() {
-			traceProduced(rec, c.clientID, c.nc.RemoteAddr().String(), at, msgs, res)
-		}
+		rec.Produced(c.clientID, c.nc.RemoteAddr().String(), at, msgs, res)
 		c.reply(f, wire.EncodeSendResults(res))
 	})
 }
