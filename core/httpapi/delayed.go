@@ -5,38 +5,15 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/delay"
+	"github.com/ferrymq/ferrymq/core/wire"
 )
-
-// delayed describes a pending delayed message.
-type delayed struct {
-	ID        core.MessageID `json:"id"`
-	Topic     string         `json:"topic"`
-	Due       time.Time      `json:"due"`
-	Level     int            `json:"level"`
-	Exit      time.Time      `json:"exit"`
-	Key       string         `json:"key,omitempty"`
-	Tag       string         `json:"tag,omitempty"`
-	Size      int            `json:"size"`
-	Cancelled bool           `json:"cancelled,omitempty"`
-}
-
-func toDelayed(p delay.Pending) delayed {
-	out := delayed{ID: p.ID, Topic: p.Topic, Due: p.Due.UTC(), Level: p.Level, Exit: p.Exit.UTC(), Cancelled: p.Cancelled}
-	if p.Copy != nil {
-		out.Key = p.Copy.Properties[delay.PropShardingKey]
-		out.Tag = p.Copy.Tag
-		out.Size = len(p.Copy.Body)
-	}
-	return out
-}
 
 // delayedPage is one page of GET /api/v1/delayed.
 type delayedPage struct {
-	Pending []delayed `json:"pending"`
+	Pending []wire.Delayed `json:"pending"`
 	// Next is the cursor of the next page; empty when there is none.
 	Next string `json:"next,omitempty"`
 }
@@ -82,9 +59,9 @@ func (a *api) listDelayed(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page := delayedPage{Pending: make([]delayed, 0, len(res.Pending))}
+	page := delayedPage{Pending: make([]wire.Delayed, 0, len(res.Pending))}
 	for _, p := range res.Pending {
-		page.Pending = append(page.Pending, toDelayed(p))
+		page.Pending = append(page.Pending, wire.DelayedOf(p))
 	}
 	if !res.Done {
 		page.Next = fmt.Sprintf("%d:%d", res.Next.Level, res.Next.Offset)
@@ -107,7 +84,7 @@ func (a *api) getDelayed(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a.writeJSON(w, r, http.StatusOK, toDelayed(p))
+	a.writeJSON(w, r, http.StatusOK, wire.DelayedOf(p))
 	return nil
 }
 
@@ -125,6 +102,6 @@ func (a *api) cancelDelayed(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a.writeJSON(w, r, http.StatusOK, toDelayed(p))
+	a.writeJSON(w, r, http.StatusOK, wire.DelayedOf(p))
 	return nil
 }

@@ -27,7 +27,7 @@ func (c *conn) delayedOp(f wire.Frame) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return marshal(DelayedInfo(p))
+		return marshal(wire.DelayedOf(p))
 
 	case wire.OpListDelayed:
 		var r wire.ListDelayedReq
@@ -40,20 +40,9 @@ func (c *conn) delayedOp(f wire.Frame) ([]byte, error) {
 		}
 		out := wire.ListDelayedReply{Pending: []wire.Delayed{}, NextLevel: res.Next.Level, NextOffset: res.Next.Offset, Done: res.Done}
 		for _, p := range res.Pending {
-			out.Pending = append(out.Pending, DelayedInfo(p))
+			out.Pending = append(out.Pending, wire.DelayedOf(p))
 		}
 		return marshal(out)
 	}
 	return nil, &wire.Error{Code: wire.CodeUnknownOp, Message: "unknown op " + f.Op.String()}
-}
-
-// DelayedInfo is the wire description of a pending delayed message.
-func DelayedInfo(p delay.Pending) wire.Delayed {
-	out := wire.Delayed{ID: p.ID.String(), Topic: p.Topic, Due: p.Due.UTC(), Level: p.Level, Exit: p.Exit.UTC(), Cancelled: p.Cancelled}
-	if p.Copy != nil {
-		out.Key = p.Copy.Properties[delay.PropShardingKey]
-		out.Tag = p.Copy.Tag
-		out.Size = len(p.Copy.Body)
-	}
-	return out
 }

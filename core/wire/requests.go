@@ -1,6 +1,10 @@
 package wire
 
-import "time"
+import (
+	"time"
+
+	"github.com/ferrymq/ferrymq/core/delay"
+)
 
 // JSON payloads of the control operations. Field names are the protocol's;
 // times are RFC 3339 strings, durations milliseconds.
@@ -211,6 +215,18 @@ type Delayed struct {
 	Tag       string    `json:"tag,omitempty"`
 	Size      int       `json:"size"`
 	Cancelled bool      `json:"cancelled,omitempty"`
+}
+
+// DelayedOf describes a pending delayed message, as the wire protocol and
+// the HTTP API show it.
+func DelayedOf(p delay.Pending) Delayed {
+	out := Delayed{ID: p.ID.String(), Topic: p.Topic, Due: p.Due.UTC(), Level: p.Level, Exit: p.Exit.UTC(), Cancelled: p.Cancelled}
+	if p.Copy != nil {
+		out.Key = p.Copy.Properties[delay.PropShardingKey]
+		out.Tag = p.Copy.Tag
+		out.Size = len(p.Copy.Body)
+	}
+	return out
 }
 
 // ListDelayedReq pages through pending delayed messages (OpListDelayed).
