@@ -62,22 +62,23 @@ func toPopped(p pop.Popped) poppedMessage {
 		Tag:         m.Tag,
 		Keys:        m.Keys,
 		Properties:  m.Properties,
+		DeliverAt:   m.DeliverAt.UTC(), // a zero time stays zero (omitted)
+		BornAt:      m.BornAt.UTC(),
 		StoredAt:    m.StoredAt.UTC(),
 		Reconsume:   m.ReconsumeCount,
 	}
-	if !m.DeliverAt.IsZero() {
-		out.DeliverAt = m.DeliverAt.UTC()
-	}
-	if !m.BornAt.IsZero() {
-		out.BornAt = m.BornAt.UTC()
-	}
-	if utf8.Valid(m.Body) {
-		s := string(m.Body)
-		out.Body = &s
-	} else {
-		out.BodyBase64 = base64.StdEncoding.EncodeToString(m.Body)
-	}
+	out.Body, out.BodyBase64 = bodyJSON(m.Body)
 	return out
+}
+
+// bodyJSON is a body as the API shows it: text when it is valid UTF-8
+// (maybe ""), else base64.
+func bodyJSON(b []byte) (text *string, b64 string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, ""
+	}
+	return nil, base64.StdEncoding.EncodeToString(b)
 }
 
 var errConsumeDisabled = newError(http.StatusNotImplemented, CodeConsumeDisabled, "consuming is not enabled on this server")

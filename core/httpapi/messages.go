@@ -1,11 +1,9 @@
 package httpapi
 
 import (
-	"encoding/base64"
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/query"
@@ -33,19 +31,9 @@ type storedMessage struct {
 
 func toStored(m *core.StoredMessage) storedMessage {
 	out := storedMessage{ID: m.ID, Topic: m.Topic, Queue: m.Queue, QueueOffset: m.QueueOffset, Key: m.ShardingKey, Tag: m.Tag,
-		Keys: m.Keys, Properties: m.Properties, Size: m.Size, StoredAt: m.StoredAt.UTC(), Reconsume: m.ReconsumeCount}
-	if !m.DeliverAt.IsZero() {
-		out.DeliverAt = m.DeliverAt.UTC()
-	}
-	if !m.BornAt.IsZero() {
-		out.BornAt = m.BornAt.UTC()
-	}
-	if utf8.Valid(m.Body) {
-		s := string(m.Body)
-		out.Body = &s
-	} else {
-		out.BodyBase64 = base64.StdEncoding.EncodeToString(m.Body)
-	}
+		Keys: m.Keys, Properties: m.Properties, Size: m.Size, DeliverAt: m.DeliverAt.UTC(), BornAt: m.BornAt.UTC(),
+		StoredAt: m.StoredAt.UTC(), Reconsume: m.ReconsumeCount}
+	out.Body, out.BodyBase64 = bodyJSON(m.Body)
 	return out
 }
 
