@@ -60,6 +60,13 @@ type Broker interface {
 	// or after t; the queue's max offset if there is none.
 	OffsetAt(ctx context.Context, topic string, queue int, t time.Time) (int64, error)
 
+	// Backlog counts the messages of one queue stored at offsets ≥ from:
+	// a consumer's lag when from is its next offset. Offsets are increasing
+	// within a queue but need not be dense (the JetStream engine's are
+	// stream sequences shared by the topic's queues), so this, not
+	// Range.Max − from, is the count.
+	Backlog(ctx context.Context, topic string, queue int, from int64) (int64, error)
+
 	// CommitOffset records a consumer group's progress in one queue: offset
 	// is the next message the group wants. Committed offsets persist.
 	CommitOffset(ctx context.Context, group, topic string, queue int, offset int64) error
@@ -95,6 +102,9 @@ type TopicInfo struct {
 
 // QueueRange is the span of offsets a queue holds: messages at offsets
 // Min ≤ o < Max are readable (Min moves up as retention deletes old data).
+// In the embedded engine every offset in the span holds a message of the
+// queue; in the JetStream engine offsets are shared by a topic's queues, so
+// a queue's messages are some of them (count them with Broker.Backlog).
 type QueueRange struct {
 	Min, Max int64
 }

@@ -364,3 +364,16 @@ func (s *Store) storedAtOf(off, limit int64) (int64, error) {
 	}
 	return int64(binary.BigEndian.Uint64(b[:])), nil
 }
+
+// Backlog implements core.Broker: consume-queue offsets are dense, so the
+// count is the span from from (or the queue's minimum) to its maximum.
+func (s *Store) Backlog(_ context.Context, topicName string, queue int, from int64) (int64, error) {
+	if s.closed.Load() {
+		return 0, core.ErrClosed
+	}
+	cq, err := s.queue(topicName, queue)
+	if err != nil {
+		return 0, err
+	}
+	return max(cq.max.Load()-max(from, cq.min.Load()), 0), nil
+}

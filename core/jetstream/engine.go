@@ -1,0 +1,298 @@
+package jetstream
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+// Options configure an Engine. A zero field means its default.
+type Options struct {
+	// URLs are the NATS servers to connect to (nats://host:port; several
+	// for a cluster). Ignored when Conn is set.
+	URLs []string
+	// Conn, when set, is used instead of dialling; Close leaves it open.
+	Conn *nats.Conn
+	// Name is the connection name the servers show; default "ferrymq".
+	Name string
+	// CredsFile is a NATS credentials file (JWT + NKey seed).
+	CredsFile string
+	// User and Password, or Token, authenticate without a credentials file.
+	User, Password, Token string
+	// TLS, when set, is used for the connection (CA, client certificate).
+	TLS *tls.Config
+
+	// Replicas of every stream and bucket the engine creates: 1 on a single
+	// server, 3 on a cluster (a publish is acknowledged once a majority of
+	// the replicas stored it). Default 1.
+	Replicas int
+	// DefaultQueues is the queue count of auto-created topics; default 8.
+	DefaultQueues int
+	// DisableAutoCreate makes Produce to an unknown topic fail with
+	// core.ErrTopicNotFound.
+	DisableAutoCreate bool
+	// MaxAge is how long messages are kept (stream max age); default 72 h.
+	MaxAge time.Duration
+	// MaxBytes bounds each topic's stream (oldest messages go first);
+	// default unlimited.
+	MaxBytes int64
+	// MaxMessageBytes bounds one stored message; default and ceiling: the
+	// server's max_payload (1 MiB unless configured).
+	MaxMessageBytes int
+	// Timeout bounds one request to JetStream (publish acknowledgement,
+	// stream API call); default 5 s.
+	Timeout time.Duration
+	// MaxPending bounds publishes awaiting their acknowledgement; past it a
+	// produce waits. Default 4,096.
+	MaxPending int
+	// Bucket is the key-value bucket of committed offsets and deleted-topic
+	// fences; default "ferrymq_core".
+	Bucket string
+	// Logger receives one line per notable event; default: discard.
+	Logger *zerolog.Logger
+}
+
+func (o *Options) setDefaults() error {
+	if o.Conn == nil && len(o.URLs) == 0 {
+		return errors.New("jetstream: no NATS URL")
+	}
+	if o.Name == "" {
+		o.Name = "ferrymq"
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.Replicas < 1 || o.Replicas > 5 {
+		return fmt.Errorf("jetstream: replicas %d, want 1 to 5", o.Replicas)
+	}
+	if o.DefaultQueues == 0 {
+		o.DefaultQueues = 8
+	}
+	if o.DefaultQueues < 1 || o.DefaultQueues > 1024 {
+		return fmt.Errorf("jetstream: default queues %d, want 1 to 1024", o.DefaultQueues)
+	}
+	if o.MaxAge == 0 {
+		o.MaxAge = 72 * time.Hour
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.MaxPending == 0 {
+		o.MaxPending = 4096
+	}
+	if o.Bucket == "" {
+		o.Bucket = "ferrymq_core"
+	}
+	if o.Logger == nil {
+		nop := zerolog.Nop()
+		o.Logger = &nop
+	}
+	return nil
+}
+
+// Engine is core.Broker on NATS JetStream. See doc.go.
+type Engine struct {
+	opts   Options
+	log    zerolog.Logger
+	nc     *nats.Conn
+	ownNC  bool
+	js     jetstream.JetStream
+	meta   jetstream.KeyValue
+	get    *getter
+	arrive *arrivals
+	maxMsg int
+
+	mu     sync.RWMutex
+	topics map[string]*topicState // by name
+	byHash map[uint64]string      // topic hash (message IDs) → name
+
+	sendMu sync.RWMutex // held for reading while a produce enqueues; Close takes it to close acks
+	acks   chan *pending
+	closed atomic.Bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// topicState is what the engine caches of one topic's stream.
+type topicState struct {
+	name    string
+	tok     string
+	stream  string
+	queues  int
+	created time.Time
+	rr      atomic.Uint32
+}
+
+// Open connects to NATS and prepares the engine's bucket and index stream.
+func Open(ctx context.Context, opts Options) (*Engine, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	e := &Engine{opts: opts, log: opts.Logger.With().Str("component", "jetstream").Logger(),
+		topics: map[string]*topicState{}, byHash: map[uint64]string{}, acks: make(chan *pending, 1024)}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	nc := opts.Conn
+	if nc == nil {
+		var err error
+		if nc, err = e.dial(); err != nil {
+			e.cancel()
+			return nil, err
+		}
+		e.ownNC = true
+	}
+	e.nc = nc
+	ok := false
+	defer func() {
+		if !ok {
+			e.cancel()
+			if e.ownNC {
+				nc.Close()
+			}
+		}
+	}()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(opts.MaxPending),
+		jetstream.WithPublishAsyncTimeout(opts.Timeout), jetstream.WithDefaultTimeout(opts.Timeout))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	e.js = js
+	e.maxMsg = int(nc.MaxPayload())
+	if opts.MaxMessageBytes > 0 && opts.MaxMessageBytes < e.maxMsg {
+		e.maxMsg = opts.MaxMessageBytes
+	}
+	if err := e.setup(ctx); err != nil {
+		return nil, err
+	}
+	if e.get, err = newGetter(nc, opts.Timeout); err != nil {
+		return nil, err
+	}
+	if e.arrive, err = newArrivals(nc, e.ctx, &e.wg); err != nil {
+		e.get.close()
+		return nil, err
+	}
+	e.wg.Add(1)
+	go e.acker()
+	ok = true
+	e.log.Info().Str("servers", strings.Join(nc.Servers(), ",")).Int("replicas", opts.Replicas).Msg("jetstream engine open")
+	return e, nil
+}
+
+func (e *Engine) dial() (*nats.Conn, error) {
+	o := e.opts
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.Timeout(o.Timeout),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			e.log.Warn().Err(err).Msg("nats disconnected")
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			e.log.Info().Str("server", c.ConnectedUrlRedacted()).Msg("nats reconnected")
+		}),
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.User != "" {
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.Token != "" {
+		opts = append(opts, nats.Token(o.Token))
+	}
+	if o.TLS != nil {
+		opts = append(opts, nats.Secure(o.TLS))
+	}
+	nc, err := nats.Connect(strings.Join(o.URLs, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: connect to %s: %w", strings.Join(o.URLs, ","), err)
+	}
+	return nc, nil
+}
+
+// setup creates (or binds) the engine's bucket and index stream.
+func (e *Engine) setup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 4*e.opts.Timeout)
+	defer cancel()
+	kv, err := e.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      e.opts.Bucket,
+		Description: "ferrymq committed offsets and deleted-topic fences",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    e.opts.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: bucket %s: %w", e.opts.Bucket, err)
+	}
+	e.meta = kv
+	_, err = e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        keysStream,
+		Description: "ferrymq index keys of messages (besides their sharding key)",
+		Subjects:    []string{keysPrefix + ">"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    e.opts.Replicas,
+		MaxAge:      e.opts.MaxAge,
+		AllowDirect: true,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: stream %s: %w", keysStream, err)
+	}
+	return nil
+}
+
+// Conn is the engine's NATS connection (shared by the session store).
+func (e *Engine) Conn() *nats.Conn { return e.nc }
+
+// JetStream is the engine's JetStream context.
+func (e *Engine) JetStream() jetstream.JetStream { return e.js }
+
+// Ready reports whether NATS is connected and JetStream answers.
+func (e *Engine) Ready(ctx context.Context) error {
+	if e.closed.Load() {
+		return core.ErrClosed
+	}
+	if st := e.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("%w: connection %s", ErrUnavailable, st)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := e.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close stops the engine: no new produce is taken, those in flight get
+// their acknowledgement (or error), then the connection closes if the
+// engine dialled it.
+func (e *Engine) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	e.sendMu.Lock()
+	close(e.acks)
+	e.sendMu.Unlock()
+	e.cancel()
+	e.wg.Wait()
+	e.get.close()
+	if e.ownNC {
+		e.nc.Close()
+	}
+	e.log.Info().Msg("jetstream engine closed")
+	return nil
+}
+
+var _ core.Broker = (*Engine)(nil)

@@ -1,0 +1,199 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// LeaseOptions configure an Election.
+type LeaseOptions struct {
+	// Name is what is elected (one key in the bucket), e.g. "core".
+	Name string
+	// Holder names this candidate (node name); shown to the others.
+	Holder string
+	// TTL is how long a lease lives without renewal: a holder that dies is
+	// replaced within TTL plus one Retry. Default 10 s. Every candidate
+	// must use the same TTL (it is the bucket's max age).
+	TTL time.Duration
+	// Retry is how often a candidate tries to take a free lease; default 1 s.
+	Retry time.Duration
+	// Bucket holds the leases; default "ferrymq_leases".
+	Bucket string
+	// OnChange is called (from the election's goroutine) with true when this
+	// candidate becomes the holder and false when it stops being it. It
+	// must return promptly: the lease is not renewed while it runs.
+	OnChange func(held bool)
+	Logger   *zerolog.Logger
+}
+
+// Election keeps one candidate in the running for a lease kept in a
+// key-value bucket whose entries expire after TTL. The holder renews its
+// entry every TTL/3 with a revision-checked update, so two candidates never
+// both succeed in holding it; a holder that cannot renew for 2/3 of the
+// TTL gives it up (OnChange(false)) before the others can take it. A holder
+// paused longer than that (GC, a frozen VM) may still act for a moment
+// after another took over: leases fence time, not writes.
+type Election struct {
+	kv   jetstream.KeyValue
+	opts LeaseOptions
+	log  zerolog.Logger
+
+	mu     sync.Mutex
+	held   bool
+	holder string // last known holder ("" unknown)
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Elect starts campaigning. Close stops it (giving up a held lease).
+func (e *Engine) Elect(ctx context.Context, opts LeaseOptions) (*Election, error) {
+	if opts.Name == "" || opts.Holder == "" {
+		return nil, errors.New("jetstream: election needs a name and a holder")
+	}
+	if opts.TTL == 0 {
+		opts.TTL = 10 * time.Second
+	}
+	if opts.Retry == 0 {
+		opts.Retry = time.Second
+	}
+	if opts.Bucket == "" {
+		opts.Bucket = "ferrymq_leases"
+	}
+	if opts.OnChange == nil {
+		opts.OnChange = func(bool) {}
+	}
+	if opts.Logger == nil {
+		opts.Logger = &e.log
+	}
+	rctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	kv, err := e.js.CreateOrUpdateKeyValue(rctx, jetstream.KeyValueConfig{
+		Bucket: opts.Bucket, Description: "ferrymq leases", History: 1, TTL: opts.TTL,
+		Storage: jetstream.FileStorage, Replicas: e.opts.Replicas,
+	})
+	if err != nil {
+		return nil, e.unavailable("lease bucket", err)
+	}
+	el := &Election{kv: kv, opts: opts, done: make(chan struct{}),
+		log: opts.Logger.With().Str("lease", opts.Name).Str("holder", opts.Holder).Logger()}
+	var lctx context.Context
+	lctx, el.cancel = context.WithCancel(context.Background())
+	go el.run(lctx)
+	return el, nil
+}
+
+// Held reports whether this candidate holds the lease.
+func (el *Election) Held() bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return el.held
+}
+
+// Holder is the holder last seen ("" when unknown or free).
+func (el *Election) Holder() string {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return el.holder
+}
+
+// Close stops campaigning; a held lease is given up (OnChange(false)) and
+// deleted so another candidate takes it at once.
+func (el *Election) Close() error {
+	el.cancel()
+	<-el.done
+	return nil
+}
+
+func (el *Election) run(ctx context.Context) {
+	defer close(el.done)
+	key := "lease." + token(el.opts.Name)
+	var rev uint64
+	var renewed time.Time
+	renew := el.opts.TTL / 3
+	for {
+		wait := el.opts.Retry
+		if el.Held() {
+			wait = renew
+		}
+		select {
+		case <-ctx.Done():
+			if el.Held() {
+				el.set(false, "")
+				dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = el.kv.Delete(dctx, key, jetstream.LastRevision(rev))
+				cancel()
+				el.log.Info().Msg("lease given up")
+			}
+			return
+		case <-time.After(jitter(wait, rev)):
+		}
+		if !el.Held() {
+			r, err := el.try(ctx, key)
+			if err == nil {
+				rev, renewed = r, time.Now()
+				el.set(true, el.opts.Holder)
+				el.log.Info().Msg("lease taken")
+			}
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, renew)
+		r, err := el.kv.Update(rctx, key, []byte(el.opts.Holder), rev)
+		cancel()
+		switch {
+		case err == nil:
+			rev, renewed = r, time.Now()
+		case errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err):
+			el.set(false, "")
+			el.log.Warn().Err(err).Msg("lease lost: another holder")
+		case time.Since(renewed) > 2*el.opts.TTL/3:
+			el.set(false, "")
+			el.log.Warn().Err(err).Msg("lease lost: not renewed in time")
+		default:
+			el.log.Debug().Err(err).Msg("lease renewal failed; retrying")
+		}
+	}
+}
+
+// try takes the lease if it is free, else records who holds it.
+func (el *Election) try(ctx context.Context, key string) (uint64, error) {
+	rctx, cancel := context.WithTimeout(ctx, el.opts.Retry+time.Second)
+	defer cancel()
+	r, err := el.kv.Create(rctx, key, []byte(el.opts.Holder))
+	if err == nil {
+		return r, nil
+	}
+	if ent, gerr := el.kv.Get(rctx, key); gerr == nil {
+		el.mu.Lock()
+		el.holder = string(ent.Value())
+		el.mu.Unlock()
+	}
+	return 0, fmt.Errorf("lease %s: %w", el.opts.Name, err)
+}
+
+func (el *Election) set(held bool, holder string) {
+	el.mu.Lock()
+	changed := el.held != held
+	el.held, el.holder = held, holder
+	el.mu.Unlock()
+	if changed {
+		el.opts.OnChange(held)
+	}
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// jitter spreads candidates' attempts by up to a tenth of d.
+func jitter(d time.Duration, seed uint64) time.Duration {
+	n := uint64(time.Now().UnixNano()) ^ seed
+	return d + time.Duration(n%uint64(d/10+1))
+}

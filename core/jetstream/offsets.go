@@ -1,0 +1,114 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+// Committed offsets live in the engine's bucket under
+// "o.<tok(topic)>.<tok(group)>.<queue>" with the value
+// "<topic created, unix ns>:<offset>": an offset committed to a deleted
+// topic's predecessor is not the new topic's.
+func offsetKey(topicTok, groupTok string, queue int) string {
+	return "o." + topicTok + "." + groupTok + "." + strconv.Itoa(queue)
+}
+
+// CommitOffset implements core.Broker.
+func (e *Engine) CommitOffset(ctx context.Context, group, topic string, queue int, offset int64) error {
+	if e.closed.Load() {
+		return core.ErrClosed
+	}
+	t, err := e.queueTopic(ctx, topic, queue)
+	if err != nil {
+		return err
+	}
+	if group == "" || offset < 0 {
+		return fmt.Errorf("%w: commit of group %q offset %d", core.ErrInvalidMessage, group, offset)
+	}
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	v := strconv.FormatInt(t.created.UnixNano(), 10) + ":" + strconv.FormatInt(offset, 10)
+	if _, err := e.meta.Put(ctx, offsetKey(t.tok, token(group), queue), []byte(v)); err != nil {
+		return e.unavailable("commit offset", err)
+	}
+	return nil
+}
+
+// CommittedOffset implements core.Broker.
+func (e *Engine) CommittedOffset(ctx context.Context, group, topic string, queue int) (int64, error) {
+	if e.closed.Load() {
+		return 0, core.ErrClosed
+	}
+	t, err := e.queueTopic(ctx, topic, queue)
+	if errors.Is(err, core.ErrTopicNotFound) {
+		return 0, core.ErrNoCommittedOffset // gone with its topic, or never
+	}
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	ent, err := e.meta.Get(ctx, offsetKey(t.tok, token(group), queue))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, core.ErrNoCommittedOffset
+	}
+	if err != nil {
+		return 0, e.unavailable("committed offset", err)
+	}
+	created, off, err := parseOffset(ent.Value())
+	if err != nil {
+		return 0, fmt.Errorf("%w: committed offset of %s/%s/%d: %w", core.ErrCorrupt, group, topic, queue, err)
+	}
+	if created != t.created.UnixNano() {
+		return 0, core.ErrNoCommittedOffset
+	}
+	return off, nil
+}
+
+func parseOffset(v []byte) (created, off int64, err error) {
+	a, b, ok := strings.Cut(string(v), ":")
+	if !ok {
+		return 0, 0, fmt.Errorf("value %q is not created:offset", v)
+	}
+	if created, err = strconv.ParseInt(a, 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("value %q: %w", v, err)
+	}
+	if off, err = strconv.ParseInt(b, 10, 64); err != nil || off < 0 {
+		return 0, 0, fmt.Errorf("value %q: bad offset", v)
+	}
+	return created, off, nil
+}
+
+func (e *Engine) queueTopic(ctx context.Context, topic string, queue int) (*topicState, error) {
+	t, err := e.topic(ctx, topic, false)
+	if err != nil {
+		return nil, err
+	}
+	if queue < 0 || queue >= t.queues {
+		return nil, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrQueueNotFound, topic, t.queues, queue)
+	}
+	return t, nil
+}
+
+// purgeOffsets deletes a deleted topic's committed offsets (best effort:
+// those left behind are ignored by incarnation anyway).
+func (e *Engine) purgeOffsets(ctx context.Context, t *topicState) {
+	l, err := e.meta.ListKeysFiltered(ctx, "o."+t.tok+".>")
+	if err != nil {
+		e.log.Warn().Err(err).Str("topic", t.name).Msg("offsets of deleted topic not listed")
+		return
+	}
+	defer func() { _ = l.Stop() }()
+	for k := range l.Keys() {
+		if err := e.meta.Purge(ctx, k); err != nil {
+			e.log.Warn().Err(err).Str("key", k).Msg("offset of deleted topic not purged")
+		}
+	}
+}

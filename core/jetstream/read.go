@@ -1,0 +1,319 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+// Read implements core.Broker with one batched direct get filtered on the
+// queue's subjects. A queue's offsets are its messages' stream sequences
+// minus one: increasing, with gaps where other queues' messages are.
+func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult, error) {
+	if e.closed.Load() {
+		return core.ReadResult{}, core.ErrClosed
+	}
+	t, err := e.queueTopic(ctx, req.Topic, req.Queue)
+	if err != nil {
+		return core.ReadResult{}, err
+	}
+	info, err := e.info(ctx, t)
+	if err != nil {
+		return core.ReadResult{}, err
+	}
+	rg := streamRange(info)
+	res := core.ReadResult{Range: rg, NextOffset: req.Offset}
+	off := req.Offset
+	if off < rg.Min {
+		off, res.Clamped = rg.Min, true
+	} else if off > rg.Max {
+		off, res.Clamped = rg.Max, true
+	}
+	res.NextOffset = off
+	if off >= rg.Max {
+		return res, nil
+	}
+	n := req.MaxCount
+	if n <= 0 {
+		n = 32
+	}
+	maxBytes := req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = 4 << 20
+	}
+	raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(off) + 1, NextFor: queueFilter(t.tok, req.Queue), Batch: n, MaxBytes: maxBytes})
+	if err != nil {
+		return res, e.readErr(t, err)
+	}
+	size := 0
+	for _, nm := range raws {
+		r, err := parseDirect(nm)
+		if err != nil {
+			return res, fmt.Errorf("%w: read %s/%d: %w", core.ErrCorrupt, t.name, req.Queue, err)
+		}
+		// The server stops after the message that crosses max_bytes (and
+		// counts subjects and headers); the contract bounds stored sizes,
+		// with at least one message.
+		if size += len(r.data); size > maxBytes && res.NextOffset > off {
+			break
+		}
+		sm, err := e.decode(t, r)
+		if err != nil {
+			return res, err
+		}
+		res.NextOffset = sm.QueueOffset + 1
+		if len(req.Tags) > 0 && !slices.Contains(req.Tags, sm.Tag) {
+			continue
+		}
+		res.Messages = append(res.Messages, sm)
+	}
+	return res, nil
+}
+
+func (e *Engine) readErr(t *topicState, err error) error {
+	if _, ierr := e.info(context.Background(), t); ierr != nil && ierr != err {
+		if strings.Contains(ierr.Error(), core.ErrTopicNotFound.Error()) {
+			return ierr
+		}
+	}
+	return err
+}
+
+// decode turns a direct get answer into a stored message of topic t.
+func (e *Engine) decode(t *topicState, r rawMsg) (*core.StoredMessage, error) {
+	q, ok := queueOf(r.subject)
+	if !ok || !strings.HasPrefix(r.subject, subjectPrefix+t.tok+".") || q >= t.queues {
+		return nil, fmt.Errorf("%w: %s sequence %d has subject %q", core.ErrCorrupt, t.name, r.seq, r.subject)
+	}
+	m, err := decodeRecord(r.data)
+	if err != nil {
+		return nil, &core.CorruptError{Topic: t.name, Queue: q, QueueOffset: int64(r.seq) - 1, Err: err}
+	}
+	if m.Topic != t.name {
+		return nil, fmt.Errorf("%w: %s sequence %d holds a message of topic %q", core.ErrCorrupt, t.name, r.seq, m.Topic)
+	}
+	return &core.StoredMessage{Message: m, ID: newID(t.name, r.seq), Queue: q, QueueOffset: int64(r.seq) - 1,
+		CommitLogOffset: int64(r.seq), Size: len(r.data), StoredAt: r.time}, nil
+}
+
+// Get implements core.Broker.
+func (e *Engine) Get(ctx context.Context, id core.MessageID) (*core.StoredMessage, error) {
+	if e.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	if id.Kind() != IDKindJetStream {
+		return nil, fmt.Errorf("%w: %s is not an ID of the JetStream engine", core.ErrMessageNotFound, id)
+	}
+	h, seq := idParts(id)
+	name, ok := e.topicByHash(h)
+	if !ok {
+		if _, err := e.Topics(ctx); err != nil {
+			return nil, err
+		}
+		if name, ok = e.topicByHash(h); !ok {
+			return nil, fmt.Errorf("%w: %s: no topic", core.ErrMessageNotFound, id)
+		}
+	}
+	t, err := e.topic(ctx, name, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", core.ErrMessageNotFound, id, err)
+	}
+	return e.getSeq(ctx, t, seq, id)
+}
+
+func (e *Engine) getSeq(ctx context.Context, t *topicState, seq uint64, id core.MessageID) (*core.StoredMessage, error) {
+	raws, err := e.get.do(ctx, t.stream, directReq{Seq: seq, Batch: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(raws) == 0 {
+		return nil, fmt.Errorf("%w: %s", core.ErrMessageNotFound, id)
+	}
+	r, err := parseDirect(raws[0])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
+	}
+	if r.seq != seq {
+		return nil, fmt.Errorf("%w: %s", core.ErrMessageNotFound, id) // deleted; the next one answered
+	}
+	return e.decode(t, r)
+}
+
+func (e *Engine) topicByHash(h uint64) (string, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	name, ok := e.byHash[h]
+	return name, ok
+}
+
+// maxKeyScan bounds the messages one FindByKey looks at (keys share subject
+// tokens by hash, so some may be other keys').
+const maxKeyScan = 10_000
+
+// FindByKey implements core.Broker: messages whose sharding key is key are
+// found by their subject's key token; messages with key among their extra
+// Keys through the index stream.
+func (e *Engine) FindByKey(ctx context.Context, topic, key string, q core.KeyQuery) ([]*core.StoredMessage, error) {
+	if e.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	t, err := e.topic(ctx, topic, false)
+	if err != nil {
+		return nil, err
+	}
+	limit := q.Max
+	if limit <= 0 {
+		limit = 32
+	}
+	match := func(m *core.StoredMessage) bool {
+		if (!q.Begin.IsZero() && m.StoredAt.Before(q.Begin)) || (!q.End.IsZero() && m.StoredAt.After(q.End)) {
+			return false
+		}
+		return m.ShardingKey == key || slices.Contains(m.Keys, key)
+	}
+	var out []*core.StoredMessage
+	// By sharding key.
+	req := directReq{NextFor: keyFilter(t.tok, keyToken(key)), Batch: 256}
+	if !q.Begin.IsZero() {
+		b := q.Begin
+		req.Start = &b
+	} else {
+		req.Seq = 1
+	}
+	for scanned := 0; scanned < maxKeyScan && len(out) < limit; {
+		raws, err := e.get.do(ctx, t.stream, req)
+		if err != nil {
+			return nil, err
+		}
+		var last rawMsg
+		for _, nm := range raws {
+			r, err := parseDirect(nm)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
+			}
+			last = r
+			sm, err := e.decode(t, r)
+			if err != nil {
+				return nil, err
+			}
+			if match(sm) {
+				out = append(out, sm)
+			}
+		}
+		scanned += len(raws)
+		if len(raws) < req.Batch || last.pending == 0 || (!q.End.IsZero() && last.time.After(q.End)) {
+			break
+		}
+		req.Start, req.Seq = nil, last.seq+1
+	}
+	// By extra keys.
+	seqs, err := e.indexed(ctx, t, key, q)
+	if err != nil {
+		return nil, err
+	}
+	for _, seq := range seqs {
+		if slices.ContainsFunc(out, func(m *core.StoredMessage) bool { return m.CommitLogOffset == int64(seq) }) {
+			continue
+		}
+		sm, err := e.getSeq(ctx, t, seq, newID(t.name, seq))
+		if err != nil {
+			continue // gone with retention, or the topic's older incarnation
+		}
+		if match(sm) {
+			out = append(out, sm)
+		}
+	}
+	slices.SortFunc(out, func(a, b *core.StoredMessage) int { return int(a.CommitLogOffset - b.CommitLogOffset) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// indexed returns the sequences the index stream holds for key in topic t.
+func (e *Engine) indexed(ctx context.Context, t *topicState, key string, q core.KeyQuery) ([]uint64, error) {
+	req := directReq{NextFor: keysPrefix + t.tok + "." + keyToken(key), Batch: 1000}
+	if !q.Begin.IsZero() {
+		b := q.Begin
+		req.Start = &b
+	} else {
+		req.Seq = 1
+	}
+	raws, err := e.get.do(ctx, keysStream, req)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint64
+	for _, nm := range raws {
+		if len(nm.Data) == 8 {
+			seqs = append(seqs, binary.BigEndian.Uint64(nm.Data))
+		}
+	}
+	return seqs, nil
+}
+
+// OffsetAt implements core.Broker.
+func (e *Engine) OffsetAt(ctx context.Context, topic string, queue int, at time.Time) (int64, error) {
+	if e.closed.Load() {
+		return 0, core.ErrClosed
+	}
+	t, err := e.queueTopic(ctx, topic, queue)
+	if err != nil {
+		return 0, err
+	}
+	info, err := e.info(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	rg := streamRange(info)
+	if rg.Min == rg.Max {
+		return rg.Max, nil
+	}
+	at = at.UTC()
+	raws, err := e.get.do(ctx, t.stream, directReq{Start: &at, NextFor: queueFilter(t.tok, queue), Batch: 1})
+	if err != nil {
+		return 0, err
+	}
+	if len(raws) == 0 {
+		return rg.Max, nil
+	}
+	r, err := parseDirect(raws[0])
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
+	}
+	return int64(r.seq) - 1, nil
+}
+
+// Backlog counts the messages of one queue at offsets ≥ from: the number
+// the server reports pending after the first of them, plus that one.
+func (e *Engine) Backlog(ctx context.Context, topic string, queue int, from int64) (int64, error) {
+	if e.closed.Load() {
+		return 0, core.ErrClosed
+	}
+	t, err := e.queueTopic(ctx, topic, queue)
+	if err != nil {
+		return 0, err
+	}
+	raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(max(from, 0)) + 1, NextFor: queueFilter(t.tok, queue), Batch: 1, MaxBytes: 1})
+	if err != nil || len(raws) == 0 {
+		return 0, err
+	}
+	r, err := parseDirect(raws[0])
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
+	}
+	return int64(r.pending) + 1, nil
+}
+
+// Arrivals implements core.Broker.
+func (e *Engine) Arrivals(topic string) <-chan struct{} {
+	if topic == "" {
+		return e.arrive.wait("")
+	}
+	return e.arrive.wait(token(topic))
+}

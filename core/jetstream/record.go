@@ -1,0 +1,73 @@
+package jetstream
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// A message is stored as the payload of one JetStream message, without NATS
+// headers (JetStream adds its own sequence, subject and time):
+//
+//	u8   format version (1)
+//	i64  born at, unix nanoseconds (0 = unset)
+//	u32  reconsume count
+//	     then the message as the core wire protocol encodes a produce
+//	     request of one message (core/wire: topic, key, tag, keys,
+//	     properties, deliver-at, body)
+//
+// Reusing the wire encoding means one fuzzed decoder for both.
+const (
+	recordVersion   = 1
+	recordHeaderLen = 1 + 8 + 4
+)
+
+// ErrBadRecord is returned for a stored payload that is not a ferrymq
+// message (another writer on our subjects, or damage).
+var ErrBadRecord = errors.New("jetstream: malformed stored message")
+
+func encodeRecord(m *core.Message, bornAt time.Time) ([]byte, error) {
+	body, err := wire.EncodeProduce([]*core.Message{m})
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, recordHeaderLen, recordHeaderLen+len(body))
+	b[0] = recordVersion
+	binary.BigEndian.PutUint64(b[1:9], uint64(bornAt.UnixNano()))
+	if m.ReconsumeCount < 0 {
+		return nil, fmt.Errorf("%w: negative reconsume count", core.ErrInvalidMessage)
+	}
+	binary.BigEndian.PutUint32(b[9:13], uint32(m.ReconsumeCount))
+	return append(b, body...), nil
+}
+
+// decodeRecord parses a stored payload. The body aliases p.
+func decodeRecord(p []byte) (core.Message, error) {
+	if len(p) < recordHeaderLen {
+		return core.Message{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrBadRecord, len(p), recordHeaderLen)
+	}
+	if p[0] != recordVersion {
+		return core.Message{}, fmt.Errorf("%w: unknown format version %d", ErrBadRecord, p[0])
+	}
+	msgs, err := wire.DecodeProduce(p[recordHeaderLen:])
+	if err != nil {
+		return core.Message{}, fmt.Errorf("%w: %w", ErrBadRecord, err)
+	}
+	if len(msgs) != 1 {
+		return core.Message{}, fmt.Errorf("%w: %d messages in one record", ErrBadRecord, len(msgs))
+	}
+	m := *msgs[0]
+	if born := int64(binary.BigEndian.Uint64(p[1:9])); born != 0 {
+		m.BornAt = time.Unix(0, born)
+	}
+	rc := binary.BigEndian.Uint32(p[9:13])
+	if rc > 1<<20 {
+		return core.Message{}, fmt.Errorf("%w: reconsume count %d", ErrBadRecord, rc)
+	}
+	m.ReconsumeCount = int(rc)
+	return m, nil
+}

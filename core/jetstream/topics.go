@@ -1,0 +1,331 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrymq/ferrymq/core"
+)
+
+// Stream metadata keys: the topic's real name (tokens may be hashes), its
+// queue count and creation time.
+const (
+	metaTopic   = "ferrymq.topic"
+	metaQueues  = "ferrymq.queues"
+	metaCreated = "ferrymq.created"
+)
+
+// fenceKey is the bucket key holding the last sequence a deleted topic's
+// stream reached; the topic's next incarnation starts after it, so queue
+// offsets and message IDs are never reused.
+func fenceKey(tok string) string { return "d." + tok }
+
+func (e *Engine) checkName(name string) error {
+	if strings.HasPrefix(name, "%") {
+		return core.ValidateSystemTopic(name)
+	}
+	return core.ValidateTopic(name)
+}
+
+// topic returns the cached state of a topic, loading it from its stream
+// or creating it (create: queues 0 means the default).
+func (e *Engine) topic(ctx context.Context, name string, create bool) (*topicState, error) {
+	e.mu.RLock()
+	t := e.topics[name]
+	e.mu.RUnlock()
+	if t != nil {
+		return t, nil
+	}
+	if err := e.checkName(name); err != nil {
+		return nil, err
+	}
+	info, err := e.streamInfo(ctx, name)
+	if errors.Is(err, core.ErrTopicNotFound) && create {
+		return e.create(ctx, name, e.opts.DefaultQueues)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.cache(name, info)
+}
+
+func (e *Engine) streamInfo(ctx context.Context, name string) (*jetstream.StreamInfo, error) {
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	s, err := e.js.Stream(ctx, streamName(name))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: %s", core.ErrTopicNotFound, name)
+	}
+	if err != nil {
+		return nil, e.unavailable(fmt.Sprintf("stream of topic %s", name), err)
+	}
+	return s.CachedInfo(), nil
+}
+
+// info reads a topic's stream state afresh (first and last sequence).
+func (e *Engine) info(ctx context.Context, t *topicState) (*jetstream.StreamInfo, error) {
+	info, err := e.streamInfo(ctx, t.name)
+	if errors.Is(err, core.ErrTopicNotFound) {
+		e.forget(t)
+		return nil, err
+	}
+	if err == nil && !sameIncarnation(t, info) {
+		e.forget(t)
+		return nil, fmt.Errorf("%w: %s was deleted", core.ErrTopicNotFound, t.name)
+	}
+	return info, err
+}
+
+func sameIncarnation(t *topicState, info *jetstream.StreamInfo) bool {
+	c, _ := time.Parse(time.RFC3339Nano, info.Config.Metadata[metaCreated])
+	return c.Equal(t.created)
+}
+
+func (e *Engine) cache(name string, info *jetstream.StreamInfo) (*topicState, error) {
+	md := info.Config.Metadata
+	if md[metaTopic] != name {
+		return nil, fmt.Errorf("%w: stream %s holds topic %q, not %q", core.ErrCorrupt, info.Config.Name, md[metaTopic], name)
+	}
+	n, err := strconv.Atoi(md[metaQueues])
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("%w: stream %s: queue count %q", core.ErrCorrupt, info.Config.Name, md[metaQueues])
+	}
+	created, err := time.Parse(time.RFC3339Nano, md[metaCreated])
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream %s: created %q", core.ErrCorrupt, info.Config.Name, md[metaCreated])
+	}
+	t := &topicState{name: name, tok: token(name), stream: info.Config.Name, queues: n, created: created}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old := e.topics[name]; old != nil && old.created.Equal(created) {
+		return old, nil
+	}
+	e.topics[name] = t
+	e.byHash[topicHash(name)] = name
+	return t, nil
+}
+
+func (e *Engine) forget(t *topicState) {
+	e.mu.Lock()
+	if e.topics[t.name] == t {
+		delete(e.topics, t.name)
+	}
+	e.mu.Unlock()
+}
+
+func (e *Engine) create(ctx context.Context, name string, queues int) (*topicState, error) {
+	tok := token(name)
+	first := uint64(0)
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	if ent, err := e.meta.Get(ctx, fenceKey(tok)); err == nil {
+		last, perr := strconv.ParseUint(string(ent.Value()), 10, 64)
+		if perr != nil {
+			return nil, fmt.Errorf("%w: fence of topic %s: %q", core.ErrCorrupt, name, ent.Value())
+		}
+		first = last + 1
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, e.unavailable("fence of topic "+name, err)
+	}
+	cfg := jetstream.StreamConfig{
+		Name:        streamName(name),
+		Description: "ferrymq topic " + name,
+		Subjects:    []string{topicSubjects(tok)},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    e.opts.Replicas,
+		MaxAge:      e.opts.MaxAge,
+		MaxBytes:    orUnlimited(e.opts.MaxBytes),
+		MaxMsgSize:  int32(e.maxMsg),
+		Discard:     jetstream.DiscardOld,
+		AllowDirect: true,
+		Duplicates:  time.Second, // no Nats-Msg-Id is sent; keep the window small
+		FirstSeq:    first,
+		Metadata: map[string]string{
+			metaTopic:   name,
+			metaQueues:  strconv.Itoa(queues),
+			metaCreated: time.Now().UTC().Format(time.RFC3339Nano),
+		},
+	}
+	s, err := e.js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		info, ierr := e.streamInfo(ctx, name) // another node was first
+		if ierr != nil {
+			return nil, ierr
+		}
+		return e.cache(name, info)
+	}
+	if err != nil {
+		return nil, e.unavailable("create topic "+name, err)
+	}
+	e.log.Info().Str("topic", name).Int("queues", queues).Int("replicas", e.opts.Replicas).Msg("topic created")
+	return e.cache(name, s.CachedInfo())
+}
+
+func orUnlimited(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// CreateTopic implements core.Broker.
+func (e *Engine) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.TopicInfo, error) {
+	if e.closed.Load() {
+		return core.TopicInfo{}, core.ErrClosed
+	}
+	if err := e.checkName(cfg.Name); err != nil {
+		return core.TopicInfo{}, err
+	}
+	n := cfg.Queues
+	if n == 0 {
+		n = e.opts.DefaultQueues
+	}
+	if n < 1 || n > 1024 {
+		return core.TopicInfo{}, fmt.Errorf("%w: %d queues, want 1 to 1024", core.ErrInvalidTopic, n)
+	}
+	t, err := e.topic(ctx, cfg.Name, false)
+	if errors.Is(err, core.ErrTopicNotFound) {
+		t, err = e.create(ctx, cfg.Name, n)
+	}
+	if err != nil {
+		return core.TopicInfo{}, err
+	}
+	if t.queues != n {
+		return core.TopicInfo{}, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrTopicExists, t.name, t.queues, n)
+	}
+	return e.Topic(ctx, cfg.Name)
+}
+
+// Topic implements core.Broker. Offsets are stream sequences (minus one),
+// shared by the topic's queues, so every queue reports the stream's range;
+// Backlog counts one queue's messages exactly.
+func (e *Engine) Topic(ctx context.Context, name string) (core.TopicInfo, error) {
+	if e.closed.Load() {
+		return core.TopicInfo{}, core.ErrClosed
+	}
+	t, err := e.topic(ctx, name, false)
+	if err != nil {
+		return core.TopicInfo{}, err
+	}
+	info, err := e.info(ctx, t)
+	if err != nil {
+		return core.TopicInfo{}, err
+	}
+	return topicInfo(t, info), nil
+}
+
+func topicInfo(t *topicState, info *jetstream.StreamInfo) core.TopicInfo {
+	r := streamRange(info)
+	out := core.TopicInfo{Name: t.name, Queues: t.queues, CreatedAt: t.created, Ranges: make([]core.QueueRange, t.queues)}
+	for q := range out.Ranges {
+		out.Ranges[q] = r
+	}
+	return out
+}
+
+// streamRange is the offsets a stream holds: message offset = sequence − 1.
+func streamRange(info *jetstream.StreamInfo) core.QueueRange {
+	st := info.State
+	last := int64(st.LastSeq)
+	if st.Msgs == 0 {
+		// Empty (new, purged, or a successor of a deleted topic whose
+		// FirstSeq is past the fence): nothing below the next sequence.
+		next := max(last, int64(info.Config.FirstSeq)-1, int64(st.FirstSeq)-1, 0)
+		return core.QueueRange{Min: next, Max: next}
+	}
+	return core.QueueRange{Min: max(int64(st.FirstSeq)-1, 0), Max: last}
+}
+
+// Topics implements core.Broker.
+func (e *Engine) Topics(ctx context.Context) ([]core.TopicInfo, error) {
+	if e.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	l := e.js.ListStreams(ctx, jetstream.WithStreamListSubject(subjectPrefix+">"))
+	var out []core.TopicInfo
+	for info := range l.Info() {
+		name := info.Config.Metadata[metaTopic]
+		if name == "" || !strings.HasPrefix(info.Config.Name, streamPrefix) || info.Config.Name == keysStream {
+			continue
+		}
+		t, err := e.cache(name, info)
+		if err != nil {
+			e.log.Warn().Err(err).Str("stream", info.Config.Name).Msg("stream skipped")
+			continue
+		}
+		out = append(out, topicInfo(t, info))
+	}
+	if err := l.Err(); err != nil {
+		return nil, e.unavailable("list topics", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// DeleteTopic implements core.Broker: the stream goes, with the topic's
+// index keys and committed offsets; a fence in the bucket makes the next
+// topic of that name start after the last sequence this one used.
+func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
+	if e.closed.Load() {
+		return core.ErrClosed
+	}
+	if err := core.ValidateTopic(name); err != nil {
+		return err
+	}
+	t, err := e.topic(ctx, name, false)
+	if err != nil {
+		return err
+	}
+	info, err := e.info(ctx, t)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	// Fence first: if deleting fails half way, the fence only wastes numbers.
+	last := max(info.State.LastSeq, info.Config.FirstSeq)
+	if _, err := e.meta.Put(ctx, fenceKey(t.tok), []byte(strconv.FormatUint(last, 10))); err != nil {
+		return e.unavailable("fence topic "+name, err)
+	}
+	if err := e.js.DeleteStream(ctx, t.stream); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			e.forget(t)
+			return fmt.Errorf("%w: %s", core.ErrTopicNotFound, name)
+		}
+		return e.unavailable("delete topic "+name, err)
+	}
+	e.forget(t)
+	if ks, err := e.js.Stream(ctx, keysStream); err == nil {
+		if err := ks.Purge(ctx, jetstream.WithPurgeSubject(keysPrefix+t.tok+".>")); err != nil {
+			e.log.Warn().Err(err).Str("topic", name).Msg("index keys of deleted topic not purged")
+		}
+	}
+	e.purgeOffsets(ctx, t)
+	e.log.Info().Str("topic", name).Uint64("fence", last).Msg("topic deleted")
+	return nil
+}
+
+func (e *Engine) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, e.opts.Timeout)
+}
+
+// unavailable wraps a failed JetStream call; context errors pass as they are.
+func (e *Engine) unavailable(what string, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("jetstream: %s: %w", what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+}
