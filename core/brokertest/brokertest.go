@@ -56,6 +56,25 @@ type Factory struct {
 
 	// NoDeleteTopic: the engine does not implement DeleteTopic.
 	NoDeleteTopic bool
+	// SparseOffsets: queue offsets increase but are not dense: a topic's
+	// queues share one sequence (the JetStream engine's stream sequence),
+	// so other queues' messages take the offsets in between and a queue's
+	// Range may span more offsets than it has messages. Cases that check
+	// exact offsets and Ranges of many-queue topics then check what holds
+	// for both: offsets strictly increasing per queue, Min ≤ offset < Max
+	// for every stored message, Backlog counting exactly, Min == Max for an
+	// empty queue (not 0 for a recreated topic). One-queue topics are dense
+	// either way and keep their exact checks. The embedded engine's offsets
+	// are dense: it leaves this false, and is held to the exact numbers.
+	SparseOffsets bool
+	// StoredAtSkew: SendResult.StoredAt is the producer's estimate of the
+	// store time, within this much of the stored message's StoredAt (the
+	// JetStream engine's acknowledgement carries no time: the stream stamps
+	// the message, the producer notes when the acknowledgement came), and
+	// store times never decrease per topic rather than across topics (each
+	// stream stamps its own). Zero: they are equal, and monotonic across
+	// topics, as the embedded engine's are.
+	StoredAtSkew time.Duration
 }
 
 // Run runs every case of the suite against engines opened by f, each case as
@@ -81,8 +100,10 @@ var cases = []struct {
 	{"Topics", testTopics},
 	{"AutoCreate", testAutoCreate},
 	{"Read", testRead},
+	{"ReadQueues", testReadQueues},
 	{"FindByKey", testFindByKey},
 	{"OffsetAt", testOffsetAt},
+	{"Backlog", testBacklog},
 	{"CommittedOffsets", testCommittedOffsets},
 	{"Arrivals", testArrivals},
 	{"GetUnknownID", testGetUnknownID},
@@ -132,7 +153,8 @@ func testProduceSendResult(t *testing.T, f Factory) {
 	}
 
 	ids := map[core.MessageID]bool{}
-	next := make([]int64, queues) // a fresh topic: queue offsets are dense from 0
+	next := make([]int64, queues)      // a fresh topic: queue offsets are dense from 0
+	offsets := make([][]int64, queues) // each queue's offsets, in produce order
 	var sent []core.SendResult
 	for i, m := range msgs {
 		r, err := b.Produce(ctx, m)
@@ -146,10 +168,17 @@ func testProduceSendResult(t *testing.T, f Factory) {
 		if m.ShardingKey != "" {
 			require.Equal(t, core.QueueFor(m.ShardingKey, queues), r.Queue, "message %d: queue of key %q", i, m.ShardingKey)
 		}
-		require.Equal(t, next[r.Queue], r.QueueOffset, "message %d: queue offsets are dense and increasing", i)
+		if f.SparseOffsets {
+			if o := offsets[r.Queue]; len(o) > 0 {
+				require.Greater(t, r.QueueOffset, o[len(o)-1], "message %d: queue offsets increase", i)
+			}
+		} else {
+			require.Equal(t, next[r.Queue], r.QueueOffset, "message %d: queue offsets are dense and increasing", i)
+		}
 		next[r.Queue]++
+		offsets[r.Queue] = append(offsets[r.Queue], r.QueueOffset)
 		require.False(t, r.StoredAt.IsZero(), "message %d: StoredAt", i)
-		if i > 0 {
+		if i > 0 && f.StoredAtSkew == 0 {
 			require.False(t, r.StoredAt.Before(sent[i-1].StoredAt), "message %d: store times never decrease", i)
 		}
 		sent = append(sent, r)
@@ -159,13 +188,14 @@ func testProduceSendResult(t *testing.T, f Factory) {
 		got, err := b.Get(ctx, r.ID)
 		require.NoError(t, err, "message %d", i)
 		requireSameMessage(t, msgs[i], got)
-		requireMatchesResult(t, r, got)
+		requireMatchesResult(t, f, r, got)
 		require.Positive(t, got.Size, "message %d: Size", i)
 	}
-	info, err := b.Topic(ctx, topic)
-	require.NoError(t, err)
-	for q := range queues {
-		require.Equal(t, core.QueueRange{Min: 0, Max: next[q]}, info.Ranges[q], "queue %d", q)
+	info := requireOffsets(t, f, b, topic, offsets)
+	if !f.SparseOffsets {
+		for q := range queues {
+			require.Equal(t, core.QueueRange{Min: 0, Max: next[q]}, info.Ranges[q], "queue %d", q)
+		}
 	}
 }
 
@@ -202,7 +232,7 @@ func testSharding(t *testing.T, f Factory) {
 
 	total := 0
 	for q := range queues {
-		for _, m := range readQueue(t, b, topic, q) {
+		for _, m := range readQueue(t, f, b, topic, q) {
 			if m.ShardingKey != "" {
 				require.Equal(t, core.QueueFor(m.ShardingKey, queues), q, "key %q read from queue %d", m.ShardingKey, q)
 			}
@@ -276,19 +306,26 @@ func testPerKeyOrderAsync(t *testing.T, f Factory) {
 	}
 
 	n := 0
+	stored := map[queueOffset]core.MessageID{}
 	for q := range queues {
 		last := map[string]int{}
-		for _, m := range readQueue(t, b, topic, q) {
+		for _, m := range readQueue(t, f, b, topic, q) {
 			seq, err := strconv.Atoi(string(m.Body))
 			require.NoError(t, err)
 			if p, ok := last[m.ShardingKey]; ok {
 				require.Less(t, p, seq, "key %s: message %d read after %d", m.ShardingKey, seq, p)
 			}
 			last[m.ShardingKey] = seq
+			stored[queueOffset{q, m.QueueOffset}] = m.ID
 			n++
 		}
 	}
 	require.Equal(t, total, n)
+	for i, res := range results {
+		for j, r := range res {
+			require.Equal(t, r.ID, stored[queueOffset{r.Queue, r.QueueOffset}], "call %d message %d: stored where its SendResult says", i, j)
+		}
+	}
 }
 
 // testProduceBatch: results come back in message order; a batch holding an
@@ -315,21 +352,34 @@ func testProduceBatch(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.Len(t, res, len(msgs))
 	next := map[string][]int64{topic: make([]int64, queues), other: make([]int64, 2)}
+	last := map[string]map[int]int64{topic: {}, other: {}} // the last offset of each queue
+	lastStored := map[string]time.Time{}
 	ids := map[core.MessageID]bool{}
 	for i, r := range res {
 		require.Equal(t, msgs[i].Topic, r.Topic, "result %d", i)
 		require.False(t, r.ID.IsZero())
 		require.False(t, ids[r.ID], "result %d: ID issued twice", i)
 		ids[r.ID] = true
-		require.Equal(t, next[r.Topic][r.Queue], r.QueueOffset, "result %d: stored in batch order", i)
-		next[r.Topic][r.Queue]++
-		if i > 0 {
-			require.False(t, r.StoredAt.Before(res[i-1].StoredAt), "result %d: store times never decrease", i)
+		if f.SparseOffsets {
+			if l, ok := last[r.Topic][r.Queue]; ok {
+				require.Greater(t, r.QueueOffset, l, "result %d: stored in batch order", i)
+			}
+		} else {
+			require.Equal(t, next[r.Topic][r.Queue], r.QueueOffset, "result %d: stored in batch order", i)
 		}
+		next[r.Topic][r.Queue]++
+		last[r.Topic][r.Queue] = r.QueueOffset
 		got, err := b.Get(ctx, r.ID)
 		require.NoError(t, err)
+		if f.StoredAtSkew == 0 && i > 0 {
+			require.False(t, r.StoredAt.Before(res[i-1].StoredAt), "result %d: store times never decrease", i)
+		}
+		if prev, ok := lastStored[r.Topic]; ok {
+			require.False(t, got.StoredAt.Before(prev), "result %d: store times never decrease in a topic", i)
+		}
+		lastStored[r.Topic] = got.StoredAt
 		requireSameMessage(t, msgs[i], got)
-		requireMatchesResult(t, r, got)
+		requireMatchesResult(t, f, r, got)
 	}
 
 	// An invalid message fails the batch: none of it is acknowledged. (The
@@ -400,19 +450,26 @@ func testConcurrentProduce(t *testing.T, f Factory) {
 		}
 	}
 	n := 0
+	stored := map[queueOffset]core.MessageID{}
 	for q := range queues {
 		last := map[string]int{}
-		for _, m := range readQueue(t, b, topic, q) { // readQueue checks offsets are dense
+		for _, m := range readQueue(t, f, b, topic, q) { // readQueue checks offsets are dense (increasing if sparse)
 			i, err := strconv.Atoi(string(m.Body))
 			require.NoError(t, err)
 			if p, ok := last[m.ShardingKey]; ok {
 				require.Less(t, p, i, "key %s", m.ShardingKey)
 			}
 			last[m.ShardingKey] = i
+			stored[queueOffset{q, m.QueueOffset}] = m.ID
 			n++
 		}
 	}
 	require.Equal(t, workers*per, n)
+	for w, rs := range results {
+		for i, r := range rs {
+			require.Equal(t, r.ID, stored[queueOffset{r.Queue, r.QueueOffset}], "worker %d message %d: stored where its SendResult says", w, i)
+		}
+	}
 }
 
 // testTopics: CreateTopic, Topic and Topics.
@@ -460,14 +517,17 @@ func testTopics(t *testing.T, f Factory) {
 
 	// Ranges follow what is produced.
 	count := make([]int64, 3)
+	offsets := make([][]int64, 3)
 	for i := range 30 {
 		r := produce(t, b, &core.Message{Topic: "t3", ShardingKey: "k" + strconv.Itoa(i%7)})
 		count[r.Queue]++
+		offsets[r.Queue] = append(offsets[r.Queue], r.QueueOffset)
 	}
-	got, err = b.Topic(ctx, "t3")
-	require.NoError(t, err)
-	for q := range 3 {
-		require.Equal(t, core.QueueRange{Min: 0, Max: count[q]}, got.Ranges[q], "queue %d", q)
+	got = requireOffsets(t, f, b, "t3", offsets)
+	if !f.SparseOffsets {
+		for q := range 3 {
+			require.Equal(t, core.QueueRange{Min: 0, Max: count[q]}, got.Ranges[q], "queue %d", q)
+		}
 	}
 
 	for _, name := range []string{"b-topic", "A-topic", "a_topic", "a.topic", "0topic"} {
@@ -505,7 +565,12 @@ func testAutoCreate(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.Equal(t, def.Queues, info.Queues, "an auto-created topic has the default queue count")
 	require.Less(t, r.Queue, info.Queues)
-	require.Equal(t, int64(1), info.Ranges[r.Queue].Max)
+	if !f.SparseOffsets {
+		require.Equal(t, int64(1), info.Ranges[r.Queue].Max)
+	}
+	offsets := make([][]int64, info.Queues)
+	offsets[r.Queue] = []int64{r.QueueOffset}
+	requireOffsets(t, f, b, "auto", offsets)
 	got, err := b.Get(ctx, r.ID)
 	require.NoError(t, err)
 	require.Equal(t, "x", string(got.Body))
@@ -615,6 +680,86 @@ func testRead(t *testing.T, f Factory) {
 	require.ErrorIs(t, err, core.ErrTopicNotFound)
 }
 
+// testReadQueues: Read of one queue of a topic whose queues interleave, from
+// every offset around its Range: the queue's messages at offsets ≥ the
+// (clamped) offset, NextOffset past the last one returned or filtered out,
+// or the clamped offset itself when there is none. This holds for dense and
+// sparse offsets alike; with dense ones it is the exact numbers again.
+func testReadQueues(t *testing.T, f Factory) {
+	ctx := t.Context()
+	b := f.Open(t)
+	const topic, queues = "read-3", 3
+	createTopic(t, b, topic, queues)
+	keys := keysForQueues(queues)
+	type sent struct {
+		offset int64
+		tag    string
+	}
+	want := make([][]sent, queues)
+	offsets := make([][]int64, queues)
+	for i, q := range []int{0, 1, 1, 2, 0, 0, 1, 2, 2, 2, 0, 1, 0, 2, 1, 1, 0, 2} {
+		tag := "t" + strconv.Itoa(i%2)
+		r := produce(t, b, &core.Message{Topic: topic, ShardingKey: keys[q], Tag: tag, Body: []byte(strconv.Itoa(i))})
+		require.Equal(t, q, r.Queue)
+		want[q] = append(want[q], sent{r.QueueOffset, tag})
+		offsets[q] = append(offsets[q], r.QueueOffset)
+	}
+	info := requireOffsets(t, f, b, topic, offsets)
+
+	for q := range queues {
+		rg := info.Ranges[q]
+		for o := rg.Min - 2; o <= rg.Max+2; o++ {
+			from := min(max(o, rg.Min), rg.Max)
+			var after []sent // the queue's messages at offsets ≥ from
+			for _, m := range want[q] {
+				if m.offset >= from {
+					after = append(after, m)
+				}
+			}
+			check := func(req core.ReadRequest, wantOffsets []int64, wantNext int64) {
+				t.Helper()
+				req.Topic, req.Queue, req.Offset = topic, q, o
+				res, err := b.Read(ctx, req)
+				require.NoError(t, err)
+				what := fmt.Sprintf("queue %d of range %v, offset %d, tags %q", q, rg, o, req.Tags)
+				require.Equal(t, rg, res.Range, what)
+				require.Equal(t, o != from, res.Clamped, "%s: clamped", what)
+				var got []int64
+				for _, m := range res.Messages {
+					require.Equal(t, q, m.Queue, what)
+					got = append(got, m.QueueOffset)
+					if len(req.Tags) > 0 {
+						require.Contains(t, req.Tags, m.Tag, what)
+					}
+				}
+				require.Equal(t, wantOffsets, got, what)
+				require.Equal(t, wantNext, res.NextOffset, "%s: NextOffset", what)
+			}
+
+			// At most two, from the clamped offset on.
+			var first []int64
+			next := from // nothing found: the clamped offset
+			for _, m := range after[:min(2, len(after))] {
+				first = append(first, m.offset)
+				next = m.offset + 1
+			}
+			check(core.ReadRequest{MaxCount: 2}, first, next)
+
+			// A tag filter returns only matching messages, but NextOffset
+			// passes the filtered ones.
+			var tagged []int64
+			next = from
+			for _, m := range after {
+				if m.tag == "t1" {
+					tagged = append(tagged, m.offset)
+				}
+				next = m.offset + 1
+			}
+			check(core.ReadRequest{MaxCount: 100, Tags: []string{"t1"}}, tagged, next)
+		}
+	}
+}
+
 // testFindByKey: lookup by sharding key and by index key, within a topic,
 // oldest first, bounded by time and count.
 func testFindByKey(t *testing.T, f Factory) {
@@ -719,12 +864,22 @@ func testOffsetAt(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.Equal(t, int64(0), empty, "an empty queue: its max")
 
+	q := core.QueueFor("k", 2)
+	noise := keysForQueues(2)[1-q] // the other queue: with sparse offsets its messages take offsets between q's
 	for i := range 10 {
 		produce(t, b, &core.Message{Topic: topic, ShardingKey: "k", Body: []byte(strconv.Itoa(i))})
+		if i%3 == 1 {
+			produce(t, b, &core.Message{Topic: topic, ShardingKey: noise})
+		}
 	}
-	q := core.QueueFor("k", 2)
-	msgs := readQueue(t, b, topic, q)
+	msgs := readQueue(t, f, b, topic, q)
 	require.Len(t, msgs, 10)
+	info, err := b.Topic(ctx, topic)
+	require.NoError(t, err)
+	end := int64(len(msgs)) // the max offset
+	if f.SparseOffsets {
+		end = info.Ranges[q].Max
+	}
 	// want is the offset of the first message stored at or after at.
 	want := func(at time.Time) int64 {
 		for _, m := range msgs {
@@ -732,7 +887,7 @@ func testOffsetAt(t *testing.T, f Factory) {
 				return m.QueueOffset
 			}
 		}
-		return int64(len(msgs))
+		return end
 	}
 	for _, k := range []int{0, 3, 9} {
 		for _, at := range []time.Time{msgs[k].StoredAt, msgs[k].StoredAt.Add(time.Nanosecond), msgs[k].StoredAt.Add(-time.Nanosecond)} {
@@ -743,15 +898,135 @@ func testOffsetAt(t *testing.T, f Factory) {
 	}
 	got, err := b.OffsetAt(ctx, topic, q, msgs[9].StoredAt.Add(time.Hour))
 	require.NoError(t, err)
-	require.Equal(t, int64(10), got, "after everything: the max offset")
+	if f.SparseOffsets {
+		require.Equal(t, end, got, "after everything: the max offset")
+	} else {
+		require.Equal(t, int64(10), got, "after everything: the max offset")
+	}
 	got, err = b.OffsetAt(ctx, topic, q, msgs[0].StoredAt.Add(-time.Hour))
 	require.NoError(t, err)
-	require.Equal(t, int64(0), got, "before everything: the min offset")
+	if f.SparseOffsets {
+		require.Equal(t, msgs[0].QueueOffset, got, "before everything: the first message's offset")
+	} else {
+		require.Equal(t, int64(0), got, "before everything: the min offset")
+	}
+	got, err = b.OffsetAt(ctx, topic, 1-q, msgs[9].StoredAt.Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, info.Ranges[1-q].Max, got, "the other queue, after everything: its max offset")
 
 	_, err = b.OffsetAt(ctx, topic, 2, time.Now())
 	require.ErrorIs(t, err, core.ErrQueueNotFound)
 	_, err = b.OffsetAt(ctx, "missing", 0, time.Now())
 	require.ErrorIs(t, err, core.ErrTopicNotFound)
+}
+
+// testBacklog: Backlog counts one queue's messages at offsets ≥ from, from
+// anywhere around the queue's Range, and follows new messages and restarts.
+func testBacklog(t *testing.T, f Factory) {
+	ctx := t.Context()
+	b := f.Open(t)
+	const topic, queues = "bl", 4
+	createTopic(t, b, topic, queues)
+	keys := keysForQueues(queues)
+
+	backlog := func(b core.Broker, q int, from int64) int64 {
+		t.Helper()
+		n, err := b.Backlog(ctx, topic, q, from)
+		require.NoError(t, err, "Backlog(%s, %d, %d)", topic, q, from)
+		return n
+	}
+	for q := range queues {
+		require.Zero(t, backlog(b, q, 0), "queue %d of a new topic", q)
+		require.Zero(t, backlog(b, q, -1), "queue %d of a new topic, from -1", q)
+	}
+
+	// Queues 0, 1 and 2 get 1, 5 and 9 messages, interleaved, some by
+	// batch; queue 3 gets none.
+	offsets := make([][]int64, queues)
+	var batch []*core.Message
+	for i := range 15 {
+		q := []int{1, 2, 2, 0, 2, 1, 2}[i%7]
+		if i >= 7 {
+			q = []int{2, 1, 2, 2, 1, 2, 1, 2}[i-7]
+		}
+		m := &core.Message{Topic: topic, ShardingKey: keys[q], Body: []byte(strconv.Itoa(i))}
+		if i%7 >= 3 && i%7 <= 5 {
+			batch = append(batch, m)
+			continue
+		}
+		for _, r := range append(flushBatch(t, b, &batch), produce(t, b, m)) {
+			offsets[r.Queue] = append(offsets[r.Queue], r.QueueOffset)
+		}
+	}
+	for _, r := range flushBatch(t, b, &batch) {
+		offsets[r.Queue] = append(offsets[r.Queue], r.QueueOffset)
+	}
+	require.Equal(t, []int{1, 5, 9, 0}, []int{len(offsets[0]), len(offsets[1]), len(offsets[2]), len(offsets[3])})
+	info := requireOffsets(t, f, b, topic, offsets) // Backlog from every offset around each Range
+
+	check := func(b core.Broker) {
+		t.Helper()
+		total, want := int64(0), int64(0)
+		for q, offs := range offsets {
+			rg := info.Ranges[q]
+			n := int64(len(offs))
+			require.Equal(t, n, backlog(b, q, 0), "queue %d from 0", q)
+			require.Equal(t, n, backlog(b, q, rg.Min), "queue %d from its min %d", q, rg.Min)
+			require.Equal(t, n, backlog(b, q, -100), "queue %d from below its min", q)
+			for i, o := range offs {
+				require.Equal(t, n-int64(i), backlog(b, q, o), "queue %d from its message at %d", q, o)
+				require.Equal(t, n-int64(i)-1, backlog(b, q, o+1), "queue %d after its message at %d", q, o)
+			}
+			require.Zero(t, backlog(b, q, rg.Max), "queue %d from its max", q)
+			require.Zero(t, backlog(b, q, rg.Max+1000), "queue %d beyond its max", q)
+			total += backlog(b, q, rg.Min)
+			want += n
+		}
+		require.Equal(t, want, total, "the queues' backlogs add up to the topic's messages")
+	}
+	check(b)
+
+	// New messages count at once.
+	r := produce(t, b, &core.Message{Topic: topic, ShardingKey: keys[0], Body: []byte("new")})
+	require.Greater(t, r.QueueOffset, offsets[0][0])
+	require.Equal(t, int64(2), backlog(b, 0, 0))
+	require.Equal(t, int64(1), backlog(b, 0, offsets[0][0]+1), "a consumer past the old message lags by the new one")
+	require.Equal(t, int64(1), backlog(b, 0, r.QueueOffset))
+	require.Zero(t, backlog(b, 0, r.QueueOffset+1))
+	offsets[0] = append(offsets[0], r.QueueOffset)
+	info = requireOffsets(t, f, b, topic, offsets)
+	check(b)
+
+	_, err := b.Backlog(ctx, "missing", 0, 0)
+	require.ErrorIs(t, err, core.ErrTopicNotFound)
+	for _, q := range []int{queues, -1, 100} {
+		_, err = b.Backlog(ctx, topic, q, 0)
+		require.ErrorIs(t, err, core.ErrQueueNotFound, "queue %d", q)
+	}
+
+	if f.Reopen == nil {
+		t.Log("brokertest: no Reopen: Backlog not checked across a restart")
+		return
+	}
+	before := info
+	b = f.Reopen(t, b)
+	info = requireOffsets(t, f, b, topic, offsets)
+	require.Equal(t, before.Ranges, info.Ranges, "a restart keeps the Ranges")
+	check(b)
+}
+
+// flushBatch produces *batch with ProduceBatch, if it holds anything, and
+// empties it.
+func flushBatch(t testing.TB, b core.Broker, batch *[]*core.Message) []core.SendResult {
+	t.Helper()
+	if len(*batch) == 0 {
+		return nil
+	}
+	res, err := b.ProduceBatch(t.Context(), *batch)
+	require.NoError(t, err)
+	require.Len(t, res, len(*batch))
+	*batch = nil
+	return res
 }
 
 // testCommittedOffsets: CommitOffset and CommittedOffset, per group, topic
@@ -906,7 +1181,7 @@ func testRestart(t *testing.T, f Factory) {
 	for _, ti := range topicsBefore {
 		for q := range ti.Queues {
 			var ids []core.MessageID
-			for _, m := range readQueue(t, b, ti.Name, q) {
+			for _, m := range readQueue(t, f, b, ti.Name, q) {
 				ids = append(ids, m.ID)
 			}
 			queuesBefore[ti.Name] = append(queuesBefore[ti.Name], ids)
@@ -926,7 +1201,7 @@ func testRestart(t *testing.T, f Factory) {
 		require.True(t, was.CreatedAt.Equal(ti.CreatedAt), "topic %s: created %v, after restart %v", ti.Name, was.CreatedAt, ti.CreatedAt)
 		for q := range ti.Queues {
 			var ids []core.MessageID
-			for _, m := range readQueue(t, b, ti.Name, q) {
+			for _, m := range readQueue(t, f, b, ti.Name, q) {
 				requireSameStored(t, before[m.ID], m)
 				ids = append(ids, m.ID)
 			}
@@ -945,8 +1220,26 @@ func testRestart(t *testing.T, f Factory) {
 	r := produce(t, b, &core.Message{Topic: "r3", ShardingKey: "k0"})
 	info, err := b.Topic(ctx, "r3")
 	require.NoError(t, err)
-	require.Equal(t, int64(len(queuesBefore["r3"][r.Queue])), r.QueueOffset)
-	require.Equal(t, r.QueueOffset+1, info.Ranges[r.Queue].Max)
+	if f.SparseOffsets {
+		var was core.QueueRange
+		for _, ti := range topicsBefore {
+			if ti.Name == "r3" {
+				was = ti.Ranges[r.Queue]
+			}
+		}
+		require.GreaterOrEqual(t, r.QueueOffset, was.Max, "after the queue's range before the restart %v", was)
+		require.Less(t, r.QueueOffset, info.Ranges[r.Queue].Max)
+	} else {
+		require.Equal(t, int64(len(queuesBefore["r3"][r.Queue])), r.QueueOffset)
+		require.Equal(t, r.QueueOffset+1, info.Ranges[r.Queue].Max)
+	}
+	n, err := b.Backlog(ctx, "r3", r.Queue, info.Ranges[r.Queue].Min)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(queuesBefore["r3"][r.Queue])+1), n, "Backlog of the queue from its min")
+	n, err = b.Backlog(ctx, "r3", r.Queue, r.QueueOffset)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "Backlog from the new message")
+	requireMatchesResult(t, f, r, mustGet(t, b, r.ID))
 	require.NotContains(t, before, r.ID, "an ID is unique for the life of the engine")
 }
 
@@ -982,6 +1275,8 @@ func testDeleteTopic(t *testing.T, f Factory) {
 		require.ErrorIs(t, err, core.ErrTopicNotFound, "Read(%s)", name)
 		_, err = b.FindByKey(ctx, name, "car-1", core.KeyQuery{})
 		require.ErrorIs(t, err, core.ErrTopicNotFound, "FindByKey(%s)", name)
+		_, err = b.Backlog(ctx, name, 0, 0)
+		require.ErrorIs(t, err, core.ErrTopicNotFound, "Backlog(%s)", name)
 		require.ErrorIs(t, b.DeleteTopic(ctx, name), core.ErrTopicNotFound, "deleting %s again", name)
 	}
 	for _, r := range append(old, goneMsg) {
@@ -1003,9 +1298,29 @@ func testDeleteTopic(t *testing.T, f Factory) {
 	// A new incarnation, with another queue count, starts empty.
 	info, err := b.CreateTopic(ctx, core.TopicConfig{Name: "orders", Queues: 4})
 	require.NoError(t, err)
-	require.Equal(t, make([]core.QueueRange, 4), info.Ranges, "a recreated topic starts empty")
+	if f.SparseOffsets {
+		require.Len(t, info.Ranges, 4)
+		for q, rg := range info.Ranges {
+			require.Equal(t, rg.Min, rg.Max, "queue %d: a recreated topic starts empty", q)
+		}
+	} else {
+		require.Equal(t, make([]core.QueueRange, 4), info.Ranges, "a recreated topic starts empty")
+	}
+	for q := range 4 {
+		for _, from := range []int64{0, info.Ranges[q].Min} {
+			n, err := b.Backlog(ctx, "orders", q, from)
+			require.NoError(t, err)
+			require.Zero(t, n, "queue %d from %d: a recreated topic starts empty", q, from)
+		}
+	}
 	fresh := produce(t, b, &core.Message{Topic: "orders", ShardingKey: "car-1", Keys: []string{"o-a"}, Body: []byte("new")})
-	require.Equal(t, int64(0), fresh.QueueOffset)
+	if f.SparseOffsets {
+		require.GreaterOrEqual(t, fresh.QueueOffset, info.Ranges[fresh.Queue].Max, "after the recreated topic's empty range")
+	} else {
+		require.Equal(t, int64(0), fresh.QueueOffset)
+	}
+	freshOffsets := make([][]int64, 4)
+	freshOffsets[fresh.Queue] = []int64{fresh.QueueOffset}
 
 	check := func(b core.Broker) {
 		t.Helper()
@@ -1014,11 +1329,13 @@ func testDeleteTopic(t *testing.T, f Factory) {
 		require.Equal(t, 4, info.Queues)
 		var bodies []string
 		for q := range info.Queues {
-			for _, m := range readQueue(t, b, "orders", q) {
+			for _, m := range readQueue(t, f, b, "orders", q) {
 				bodies = append(bodies, string(m.Body))
 			}
 		}
 		require.Equal(t, []string{"new"}, bodies, "only the new incarnation's messages")
+		requireOffsets(t, f, b, "orders", freshOffsets)
+		requireMatchesResult(t, f, fresh, mustGet(t, b, fresh.ID))
 		for _, key := range []string{"car-1", "o-a"} {
 			found, err := b.FindByKey(ctx, "orders", key, core.KeyQuery{})
 			require.NoError(t, err)
@@ -1100,6 +1417,8 @@ func testClose(t *testing.T, f Factory) {
 	closed("FindByKey", err)
 	_, err = b.OffsetAt(ctx, "c", 0, time.Now())
 	closed("OffsetAt", err)
+	_, err = b.Backlog(ctx, "c", 0, 0)
+	closed("Backlog", err)
 	closed("CommitOffset", b.CommitOffset(ctx, "g", "c", 0, 1))
 	_, err = b.CommittedOffset(ctx, "g", "c", 0)
 	closed("CommittedOffset", err)
@@ -1170,28 +1489,113 @@ func mustGet(t testing.TB, b core.Broker, id core.MessageID) *core.StoredMessage
 }
 
 // readQueue reads a whole queue from its min offset on, checking that every
-// message is where it says it is and that offsets are dense.
-func readQueue(t testing.TB, b core.Broker, topic string, q int) []*core.StoredMessage {
+// message is where it says it is, within the queue's Range, that offsets
+// are dense (increasing, with f.SparseOffsets), and that Backlog from the
+// min counts what was read.
+func readQueue(t testing.TB, f Factory, b core.Broker, topic string, q int) []*core.StoredMessage {
 	t.Helper()
 	var out []*core.StoredMessage
+	var rg core.QueueRange
 	off := int64(0)
 	for {
 		res, err := b.Read(t.Context(), core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 100})
 		require.NoError(t, err, "read %s/%d@%d", topic, q, off)
+		rg = res.Range
 		for _, m := range res.Messages {
 			require.Equal(t, topic, m.Topic)
 			require.Equal(t, q, m.Queue)
+			require.True(t, rg.Min <= m.QueueOffset && m.QueueOffset < rg.Max, "%s/%d: offset %d outside the range %v", topic, q, m.QueueOffset, rg)
 			if len(out) > 0 {
-				require.Equal(t, out[len(out)-1].QueueOffset+1, m.QueueOffset, "%s/%d: queue offsets are dense", topic, q)
+				if f.SparseOffsets {
+					require.Greater(t, m.QueueOffset, out[len(out)-1].QueueOffset, "%s/%d: queue offsets increase", topic, q)
+				} else {
+					require.Equal(t, out[len(out)-1].QueueOffset+1, m.QueueOffset, "%s/%d: queue offsets are dense", topic, q)
+				}
 			}
 			out = append(out, m)
 		}
 		if res.NextOffset >= res.Range.Max {
-			return out
+			break
+		}
+		if f.SparseOffsets && len(res.Messages) == 0 {
+			// The rest of the range holds other queues' messages only.
+			require.Equal(t, max(off, rg.Min), res.NextOffset, "%s/%d: a read that found nothing stays at the (clamped) offset", topic, q)
+			break
 		}
 		require.Greater(t, res.NextOffset, off, "%s/%d: Read below the max makes progress", topic, q)
 		off = res.NextOffset
 	}
+	n, err := b.Backlog(t.Context(), topic, q, rg.Min)
+	require.NoError(t, err, "Backlog %s/%d@%d", topic, q, rg.Min)
+	require.Equal(t, int64(len(out)), n, "%s/%d: Backlog from the min counts the queue's messages", topic, q)
+	return out
+}
+
+// requireOffsets checks that each queue q of topic holds messages at exactly
+// the offsets want[q] (increasing), all within the queue's Range, and that
+// Backlog from every offset around the Range counts those at or after it.
+// It returns the topic as Topic describes it.
+func requireOffsets(t testing.TB, f Factory, b core.Broker, topic string, want [][]int64) core.TopicInfo {
+	t.Helper()
+	ctx := t.Context()
+	info, err := b.Topic(ctx, topic)
+	require.NoError(t, err)
+	require.Len(t, info.Ranges, len(want), "topic %s", topic)
+	empty := true
+	for _, offs := range want {
+		empty = empty && len(offs) == 0
+	}
+	for q, offs := range want {
+		rg := info.Ranges[q]
+		require.LessOrEqual(t, rg.Min, rg.Max, "%s/%d: range %v", topic, q, rg)
+		if !f.SparseOffsets {
+			require.Equal(t, int64(len(offs)), rg.Max-rg.Min, "%s/%d: range %v holds dense offsets %v", topic, q, rg, offs)
+		}
+		if empty {
+			require.Equal(t, rg.Min, rg.Max, "%s/%d: an empty topic's range %v", topic, q, rg)
+		}
+		var got []int64
+		for _, m := range readQueue(t, f, b, topic, q) {
+			got = append(got, m.QueueOffset)
+		}
+		require.Equal(t, len(offs), len(got), "%s/%d: offsets %v, read %v", topic, q, offs, got)
+		if len(offs) > 0 {
+			require.Equal(t, offs, got, "%s/%d: the messages are where their SendResults said", topic, q)
+		}
+		for o := rg.Min - 1; o <= rg.Max+1; o++ {
+			n, err := b.Backlog(ctx, topic, q, o)
+			require.NoError(t, err, "Backlog %s/%d@%d", topic, q, o)
+			var at int64 // messages at offsets ≥ o
+			for _, x := range offs {
+				if x >= o {
+					at++
+				}
+			}
+			require.Equal(t, at, n, "%s/%d: Backlog from %d, range %v, offsets %v", topic, q, o, rg, offs)
+		}
+	}
+	return info
+}
+
+// queueOffset names a message by queue and offset.
+type queueOffset struct {
+	queue  int
+	offset int64
+}
+
+// keysForQueues returns n sharding keys, the q-th of which core.QueueFor
+// puts in queue q of n.
+func keysForQueues(n int) []string {
+	keys := make([]string, n)
+	found := 0
+	for i := 0; found < n; i++ {
+		k := "key-" + strconv.Itoa(i)
+		if q := core.QueueFor(k, n); keys[q] == "" {
+			keys[q] = k
+			found++
+		}
+	}
+	return keys
 }
 
 // requireSameMessage checks that got carries what want was sent with. A
@@ -1223,14 +1627,19 @@ func requireSameMessage(t testing.TB, want *core.Message, got *core.StoredMessag
 
 // requireMatchesResult checks that a stored message is where its SendResult
 // said.
-func requireMatchesResult(t testing.TB, r core.SendResult, got *core.StoredMessage) {
+func requireMatchesResult(t testing.TB, f Factory, r core.SendResult, got *core.StoredMessage) {
 	t.Helper()
 	require.Equal(t, r.ID, got.ID, "ID")
 	require.Equal(t, r.Topic, got.Topic, "Topic")
 	require.Equal(t, r.Queue, got.Queue, "Queue")
 	require.Equal(t, r.QueueOffset, got.QueueOffset, "QueueOffset")
 	require.Equal(t, r.CommitLogOffset, got.CommitLogOffset, "CommitLogOffset")
-	require.True(t, r.StoredAt.Equal(got.StoredAt), "StoredAt: result %v, stored %v", r.StoredAt, got.StoredAt)
+	if f.StoredAtSkew > 0 {
+		d := r.StoredAt.Sub(got.StoredAt).Abs()
+		require.LessOrEqual(t, d, f.StoredAtSkew, "StoredAt: result %v, stored %v", r.StoredAt, got.StoredAt)
+	} else {
+		require.True(t, r.StoredAt.Equal(got.StoredAt), "StoredAt: result %v, stored %v", r.StoredAt, got.StoredAt)
+	}
 }
 
 // requireSameStored checks that two reads of one stored message agree.

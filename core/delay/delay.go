@@ -379,7 +379,9 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 		if err != nil && !errors.Is(err, core.ErrNoCommittedOffset) {
 			return st, err
 		}
-		st.Waiting[q] = r.Max - max(from, r.Min)
+		if st.Waiting[q], err = s.b.Backlog(ctx, DelayTopic, q, max(from, r.Min)); err != nil {
+			return st, err
+		}
 	}
 	return st, nil
 }

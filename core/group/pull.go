@@ -364,10 +364,12 @@ func (c *Coordinator) Lag(ctx context.Context, group, member string) ([]QueueLag
 			switch {
 			case err == nil:
 				ql.Committed = off
-				ql.Lag = r.Max - max(off, r.Min)
 			case errors.Is(err, core.ErrNoCommittedOffset):
-				ql.Lag = r.Max - r.Min
+				off = r.Min
 			default:
+				return nil, err
+			}
+			if ql.Lag, err = c.b.Backlog(ctx, t, q, off); err != nil {
 				return nil, err
 			}
 			out = append(out, ql)

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -27,13 +28,18 @@ type queueRange struct {
 	Messages int64 `json:"messages"`
 }
 
-func toTopic(t core.TopicInfo) topicInfo {
+// toTopic describes t; the message counts come from Broker.Backlog (queue
+// offsets need not be dense), falling back to the span on error.
+func toTopic(ctx context.Context, b core.Broker, t core.TopicInfo) topicInfo {
 	out := topicInfo{Name: t.Name, System: isSystem(t.Name), Queues: t.Queues, Ranges: make([]queueRange, len(t.Ranges))}
 	if !t.CreatedAt.IsZero() {
 		out.CreatedAt = t.CreatedAt.UTC()
 	}
 	for q, r := range t.Ranges {
-		n := max(r.Max-r.Min, 0)
+		n, err := b.Backlog(ctx, t.Name, q, r.Min)
+		if err != nil {
+			n = max(r.Max-r.Min, 0)
+		}
 		out.Ranges[q] = queueRange{Queue: q, Min: r.Min, Max: r.Max, Messages: n}
 		out.Messages += n
 	}
@@ -101,7 +107,7 @@ func (a *api) listTopics(w http.ResponseWriter, r *http.Request) error {
 	got, next := pageOf(all, func(t core.TopicInfo) string { return t.Name }, n, cursor)
 	page := topicPage{Topics: make([]topicInfo, 0, len(got)), Next: next}
 	for _, t := range got {
-		page.Topics = append(page.Topics, toTopic(t))
+		page.Topics = append(page.Topics, toTopic(r.Context(), b, t))
 	}
 	a.writeJSON(w, r, http.StatusOK, page)
 	return nil
@@ -147,7 +153,7 @@ func (a *api) createTopic(w http.ResponseWriter, r *http.Request) error {
 	if status == http.StatusCreated {
 		a.audit(r).Str(fieldTopic, info.Name).Int("queues", info.Queues).Msg("topic created")
 	}
-	a.writeJSON(w, r, status, toTopic(info))
+	a.writeJSON(w, r, status, toTopic(r.Context(), b, info))
 	return nil
 }
 
@@ -168,7 +174,7 @@ func (a *api) getTopic(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a.writeJSON(w, r, http.StatusOK, toTopic(info))
+	a.writeJSON(w, r, http.StatusOK, toTopic(r.Context(), b, info))
 	return nil
 }
 
