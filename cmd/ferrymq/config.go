@@ -80,6 +80,33 @@ type fileConfig struct {
 	MQTT   mqttConfig   `yaml:"mqtt"`
 	Bridge bridgeConfig `yaml:"bridge"`
 	Auth   *authConfig  `yaml:"auth"`
+	// Engine is "embedded" (default) or "nats" (docs/engines.md).
+	Engine string     `yaml:"engine"`
+	NATS   natsConfig `yaml:"nats"`
+}
+
+// natsConfig is the JetStream engine's section (engine: nats).
+type natsConfig struct {
+	URLs     []string `yaml:"urls"`
+	Creds    string   `yaml:"creds"` // credentials file (JWT + seed)
+	User     string   `yaml:"user"`
+	Password string   `yaml:"password"`
+	Token    string   `yaml:"token"`
+	TLS      struct {
+		CA   string `yaml:"ca"`
+		Cert string `yaml:"cert"`
+		Key  string `yaml:"key"`
+	} `yaml:"tls"`
+	// Replicas of every stream and bucket: 3 on a cluster (default 1).
+	Replicas int `yaml:"replicas"`
+	// Node names this gateway node (leases, downlink offsets); default the
+	// bridge's node name, else the host name. Unique per node.
+	Node string `yaml:"node"`
+	// LeaseTTL bounds how long the core services stay without a leader
+	// after the leader died (default 10s).
+	LeaseTTL duration `yaml:"lease_ttl"`
+	// Timeout bounds one JetStream request (default 5s).
+	Timeout duration `yaml:"timeout"`
 }
 
 // authConfig is device authentication, the ACL and quotas (docs/security.md).

@@ -23,6 +23,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/httpapi"
+	"github.com/ferrymq/ferrymq/core/jetstream"
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
@@ -30,6 +31,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/admin"
 	"github.com/ferrymq/ferrymq/gateway/dashboard"
 	"github.com/ferrymq/ferrymq/session"
 )
@@ -52,6 +54,8 @@ type serveOptions struct {
 	sessions  *session.Store // the gateway's session store, once built
 	logLevel  string
 	logPretty bool
+	engine    string   // embedded or nats
+	natsURLs  []string // --nats
 }
 
 func (o *serveOptions) AddFlags(cmd *cobra.Command) {
@@ -70,6 +74,8 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logPretty, "log-pretty", false, "human-readable logs instead of JSON lines")
 	f.StringVar(&o.cpuProf, "cpu-profile", "", "write a CPU profile (pprof) of the whole run to this file")
+	f.StringVar(&o.engine, "engine", "embedded", "queue engine: embedded (commit log in --data) or nats (a NATS JetStream cluster, see --nats)")
+	f.StringSliceVar(&o.natsURLs, "nats", nil, "NATS server URLs for --engine nats (comma-separated; config: nats.urls)")
 }
 
 func newServeCmd() *cobra.Command {
@@ -92,6 +98,11 @@ func newServeCmd() *cobra.Command {
 // node is everything serve runs, in start order.
 type node struct {
 	store      *store.Store
+	engine     *jetstream.Engine   // --engine nats
+	base       core.Broker         // store or engine
+	election   *jetstream.Election // --engine nats: who runs the core services
+	producer   *delay.Service      // --engine nats: delayed produce for the gateway on every node
+	switches   *coreSwitches       // --engine nats: HTTP handlers of the core services, set while leader
 	trace      *trace.Recorder
 	sessions   *session.Store // the gateway's, for the admin API
 	nodeName   string
@@ -160,6 +171,12 @@ func (o *serveOptions) applyConfig(cmd *cobra.Command) error {
 	if cfg.MQTT.WS.Addr != "" {
 		set("ws", func() { o.wsAddr = cfg.MQTT.WS.Addr })
 	}
+	if cfg.Engine != "" {
+		set("engine", func() { o.engine = cfg.Engine })
+	}
+	if len(cfg.NATS.URLs) > 0 {
+		set("nats", func() { o.natsURLs = cfg.NATS.URLs })
+	}
 	return nil
 }
 
@@ -198,6 +215,13 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if o.remote != "" {
 		return o.runRemote(cmd, n, &log)
 	}
+	switch o.engine {
+	case "nats":
+		return o.runNATS(cmd, n, &log)
+	case "embedded", "":
+	default:
+		return fmt.Errorf("engine %q: want embedded or nats", o.engine)
+	}
 	st := o.file.Store
 	n.store, err = store.Open(o.dataDir, store.Options{
 		Logger:            &log,
@@ -225,33 +249,8 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	n.trace.Start()
-	if err := n.startDelayAndTxn(o, &log); err != nil {
-		return err
-	}
-	if n.groups, err = group.New(n.store, group.Options{Logger: &log, Trace: n.trace}); err != nil {
-		return err
-	}
-	n.groups.Start()
-	ro := retry.Options{Logger: &log, Trace: n.trace, MaxAttempts: o.file.Retry.MaxAttempts}
-	for _, d := range o.file.Retry.Schedule {
-		ro.Schedule = append(ro.Schedule, time.Duration(d))
-	}
-	if n.retry, err = retry.New(n.store, ro); err != nil {
-		return err
-	}
-	n.retry.Start()
-	if n.pop, err = pop.New(n.store, n.retry, pop.Options{Logger: &log, Trace: n.trace}); err != nil {
-		return err
-	}
-	n.pop.Start()
-	n.core, err = server.New(server.Options{Addr: o.coreAddr, Broker: n.broker, Groups: n.groups, Retry: n.retry, Pop: n.pop,
-		Delay: n.delay, Txn: n.txn, Trace: n.trace,
-		Token: o.token, Version: "ferrymq " + buildVersion(), Logger: &log})
-	if err != nil {
-		return err
-	}
-	if err := n.core.Start(); err != nil {
-		n.core = nil
+	n.base = n.store
+	if err := n.startCore(o, &log); err != nil {
 		return err
 	}
 	n.token = o.token
@@ -274,6 +273,44 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	return n.close(ctx)
 }
 
+// startCore starts the core services over n.base: delayed delivery and
+// transactions, consumer groups, retry, POP and the core TCP server. With
+// the embedded engine they run for the life of the process; with the
+// JetStream engine only while this node holds the core lease.
+func (n *node) startCore(o *serveOptions, log *zerolog.Logger) error {
+	var err error
+	if err := n.startDelayAndTxn(o, log); err != nil {
+		return err
+	}
+	if n.groups, err = group.New(n.base, group.Options{Logger: log, Trace: n.trace}); err != nil {
+		return err
+	}
+	n.groups.Start()
+	ro := retry.Options{Logger: log, Trace: n.trace, MaxAttempts: o.file.Retry.MaxAttempts}
+	for _, d := range o.file.Retry.Schedule {
+		ro.Schedule = append(ro.Schedule, time.Duration(d))
+	}
+	if n.retry, err = retry.New(n.base, ro); err != nil {
+		return err
+	}
+	n.retry.Start()
+	if n.pop, err = pop.New(n.base, n.retry, pop.Options{Logger: log, Trace: n.trace}); err != nil {
+		return err
+	}
+	n.pop.Start()
+	n.core, err = server.New(server.Options{Addr: o.coreAddr, Broker: n.broker, Groups: n.groups, Retry: n.retry, Pop: n.pop,
+		Delay: n.delay, Txn: n.txn, Trace: n.trace,
+		Token: o.token, Version: "ferrymq " + buildVersion(), Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := n.core.Start(); err != nil {
+		n.core = nil
+		return err
+	}
+	return nil
+}
+
 // startDelayAndTxn starts delayed delivery over the store and transactions
 // over that; producers then use n.broker.
 func (n *node) startDelayAndTxn(o *serveOptions, log *zerolog.Logger) error {
@@ -290,7 +327,7 @@ func (n *node) startDelayAndTxn(o *serveOptions, log *zerolog.Logger) error {
 		}
 	}
 	var err error
-	if n.delay, err = delay.New(n.store, filepath.Join(o.dataDir, "delay"), opts); err != nil {
+	if n.delay, err = delay.New(n.base, filepath.Join(o.dataDir, "delay"), opts); err != nil {
 		return fmt.Errorf("delayed delivery: %w", err)
 	}
 	n.delay.Start()
@@ -312,6 +349,24 @@ func (n *node) startDelayAndTxn(o *serveOptions, log *zerolog.Logger) error {
 func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 	const maxWait = 30 * time.Second
 	h := http.NewServeMux()
+	var so gateway.StatsOptions
+	if n.switches != nil { // engine nats: the core services follow the lease
+		standby, err := n.adminHandler(log, false)
+		if err != nil {
+			return nil, err
+		}
+		n.switches.standby = standby
+		h.Handle("/api/", requireToken(n.token, n.switches.apiHandler(n.election.Holder)))
+		for _, p := range admin.Patterns() {
+			h.Handle(p, requireToken(n.token, n.switches.adminHandler()))
+		}
+		so.Extra = n.switches.statsExtra
+		so.Checks = append(so.Checks, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return n.engine.Ready(ctx)
+		})
+	}
 	if n.store != nil {
 		api, err := httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: log, MaxWait: maxWait})
 		if err != nil {
@@ -319,10 +374,11 @@ func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 		}
 		h.Handle("/api/", requireToken(n.token, api))
 	}
-	if err := n.mountAdmin(h, log); err != nil {
-		return nil, err
+	if n.switches == nil {
+		if err := n.mountAdmin(h, log); err != nil {
+			return nil, err
+		}
 	}
-	var so gateway.StatsOptions
 	if n.store != nil { // topics and group lag for /stats and the dashboard
 		so.Extra = statsExtra(n.broker, n.groups)
 	}
@@ -373,6 +429,35 @@ func (n *node) close(ctx context.Context) error {
 		<-n.httpDone
 		n.http = nil
 	}
+	if n.election != nil {
+		errs = append(errs, n.election.Close()) // gives up the lease: stops the core services
+		n.election = nil
+	}
+	errs = append(errs, n.stopCore(ctx))
+	if n.trace != nil {
+		errs = append(errs, n.trace.Close()) // after everything that records
+		n.trace = nil
+	}
+	if n.producer != nil {
+		errs = append(errs, n.producer.Close())
+		n.producer = nil
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+		n.store = nil
+	}
+	if n.engine != nil {
+		errs = append(errs, n.engine.Close())
+		n.engine = nil
+	}
+	return errors.Join(errs...)
+}
+
+// stopCore stops what startCore started, in reverse order.
+func (n *node) stopCore(ctx context.Context) error {
+	var errs []error
 	if n.core != nil {
 		errs = append(errs, n.core.Shutdown(ctx))
 		n.core = nil
@@ -396,16 +481,6 @@ func (n *node) close(ctx context.Context) error {
 	if n.groups != nil {
 		errs = append(errs, n.groups.Close())
 		n.groups = nil
-	}
-	if n.trace != nil {
-		errs = append(errs, n.trace.Close()) // after everything that records
-		n.trace = nil
-	}
-	if n.store != nil {
-		if err := n.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close store: %w", err))
-		}
-		n.store = nil
 	}
 	return errors.Join(errs...)
 }

@@ -28,7 +28,7 @@ func newTopicCmd() *cobra.Command {
 func topicMessages(t wire.TopicInfo) int64 {
 	var n int64
 	for _, r := range t.Ranges {
-		n += r.Max - r.Min
+		n += r.Messages
 	}
 	return n
 }
@@ -160,7 +160,7 @@ func (o *topicDescribeOptions) run(cmd *cobra.Command, args []string) error {
 		tw := newTable(w)
 		fmt.Fprintln(tw, "QUEUE\tMIN\tMAX\tMESSAGES")
 		for q, r := range t.Ranges {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\n", q, r.Min, r.Max, r.Max-r.Min)
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\n", q, r.Min, r.Max, r.Messages)
 		}
 		return tw.Flush()
 	})

@@ -310,7 +310,7 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return marshal(topicInfo(info))
+		return marshal(topicInfo(ctx, o.Broker, info))
 
 	case wire.OpTopicList:
 		list, err := o.Broker.Topics(ctx)
@@ -319,7 +319,7 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		}
 		out := make([]wire.TopicInfo, 0, len(list))
 		for _, t := range list {
-			out = append(out, topicInfo(t))
+			out = append(out, topicInfo(ctx, o.Broker, t))
 		}
 		return marshal(out)
 
@@ -358,10 +358,16 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 	return nil, &wire.Error{Code: wire.CodeUnknownOp, Message: "unknown op " + f.Op.String()}
 }
 
-func topicInfo(t core.TopicInfo) wire.TopicInfo {
+// topicInfo describes t with each queue's message count (Backlog from its
+// minimum; the span when that fails).
+func topicInfo(ctx context.Context, b core.Broker, t core.TopicInfo) wire.TopicInfo {
 	out := wire.TopicInfo{Name: t.Name, Queues: t.Queues, CreatedAt: t.CreatedAt, Ranges: []wire.QueueRange{}}
-	for _, r := range t.Ranges {
-		out.Ranges = append(out.Ranges, wire.QueueRange{Min: r.Min, Max: r.Max})
+	for q, r := range t.Ranges {
+		n, err := b.Backlog(ctx, t.Name, q, r.Min)
+		if err != nil {
+			n = max(r.Max-r.Min, 0)
+		}
+		out.Ranges = append(out.Ranges, wire.QueueRange{Min: r.Min, Max: r.Max, Messages: n})
 	}
 	return out
 }

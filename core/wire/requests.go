@@ -183,10 +183,12 @@ type TopicInfo struct {
 	Ranges    []QueueRange `json:"ranges"`
 }
 
-// QueueRange is a queue's readable offsets [min, max).
+// QueueRange is a queue's readable offsets [min, max) and how many
+// messages they hold (offsets need not be dense: core.Broker.Backlog).
 type QueueRange struct {
-	Min int64 `json:"min"`
-	Max int64 `json:"max"`
+	Min      int64 `json:"min"`
+	Max      int64 `json:"max"`
+	Messages int64 `json:"messages"`
 }
 
 // FindReq finds messages by key (OpFindByKey).
