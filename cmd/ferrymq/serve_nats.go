@@ -74,12 +74,16 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 		MaxDelay: time.Duration(o.file.Delay.MaxDelay), MaxHold: time.Duration(o.file.Delay.MaxHold)}); err != nil {
 		return fmt.Errorf("delayed delivery: %w", err)
 	}
-	if n.gateway, err = o.newGateway(bridge.Options{Broker: n.producer.Broker(), MaxDelay: n.producer.MaxDelay(), Trace: n.trace, Node: nodeName}, nil, log); err != nil {
+	// Every node sees every command: no node holds one for a client it does
+	// not know (see runRemote).
+	bo := bridge.Options{Broker: n.producer.Broker(), MaxDelay: n.producer.MaxDelay(), Trace: n.trace, Node: nodeName, HoldUnknown: -1}
+	if n.gateway, err = o.newGateway(bo, nil, log); err != nil {
 		return err
 	}
 	n.sessions, n.nodeName, n.summary = o.sessions, nodeName, o.summary()
 	n.summary.Engine, n.summary.NATS = "nats", len(o.natsURLs)
 	n.switches = newCoreSwitches()
+	out := cmd.OutOrStdout()
 	var mu sync.Mutex // one term at a time
 	n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: nodeName, TTL: time.Duration(nc.LeaseTTL), Logger: log,
 		OnChange: func(held bool) {
@@ -87,9 +91,11 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 			defer mu.Unlock()
 			if held {
 				if err := n.startTerm(o, log); err != nil {
-					log.Error().Err(err).Msg("core services did not start; giving the lease back")
+					log.Error().Err(err).Msg("core services did not start")
 					_ = n.stopTerm()
+					return
 				}
+				fmt.Fprintf(out, "core  %s\n", n.core.Addr())
 				return
 			}
 			if err := n.stopTerm(); err != nil {

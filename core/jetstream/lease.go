@@ -117,10 +117,13 @@ func (el *Election) run(ctx context.Context) {
 	var rev uint64
 	var renewed time.Time
 	renew := el.opts.TTL / 3
-	for {
+	for first := true; ; first = false {
 		wait := el.opts.Retry
 		if el.Held() {
 			wait = renew
+		}
+		if first {
+			wait = 0 // try at once
 		}
 		select {
 		case <-ctx.Done():

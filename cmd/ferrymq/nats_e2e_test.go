@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
+)
+
+// natsConfigFile writes a serve config for node name on the JetStream
+// engine.
+func natsConfigFile(t *testing.T, urls, name string, replicas int) string {
+	t.Helper()
+	var us []string
+	for _, u := range strings.Split(urls, ",") {
+		us = append(us, fmt.Sprintf("%q", u))
+	}
+	cfg := fmt.Sprintf("engine: nats\nnats:\n  urls: [%s]\n  replicas: %d\n  node: %s\n  lease_ttl: 3s\n", strings.Join(us, ", "), replicas, name)
+	p := filepath.Join(t.TempDir(), name+".yaml")
+	require.NoError(t, os.WriteFile(p, []byte(cfg), 0o600))
+	return p
+}
+
+// Two `ferrymq serve --engine nats` nodes on a real 3-node JetStream
+// cluster (R3, fsync always): devices publish through both nodes, a backend
+// consumes everything from the node holding the core lease, commands reach
+// each device through its own node exactly once, the standby node's API
+// answers 503 not_leader, and when the leader is SIGKILLed the other node
+// takes the core services over within the lease TTL and serves the group
+// where it stopped.
+func TestBinaryNATSTwoNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	cl := natstest.RunCluster(t, 3, natstest.SyncAlways())
+	nodeA := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-a", 3), "--data", filepath.Join(t.TempDir(), "a"))
+	addrA := printedAddrs(t, nodeA, "tcp", "http", "core") // first node: takes the lease
+	nodeB := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-b", 3), "--data", filepath.Join(t.TempDir(), "b"))
+	addrB := printedAddrs(t, nodeB, "tcp", "http")
+
+	// The standby serves MQTT and health, but not the core API.
+	status := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := status("http://" + addrB["http"] + "/api/v1/messages?key=x&topic=telemetry")
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	require.Contains(t, body, "not_leader")
+	require.Contains(t, body, "node-a")
+	code, _ = status("http://" + addrB["http"] + "/readyz")
+	require.Equal(t, http.StatusOK, code)
+
+	got := make(chan string, 64)
+	connect := func(addr, id string) paho3.Client {
+		c := dialMQTT(t, addr, id, func(o *paho3.ClientOptions) {
+			o.SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- id + " " + string(m.Payload()) })
+		})
+		t.Cleanup(func() { c.Disconnect(100) })
+		return c
+	}
+	a := connect(addrA["tcp"], "car-a")
+	b := connect(addrB["tcp"], "car-b")
+	const n = 50
+	for i := range n {
+		for _, c := range []struct {
+			cl paho3.Client
+			id string
+		}{{a, "car-a"}, {b, "car-b"}} {
+			tok := c.cl.Publish("telemetry/"+c.id, 1, false, fmt.Sprintf("%s %03d", c.id, i))
+			require.True(t, tok.WaitTimeout(10*time.Second))
+			require.NoError(t, tok.Error())
+		}
+	}
+	consume := func(core string, count int) []map[string]any {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, "consume", "--server", core, "--topic", "telemetry", "--group", "backend",
+			"--orderly", "--count", fmt.Sprint(count), "--json").Output()
+		require.NoError(t, err, "%s", out)
+		var msgs []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+			msgs = append(msgs, m)
+		}
+		return msgs
+	}
+	next := map[string]int{}
+	for _, m := range consume(addrA["core"], 2*n) {
+		key := m["key"].(string)
+		require.Equal(t, fmt.Sprintf("%s %03d", key, next[key]), m["body"], "per-device order")
+		next[key]++
+	}
+
+	// Downlink: each command reaches its device once, through its node.
+	for _, id := range []string{"car-a", "car-b"} {
+		out, err := exec.Command(bin, "produce", "--server", addrA["core"], "--topic", "commands", "--key", id,
+			"--prop", "mqtt.clientid="+id, "cmd for "+id).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	var recv []string
+	for len(recv) < 2 {
+		select {
+		case s := <-got:
+			recv = append(recv, s)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("devices got only %v", recv)
+		}
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("delivered twice: %s (after %v)", s, recv)
+	case <-time.After(time.Second):
+	}
+	require.ElementsMatch(t, []string{"car-a cmd for car-a", "car-b cmd for car-b"}, recv)
+
+	// The leader dies: node B takes the core services over.
+	start := time.Now()
+	require.NoError(t, nodeA.cmd.Process.Kill())
+	coreB := printedAddrs(t, nodeB, "core")["core"]
+	t.Logf("core services moved to node-b after %v", time.Since(start))
+	for i := n; i < 2*n; i++ {
+		tok := b.Publish("telemetry/car-b", 1, false, fmt.Sprintf("car-b %03d", i))
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+	}
+	for i, m := range consume(coreB, n) {
+		require.Equal(t, fmt.Sprintf("car-b %03d", n+i), m["body"], "the group goes on where it committed")
+	}
+}
