@@ -113,9 +113,10 @@ type Engine struct {
 	arrive *arrivals
 	maxMsg int
 
-	mu     sync.RWMutex
-	topics map[string]*topicState // by name
-	byHash map[uint64]string      // topic hash (message IDs) → name
+	mu      sync.RWMutex
+	topics  map[string]*topicState // by name
+	byHash  map[uint64]string      // topic hash (message IDs) → name
+	loading map[string]*load       // topic lookups in flight
 
 	sendMu sync.RWMutex // held for reading while a produce enqueues; Close takes it to close acks
 	acks   chan *pending
@@ -141,7 +142,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{opts: opts, log: opts.Logger.With().Str("component", "jetstream").Logger(),
-		topics: map[string]*topicState{}, byHash: map[uint64]string{}, acks: make(chan *pending, 1024)}
+		topics: map[string]*topicState{}, byHash: map[uint64]string{}, loading: map[string]*load{}, acks: make(chan *pending, 1024)}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	nc := opts.Conn
 	if nc == nil {

@@ -46,6 +46,41 @@ func (e *Engine) topic(ctx context.Context, name string, create bool) (*topicSta
 	if err := e.checkName(name); err != nil {
 		return nil, err
 	}
+	// One lookup per name at a time: a burst of first produces to a new
+	// topic must not become a burst of stream API calls.
+	e.mu.Lock()
+	l := e.loading[name]
+	if l == nil {
+		l = &load{done: make(chan struct{})}
+		e.loading[name] = l
+		e.mu.Unlock()
+		l.t, l.err = e.load(ctx, name, create)
+		e.mu.Lock()
+		delete(e.loading, name)
+		e.mu.Unlock()
+		close(l.done)
+		return l.t, l.err
+	}
+	e.mu.Unlock()
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if errors.Is(l.err, core.ErrTopicNotFound) && create {
+		return e.topic(ctx, name, create) // the first caller did not create it
+	}
+	return l.t, l.err
+}
+
+// load is one topic lookup in flight.
+type load struct {
+	done chan struct{}
+	t    *topicState
+	err  error
+}
+
+func (e *Engine) load(ctx context.Context, name string, create bool) (*topicState, error) {
 	info, err := e.streamInfo(ctx, name)
 	if errors.Is(err, core.ErrTopicNotFound) && create {
 		return e.create(ctx, name, e.opts.DefaultQueues)
