@@ -113,7 +113,7 @@ func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, i
 	if n <= 0 || q.cursor == rangeMax {
 		return out, nil
 	}
-	room := s.opts.MaxInflight - int(q.cursor-q.watermark)
+	room := s.opts.MaxInflight - q.spanLocked()
 	if room <= 0 {
 		return out, nil
 	}
@@ -228,8 +228,13 @@ func (q *queueState) doneLocked(e *entry) {
 
 // fullLocked reports whether q may hand out nothing more for now.
 func (s *Service) fullLocked(q *queueState) bool {
-	return int(q.cursor-q.watermark) >= s.opts.MaxInflight
+	return q.spanLocked() >= s.opts.MaxInflight
 }
+
+// spanLocked counts the messages handed out from the oldest one not done
+// on (done ones after it included): what MaxInflight bounds. Offsets may be
+// sparse (the JetStream engine's), so this is not cursor − watermark.
+func (q *queueState) spanLocked() int { return len(q.order) - q.head }
 
 // advanceLocked moves the watermark over the done prefix and commits it.
 func (s *Service) advanceLocked(ctx context.Context, q *queueState) {

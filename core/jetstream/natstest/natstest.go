@@ -26,8 +26,10 @@
 // SIGINT or the death of the parent, then calls os.Exit; it never returns.
 // Otherwise it returns at once. The child writes nothing to stdout: the
 // server log goes to nats-server.log and stderr to stderr.log in the node's
-// folder. Child processes are killed when the test ends and, on Linux, by
-// the kernel when the test binary dies.
+// folder, next to status.json, the child's own health report that the
+// readiness checks read. Child processes are killed when the test ends and,
+// on Linux, by the kernel when the test binary dies (Pdeathsig); a child
+// whose parent is gone also exits by itself.
 //
 // All helpers that take a testing.TB, and the methods of the returned
 // values, must be called from the test's goroutine: they fail the test with
