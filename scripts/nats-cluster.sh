@@ -31,7 +31,7 @@ start() {
       echo "n$i already running (pid $(cat "$dir/n$i.pid"))"; continue
     fi
     mkdir -p "$dir/n$i"
-    "$bin" -c "testdata/nats/n$i.conf" -sd "$dir/n$i" -l "$dir/n$i.log" & echo $! > "$dir/n$i.pid"
+    "$bin" -c "${NATS_CONF_DIR:-testdata/nats}/n$i.conf" -sd "$dir/n$i" -l "$dir/n$i.log" & echo $! > "$dir/n$i.pid"
   done
   for _ in $(seq 1 100); do
     ok=0
