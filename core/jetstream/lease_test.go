@@ -11,7 +11,9 @@ import (
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 )
 
-func openEngine(t *testing.T, url string) *jetstream.Engine {
+func openEngine(t *testing.T, url string) *jetstream.Engine { return openEngineB(t, url) }
+
+func openEngineB(t testing.TB, url string) *jetstream.Engine {
 	t.Helper()
 	e, err := jetstream.Open(t.Context(), jetstream.Options{URLs: []string{url}, DefaultQueues: 4, Timeout: 2 * time.Second})
 	require.NoError(t, err)
