@@ -8,6 +8,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
@@ -71,33 +72,52 @@ func (s *Store) putClientLocked(cl *mqtt.Client) {
 
 // OnSessionEstablish runs after authentication, before mochi looks for the
 // session to resume: a parked session is rebuilt as a mochi client here
-// (or dropped, for a clean start). A persistent session is then stored
+// (or dropped, for a clean start). On a bucket (OpenKV) the node first
+// claims the session and, unless it already serves it, loads it from the
+// bucket as a parked one (owner.go). A persistent session is then stored
 // before its CONNACK is sent, so a session the client was told about
 // survives a crash right after; a clean one drops what an earlier
 // persistent session of that ID left.
 func (s *Store) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	var expired []discard
+	var stale []*mqtt.Client
+	var cur jetstream.KeyValueEntry
+	var curErr error
+	if s.kv != nil {
+		cur, curErr = s.kv.getOwner(cl.ID) // a clean session's only cost; read without the lock
+	}
 	s.mu.Lock()
 	s.connecting[cl.ID] = cl
+	if s.kv != nil {
+		stale, expired = s.claimLocked(cl, cur, curErr)
+	}
 	if ss := s.sessions[cl.ID]; ss != nil && ss.parked && s.server != nil {
 		if pk.Connect.Clean {
-			expired = s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, false, "the session was discarded by a clean start")
+			expired = s.discardMsgsLocked(ss, expired, func(*msgRef) bool { return true }, false, "the session was discarded by a clean start")
 			s.dropLocked(ss, true)
 		} else {
-			expired = s.hydrateLocked(ss, cl.Net.Listener)
+			expired = append(expired, s.hydrateLocked(ss, cl.Net.Listener)...)
 		}
 	}
 	if persistent(cl) {
 		s.putClientLocked(cl)
-	} else if ss := s.sessions[cl.ID]; ss != nil {
-		s.dropLocked(ss, true)
+	} else {
+		if ss := s.sessions[cl.ID]; ss != nil {
+			s.dropLocked(ss, true)
+		}
+		s.b.release(cl.ID)
+	}
+	if s.kv != nil {
+		s.kv.preload = nil
 	}
 	s.mu.Unlock()
+	s.disconnect(stale)
 	s.tell(expired)
 }
 
 // OnSessionEstablished stores the subscriptions a resumed session brought
-// (those it had before it was stored: MQTT 5 session expiry set later).
+// (those it had before it was stored: MQTT 5 session expiry set later, or
+// while the bucket was unreachable).
 func (s *Store) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -109,7 +129,7 @@ func (s *Store) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 		return
 	}
 	for _, sub := range cl.State.Subscriptions.GetAll() {
-		if ss.findSub(sub.Filter) < 0 && !strings.HasPrefix(sub.Filter, mqtttopic.Internal) {
+		if i := ss.findSub(sub.Filter); (i < 0 || ss.subs[i].e.n == 0) && !strings.HasPrefix(sub.Filter, mqtttopic.Internal) {
 			s.putSubLocked(ss, sub) // not the internal ones: the bridge gives them at every connect
 		}
 	}
@@ -151,7 +171,7 @@ func (s *Store) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	}
 	if expire {
 		if ss := s.sessions[cl.ID]; ss != nil && !ss.parked {
-			s.dropLocked(ss, true)
+			s.endLocked(ss)
 		}
 		return
 	}
@@ -167,7 +187,7 @@ func (s *Store) OnClientExpired(cl *mqtt.Client) {
 	defer s.mu.Unlock()
 	delete(s.parkq, cl)
 	if ss := s.sessions[cl.ID]; ss != nil && !ss.parked {
-		s.dropLocked(ss, true)
+		s.endLocked(ss)
 	}
 }
 
@@ -184,7 +204,7 @@ func (s *Store) putSubLocked(ss *sess, sub packets.Subscription) {
 		ss.subs[i] = r
 		return
 	}
-	r.e = s.writeLocked(opPut, key, b)
+	r.e, _ = s.putLocked(key, b)
 	ss.subs = append(ss.subs, r)
 }
 
@@ -248,7 +268,7 @@ func (s *Store) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, _ i
 		ss.msgs[i] = ref
 		return
 	}
-	ref.e = s.writeLocked(opPut, key, v)
+	ref.e, _ = s.putLocked(key, v)
 	ss.msgs = append(ss.msgs, ref)
 	ss.bytes += int(ref.size)
 }
@@ -279,7 +299,7 @@ func (s *Store) InboundQoS2(clientID string, pid uint16) {
 		ss.msgs[i] = ref
 		return
 	}
-	ref.e = s.writeLocked(opPut, key, v)
+	ref.e, _ = s.putLocked(key, v)
 	ss.msgs = append(ss.msgs, ref)
 }
 
@@ -317,8 +337,11 @@ func (s *Store) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	old := s.retained[pk.TopicName]
 	if r == -1 {
 		if old != nil {
-			s.deleteLocked(*old, k)
+			written := s.deleteRetainedLocked(*old, pk.TopicName)
 			delete(s.retained, pk.TopicName)
+			if s.kv != nil {
+				s.retainedWrittenLocked(pk.TopicName, nil, written)
+			}
 		}
 		return
 	}
@@ -335,6 +358,16 @@ func (s *Store) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	}
 	e := s.replaceLocked(prev, k, b)
 	s.retained[pk.TopicName] = &e
+	if s.kv != nil {
+		s.retainedWrittenLocked(pk.TopicName, &pk, e.n > 0)
+	}
+}
+
+// deleteRetainedLocked deletes topic's retained message, whose record is
+// at e, and reports whether the delete was written.
+func (s *Store) deleteRetainedLocked(e entry, topic string) bool {
+	s.live -= int64(e.n)
+	return s.b.del(retainedKey(topic), e) == nil
 }
 
 // OnRetainedExpired forgets an expired retained message.
@@ -342,8 +375,11 @@ func (s *Store) OnRetainedExpired(topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old := s.retained[topic]; old != nil {
-		s.deleteLocked(*old, retainedKey(topic))
+		written := s.deleteRetainedLocked(*old, topic)
 		delete(s.retained, topic)
+		if s.kv != nil {
+			s.retainedWrittenLocked(topic, nil, written)
+		}
 	}
 }
 
@@ -360,7 +396,7 @@ func (s *Store) StoredClients() ([]storage.Client, error) {
 		c, err := s.clientLocked(ss)
 		if err != nil {
 			s.log.Warn().Err(err).Str("client", ss.id).Msg("stored session does not load; dropped")
-			s.dropLocked(ss, true)
+			s.endLocked(ss)
 			continue
 		}
 		out = append(out, c)
@@ -395,7 +431,7 @@ func (s *Store) StoredInflightMessages() ([]storage.Message, error) {
 			continue
 		}
 		for _, m := range ss.msgs {
-			rec, _, err := s.msgAtLocked(m.e)
+			rec, _, err := s.msgAtLocked(ss.id, &m)
 			if err != nil {
 				s.log.Warn().Err(err).Str("client", ss.id).Msg("message record does not load; dropped")
 				continue
@@ -406,14 +442,19 @@ func (s *Store) StoredInflightMessages() ([]storage.Message, error) {
 	return out, nil
 }
 
-// StoredRetainedMessages returns the retained messages.
+// StoredRetainedMessages returns the retained messages. On a bucket they
+// were read at OpenKV; from this call on, the watcher applies those set
+// or cleared on other nodes to the attached mochi server directly.
 func (s *Store) StoredRetainedMessages() ([]storage.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.kv != nil {
+		return s.storedRetainedLocked(), nil
+	}
 	var out []storage.Message
 	for topic, e := range s.retained {
 		var m storage.Message
-		v, err := s.readLocked(*e)
+		v, err := s.readLocked(retainedKey(topic), *e)
 		if err == nil {
 			err = m.UnmarshalBinary(v)
 		}
@@ -438,7 +479,7 @@ func (s *Store) ClientClosed(cl *mqtt.Client, _ string, _ error) {
 	}
 	if ss := s.sessions[cl.ID]; ss != nil && !ss.parked && s.server != nil {
 		if cur, ok := s.server.Clients.Get(cl.ID); !ok || cur == cl {
-			s.dropLocked(ss, true)
+			s.endLocked(ss)
 		}
 	}
 }

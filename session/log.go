@@ -6,6 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"os"
+	"path/filepath"
+
+	"github.com/rs/zerolog"
 )
 
 // The session log is a sequence of records, each a put or a delete of one
@@ -110,3 +114,188 @@ func replay(b []byte, apply func(op byte, key string, value []byte, off int64), 
 }
 
 func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// logBackend keeps a Store's records in one append-only file (the format
+// above): writes go to the page cache at once (a process crash loses
+// nothing written) and are fsynced every Options.SyncInterval; the file is
+// compacted when more than half of it is dead. A failed write or fsync is
+// sticky: the backend refuses every later write, like nats-server's
+// filestore, so the file never holds a hole.
+type logBackend struct {
+	s    *Store // for the live entries compaction moves
+	dir  string
+	path string
+	log  zerolog.Logger
+
+	f     *os.File
+	bytes int64 // bytes in the file
+	dirty bool
+	err   error // sticky write error: the backend stops writing
+	buf   []byte
+}
+
+// openLog reads dir/sessions.log (creating dir), indexes its records into
+// s through apply and opens the file for appending after the last good
+// record.
+func openLog(s *Store, dir string) (*logBackend, error) {
+	b := &logBackend{s: s, dir: dir, path: filepath.Join(dir, "sessions.log"), log: s.log}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	data, err := os.ReadFile(b.path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("session: read %s: %w", b.path, err)
+	}
+	end := int64(len(data))
+	var lastBad int64 = -1
+	records := 0
+	replay(data, func(op byte, key string, value []byte, off int64) {
+		s.apply(op, key, value, entry{off, int32(recHeader + 3 + len(key) + len(value))})
+		records++
+		lastBad = -1
+	}, func(off int64, err error) {
+		if lastBad < 0 {
+			lastBad = off
+		}
+		b.log.Warn().Err(err).Int64("offset", off).Str("file", b.path).Msg("session record damaged; skipped")
+	})
+	if lastBad >= 0 {
+		end = lastBad // a torn tail: the next record is written where it began
+	}
+	if b.f, err = os.OpenFile(b.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+		return nil, fmt.Errorf("session: open %s: %w", b.path, err)
+	}
+	if err := b.f.Truncate(end); err != nil {
+		_ = b.f.Close()
+		return nil, fmt.Errorf("session: cut torn tail of %s: %w", b.path, err)
+	}
+	b.bytes = end
+	b.log.Info().Int("records", records).Int64("bytes", end).Int("sessions", len(s.sessions)).
+		Int("parked", s.parked).Int("queued", s.queued).Int("retained", len(s.retained)).Msg("sessions loaded")
+	return b, nil
+}
+
+func (b *logBackend) fail(err error) {
+	if b.err == nil {
+		b.err = err
+		b.log.Error().Err(err).Str("file", b.path).Msg("session log write failed; sessions are no longer persisted")
+	}
+}
+
+// put appends a put record (to the page cache: a process crash loses
+// nothing; tick fsyncs) and returns where it is.
+func (b *logBackend) put(key string, value []byte) (entry, error) {
+	return b.write(opPut, key, value)
+}
+
+func (b *logBackend) del(key string, _ entry) error {
+	_, err := b.write(opDelete, key, nil)
+	return err
+}
+
+func (b *logBackend) write(op byte, key string, value []byte) (entry, error) {
+	if b.err != nil {
+		return entry{}, b.err
+	}
+	if len(key) > 0xFFFF {
+		return entry{}, fmt.Errorf("%w: key of %d bytes", ErrValueTooLarge, len(key))
+	}
+	b.buf = appendRecord(b.buf[:0], op, key, value)
+	if _, err := b.f.WriteAt(b.buf, b.bytes); err != nil {
+		b.fail(err)
+		return entry{}, err
+	}
+	e := entry{b.bytes, int32(len(b.buf))}
+	b.bytes += int64(e.n)
+	b.dirty = true
+	return e, nil
+}
+
+// read reads and checks the record at e and returns its value.
+func (b *logBackend) read(_ string, e entry) ([]byte, error) {
+	buf := make([]byte, e.n)
+	if _, err := b.f.ReadAt(buf, e.off); err != nil {
+		return nil, fmt.Errorf("session: read record at %d: %w", e.off, err)
+	}
+	_, _, value, _, err := decodeRecord(buf)
+	if err != nil {
+		return nil, fmt.Errorf("session: record at %d: %w", e.off, err)
+	}
+	return value, nil
+}
+
+// release: the log holds no ownership.
+func (b *logBackend) release(string) {}
+
+// tick fsyncs what was written and compacts the file when more than half
+// of it is dead.
+func (b *logBackend) tick() {
+	if b.dirty && b.err == nil {
+		if err := b.f.Sync(); err != nil {
+			b.fail(err)
+		}
+		b.dirty = false
+	}
+	if b.err == nil && b.bytes > 1<<20 && b.bytes > 2*b.s.live {
+		if err := b.compact(); err != nil {
+			b.log.Error().Err(err).Msg("session log compaction")
+		}
+	}
+}
+
+func (b *logBackend) size() int64 { return b.bytes }
+
+func (b *logBackend) close() error { return errors.Join(b.f.Sync(), b.f.Close()) }
+
+// compact rewrites the live records into a new file, swaps it in and
+// moves every entry of the store to its new place.
+func (b *logBackend) compact() error {
+	tmp := b.path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	var out []byte
+	moved := map[*entry]entry{}
+	var rerr error
+	b.s.eachEntryLocked(func(e *entry) {
+		if rerr != nil || e.n == 0 {
+			return
+		}
+		rec := make([]byte, e.n)
+		if _, err := b.f.ReadAt(rec, e.off); err != nil {
+			rerr = fmt.Errorf("read record at %d: %w", e.off, err)
+			return
+		}
+		moved[e] = entry{int64(len(out)), e.n}
+		out = append(out, rec...)
+	})
+	if rerr != nil {
+		_ = f.Close()
+		return rerr
+	}
+	if _, err := f.Write(out); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := os.Rename(tmp, b.path); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if d, err := os.Open(b.dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	_ = b.f.Close()
+	for e, n := range moved {
+		*e = n
+	}
+	b.f, b.bytes, b.dirty = f, int64(len(out)), false
+	b.s.live = int64(len(out))
+	return nil
+}

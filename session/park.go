@@ -2,7 +2,6 @@ package session
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -31,14 +30,6 @@ import (
 // Sessions with a pending will (a will delay still running) stay mochi's
 // until the will is sent: mochi's will timer needs the client.
 
-// Errors of Enqueue.
-var (
-	ErrNotParked = errors.New("session: no parked session with that client ID")
-	ErrQueueFull = errors.New("session: the session's queue is full")
-	ErrNoPackets = errors.New("session: no free packet ID in the session")
-	ErrNotStored = errors.New("session: the session log cannot be written")
-)
-
 // Attach gives the store the server it parks sessions out of and restores
 // them into, and parks every session loaded at Open except those with a
 // pending will (mochi gets those through StoredClients, for the gateway to
@@ -51,7 +42,7 @@ func (s *Store) Attach(server *mqtt.Server) {
 		c, err := s.clientLocked(ss)
 		if err != nil {
 			s.log.Warn().Err(err).Str("client", ss.id).Msg("stored session does not load; dropped")
-			s.dropLocked(ss, true)
+			s.endLocked(ss)
 			continue
 		}
 		if c.Will.Flag == 1 {
@@ -59,7 +50,7 @@ func (s *Store) Attach(server *mqtt.Server) {
 		}
 		gone := s.openedAt // it was online when the previous process ended
 		if ss.gone.n > 0 {
-			if v, err := s.readLocked(ss.gone); err == nil && len(v) == 8 {
+			if v, err := s.readLocked(kGone+ss.id, ss.gone); err == nil && len(v) == 8 {
 				gone = int64(binary.BigEndian.Uint64(v))
 			}
 		}
@@ -70,22 +61,32 @@ func (s *Store) Attach(server *mqtt.Server) {
 	}
 }
 
-// Stats are the store's figures.
+// Stats are the store's figures. On a bucket (OpenKV) the sessions are
+// those this node holds.
 type Stats struct {
 	Sessions  int   // persistent sessions stored (online, offline and parked)
 	Parked    int   // sessions parked (offline, out of mochi)
 	Queued    int   // messages queued in parked sessions
 	Retained  int   // retained messages
-	LogBytes  int64 // size of the session log
-	LiveBytes int64 // bytes of live records in it
+	LogBytes  int64 // size of the session log (0 on a bucket)
+	LiveBytes int64 // bytes of live records in it (on a bucket: of the values this node holds)
+	// On a bucket: writes that did not happen, by reason ("unavailable",
+	// "too_large", "fenced", "not_owner"), and sessions another node took
+	// over from this one.
+	WriteErrors map[string]int64
+	TakenOver   int64
 }
 
 // Stats returns the current figures.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Sessions: len(s.sessions), Parked: s.parked, Queued: s.queued, Retained: len(s.retained),
-		LogBytes: s.size, LiveBytes: s.live}
+	st := Stats{Sessions: len(s.sessions), Parked: s.parked, Queued: s.queued, Retained: len(s.retained),
+		LogBytes: s.b.size(), LiveBytes: s.live}
+	if s.kv != nil {
+		st.WriteErrors, st.TakenOver = s.kv.errs(), s.kv.takenOver.Load()
+	}
+	return st
 }
 
 // Parked reports whether clientID has a parked session here.
@@ -97,14 +98,19 @@ func (s *Store) Parked(clientID string) bool {
 }
 
 // Owner returns the username a stored session of clientID was
-// authenticated with (a parked one is read from disk).
+// authenticated with (a parked one is read from disk; on a bucket, one
+// this node does not hold is read from the bucket).
 func (s *Store) Owner(clientID string) (string, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ss := s.sessions[clientID]
 	if ss == nil {
+		s.mu.Unlock()
+		if s.kv != nil {
+			return s.kv.ownerRemote(clientID) // a network read: not under the lock
+		}
 		return "", false
 	}
+	defer s.mu.Unlock()
 	c, err := s.clientLocked(ss)
 	if err != nil {
 		return "", true // stored but unreadable: owned by nobody anyone can prove to be
@@ -152,9 +158,9 @@ func (s *Store) queueLocked(ss *sess, pk packets.Packet, now int64) error {
 	if err != nil {
 		return fmt.Errorf("session: encode queued message: %w", err)
 	}
-	e := s.writeLocked(opPut, key, v)
-	if e.n == 0 {
-		return ErrNotStored
+	e, err := s.putLocked(key, v)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotStored, err)
 	}
 	ss.msgs = append(ss.msgs, msgRef{e: e, expiry: pk.Expiry, size: int32(len(pk.Payload)), pid: pid})
 	ss.bytes += len(pk.Payload)
@@ -385,7 +391,7 @@ func (s *Store) hydrateLocked(ss *sess, listener string) []discard {
 	}
 	kept := ss.msgs[:0]
 	for _, m := range ss.msgs {
-		rec, expiry, err := s.msgAtLocked(m.e)
+		rec, expiry, err := s.msgAtLocked(ss.id, &m)
 		if err != nil {
 			s.log.Warn().Err(err).Str("client", ss.id).Uint16("packet_id", m.pid).Msg("stored message does not load; dropped")
 			s.deleteLocked(m.e, inflightKey(ss.id, m.pid))
@@ -407,7 +413,7 @@ func (s *Store) hydrateLocked(ss *sess, listener string) []discard {
 // clientLocked reads ss's client record.
 func (s *Store) clientLocked(ss *sess) (storage.Client, error) {
 	var c storage.Client
-	v, err := s.readLocked(ss.client)
+	v, err := s.readLocked(clientKey(ss.id), ss.client)
 	if err == nil {
 		err = c.UnmarshalBinary(v)
 	}
@@ -451,7 +457,7 @@ func (s *Store) sweep(now time.Time) {
 		if ss.deadline > 0 && ss.deadline <= unix {
 			ds = s.discardMsgsLocked(ss, ds, func(*msgRef) bool { return true }, true, "the session expired")
 			s.log.Debug().Str("client", ss.id).Msg("parked session expired")
-			s.dropLocked(ss, true)
+			s.endLocked(ss)
 			continue
 		}
 		if ss.soonest() <= unix {
@@ -492,7 +498,7 @@ func (s *Store) discardMsgsLocked(ss *sess, ds []discard, match func(*msgRef) bo
 			continue
 		}
 		if s.opts.Discarded != nil {
-			if rec, expiry, err := s.msgAtLocked(m.e); err == nil {
+			if rec, expiry, err := s.msgAtLocked(ss.id, &m); err == nil {
 				ds = append(ds, discard{ss.id, toPacket(&rec, expiry), expired, reason})
 			}
 		}
@@ -506,9 +512,9 @@ func (s *Store) discardMsgsLocked(ss *sess, ds []discard, match func(*msgRef) bo
 	return ds
 }
 
-// msgAtLocked reads the queued message at e.
-func (s *Store) msgAtLocked(e entry) (storage.Message, int64, error) {
-	v, err := s.readLocked(e)
+// msgAtLocked reads session id's queued message m.
+func (s *Store) msgAtLocked(id string, m *msgRef) (storage.Message, int64, error) {
+	v, err := s.readLocked(inflightKey(id, m.pid), m.e)
 	if err != nil {
 		return storage.Message{}, 0, err
 	}
@@ -520,7 +526,7 @@ func (s *Store) Collectors() []prometheus.Collector {
 	gauge := func(name, help string, f func(Stats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Stats()) })
 	}
-	return []prometheus.Collector{
+	cs := []prometheus.Collector{
 		gauge("ferrymq_sessions_stored", "Persistent MQTT sessions stored (online, offline and parked).",
 			func(st Stats) float64 { return float64(st.Sessions) }),
 		gauge("ferrymq_sessions_parked", "Offline persistent sessions parked (out of mochi; messages on disk).",
@@ -530,6 +536,17 @@ func (s *Store) Collectors() []prometheus.Collector {
 		gauge("ferrymq_sessions_log_bytes", "Size of the session log.",
 			func(st Stats) float64 { return float64(st.LogBytes) }),
 	}
+	if k := s.kv; k != nil {
+		for reason, c := range map[string]*atomic.Int64{"unavailable": &k.errUnavailable, "too_large": &k.errTooLarge,
+			"fenced": &k.errFenced, "not_owner": &k.errNotOwner} {
+			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_sessions_kv_write_errors_total",
+				Help:        "Session writes to the key-value bucket that did not happen, by reason.",
+				ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(c.Load()) }))
+		}
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_sessions_taken_over_total",
+			Help: "Sessions another gateway node took over from this one."}, func() float64 { return float64(k.takenOver.Load()) }))
+	}
+	return cs
 }
 
 // Info describes one stored session.
@@ -556,11 +573,6 @@ func (s *Store) Session(clientID string) (Info, bool) {
 	return in, true
 }
 
-// ErrHeld is returned by Delete for a session the MQTT server still holds:
-// its client is connected, went away less than ParkAfter ago, or has a
-// will pending. Disconnect it, wait a moment and delete again.
-var ErrHeld = errors.New("session: the session is held by the MQTT server")
-
 // Delete removes clientID's parked session — subscriptions and queued
 // messages, which are reported to Discarded as dropped with reason — and
 // returns how many messages it held. ErrNotParked when no session of that
@@ -578,7 +590,7 @@ func (s *Store) Delete(clientID, reason string) (int, error) {
 	}
 	n := len(ss.msgs)
 	ds := s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, false, reason)
-	s.dropLocked(ss, true)
+	s.endLocked(ss)
 	s.mu.Unlock()
 	s.tell(ds)
 	s.log.Info().Str("client", clientID).Int("queued", n).Msg("parked session deleted")

@@ -76,7 +76,10 @@ func (s *Store) put(key string, v storage.Serializable) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.writeLocked(opPut, key, b)
+	e, err := s.putLocked(key, b)
+	if err != nil {
+		panic(err)
+	}
 	s.live -= int64(e.n) // apply counts it
 	s.apply(opPut, key, b, e)
 }
@@ -164,8 +167,8 @@ func TestStoreCompacts(t *testing.T) {
 		s.put(retainedKey("t"), &storage.Message{ID: retainedKey("t"), TopicName: "t", Payload: big, Created: int64(i)})
 	}
 	s.mu.Lock()
-	require.NoError(t, s.compactLocked())
-	size := s.size
+	require.NoError(t, s.lg.compact())
+	size := s.lg.bytes
 	s.mu.Unlock()
 	require.Less(t, size, int64(200<<10))
 	require.NoError(t, s.Close())

@@ -2,10 +2,6 @@ package session
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -43,31 +39,30 @@ type Options struct {
 
 // Store persists MQTT sessions — clients with their will, subscriptions,
 // outbound QoS 1/2 messages not yet acknowledged (including those queued
-// for an offline client), and retained messages — in dir/sessions.log.
-// It is a mochi hook; safe for concurrent use.
+// for an offline client), and retained messages — in a backend: the local
+// log dir/sessions.log (Open) or a NATS JetStream key-value bucket shared
+// by several gateway nodes (OpenKV, kv.go). It is a mochi hook; safe for
+// concurrent use.
 //
 // Online sessions are mochi clients. An offline one is parked (park.go):
-// mochi forgets it, and what stays in memory is its record offsets, its
-// subscription filters for routing, and the offsets of its queued
-// messages — the messages themselves are on disk until it reconnects.
+// mochi forgets it, and what stays in memory is its record entries, its
+// subscription filters for routing, and the entries of its queued
+// messages — the messages themselves are in the backend until it
+// reconnects.
 type Store struct {
 	mqtt.HookBase
 
-	dir  string
-	path string
 	opts Options
 	log  zerolog.Logger
 
-	mu       sync.Mutex // guards everything below
-	f        *os.File
-	size     int64 // bytes in the file
-	live     int64 // bytes of live records
+	mu       sync.Mutex // guards everything below, and the backend
+	b        backend
+	lg       *logBackend // the log backend (Open), or nil
+	kv       *kvBackend  // the key-value backend (OpenKV), or nil
+	live     int64       // bytes of live records
 	sessions map[string]*sess
 	retained map[string]*entry
 	routes   routes
-	dirty    bool
-	err      error // sticky write error: the store stops writing
-	buf      []byte
 
 	server     *mqtt.Server
 	parkq      map[*mqtt.Client]time.Time // offline mochi clients to park, with when they were queued
@@ -82,7 +77,32 @@ type Store struct {
 	once sync.Once
 }
 
-// entry is where a live record is in the file.
+// backend is where a Store keeps its records, under the keys of the scheme
+// below (c/<id>, s/<id>\0<filter>, …): the local log (logBackend, log.go)
+// or a NATS JetStream key-value bucket (kvBackend, kv.go). An entry says
+// where a live record is: offset and length in the log, revision and value
+// length in the bucket; n == 0 means none. Every method is called with
+// Store.mu held. The session logic — parking, routing, expiry, hydration —
+// is the Store's and the same for both.
+type backend interface {
+	// put writes key = value and returns where it is.
+	put(key string, value []byte) (entry, error)
+	// del deletes key, whose live record is at old.
+	del(key string, old entry) error
+	// read returns the value of key's live record at e.
+	read(key string, e entry) ([]byte, error)
+	// release gives up this node's ownership of session id, deleting the
+	// owner record: the session ended (the log owns nothing).
+	release(id string)
+	// tick does the periodic work (fsync, compaction), every SyncInterval.
+	tick()
+	// size is what the backend holds, in bytes (the log file's size).
+	size() int64
+	// close ends the backend; the Store's goroutines have ended.
+	close() error
+}
+
+// entry is where a live record is in the backend.
 type entry struct {
 	off int64
 	n   int32
@@ -139,10 +159,7 @@ const (
 	kRetained = "r/"
 )
 
-// Open loads dir/sessions.log (creating dir) and starts the background
-// goroutine (fsync, parking, expiry, compaction). Attach parks the
-// sessions found.
-func Open(dir string, o Options) (*Store, error) {
+func (o *Options) withDefaults() {
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = 200 * time.Millisecond
 	}
@@ -158,51 +175,37 @@ func Open(dir string, o Options) (*Store, error) {
 	if o.MaxQueuedBytes <= 0 {
 		o.MaxQueuedBytes = 1 << 20
 	}
-	s := &Store{dir: dir, path: filepath.Join(dir, "sessions.log"), opts: o, log: zerolog.Nop(),
+}
+
+// newStore is a Store without a backend and without goroutines.
+func newStore(o Options) *Store {
+	o.withDefaults()
+	s := &Store{opts: o, log: zerolog.Nop(),
 		sessions: map[string]*sess{}, retained: map[string]*entry{}, routes: routes{},
 		parkq: map[*mqtt.Client]time.Time{}, connecting: map[string]*mqtt.Client{},
 		stop: make(chan struct{}), openedAt: time.Now().Unix()}
 	if o.Logger != nil {
 		s.log = o.Logger.With().Str("component", "session").Logger()
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("session: %w", err)
+	return s
+}
+
+// Open loads dir/sessions.log (creating dir) and starts the background
+// goroutine (fsync, parking, expiry, compaction). Attach parks the
+// sessions found.
+func Open(dir string, o Options) (*Store, error) {
+	s := newStore(o)
+	lg, err := openLog(s, dir)
+	if err != nil {
+		return nil, err
 	}
-	data, err := os.ReadFile(s.path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("session: read %s: %w", s.path, err)
-	}
-	end := int64(len(data))
-	var lastBad int64 = -1
-	records := 0
-	replay(data, func(op byte, key string, value []byte, off int64) {
-		s.apply(op, key, value, entry{off, int32(recHeader + 3 + len(key) + len(value))})
-		records++
-		lastBad = -1
-	}, func(off int64, err error) {
-		if lastBad < 0 {
-			lastBad = off
-		}
-		s.log.Warn().Err(err).Int64("offset", off).Str("file", s.path).Msg("session record damaged; skipped")
-	})
-	if lastBad >= 0 {
-		end = lastBad // a torn tail: the next record is written where it began
-	}
-	if s.f, err = os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
-		return nil, fmt.Errorf("session: open %s: %w", s.path, err)
-	}
-	if err := s.f.Truncate(end); err != nil {
-		_ = s.f.Close()
-		return nil, fmt.Errorf("session: cut torn tail of %s: %w", s.path, err)
-	}
-	s.size = end
-	s.log.Info().Int("records", records).Int64("bytes", end).Int("sessions", len(s.sessions)).
-		Int("parked", s.parked).Int("queued", s.queued).Int("retained", len(s.retained)).Msg("sessions loaded")
+	s.b, s.lg = lg, lg
 	s.wg.Go(s.loop)
 	return s, nil
 }
 
-// Close syncs and closes the log; safe to call twice.
+// Close stops the store's goroutines, waits for them, and closes the
+// backend (the log is synced); safe to call twice.
 func (s *Store) Close() error {
 	var err error
 	s.once.Do(func() {
@@ -210,7 +213,7 @@ func (s *Store) Close() error {
 		s.wg.Wait()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		err = errors.Join(s.f.Sync(), s.f.Close())
+		err = s.b.close()
 	})
 	return err
 }
@@ -237,79 +240,45 @@ func (s *Store) loop() {
 		}
 		lastSync = now
 		s.mu.Lock()
-		if s.dirty && s.err == nil {
-			if err := s.f.Sync(); err != nil {
-				s.fail(err)
-			}
-			s.dirty = false
-		}
-		if s.err == nil && s.size > 1<<20 && s.size > 2*s.live {
-			if err := s.compactLocked(); err != nil {
-				s.log.Error().Err(err).Msg("session log compaction")
-			}
-		}
+		s.b.tick()
 		s.mu.Unlock()
 	}
 }
 
-func (s *Store) fail(err error) {
-	if s.err == nil {
-		s.err = err
-		s.log.Error().Err(err).Str("file", s.path).Msg("session log write failed; sessions are no longer persisted")
+// putLocked writes key = value and returns its entry; n == 0 and the
+// backend's error if it was not written (the backend logged it).
+func (s *Store) putLocked(key string, value []byte) (entry, error) {
+	e, err := s.b.put(key, value)
+	if err != nil {
+		return entry{}, err
 	}
-}
-
-// writeLocked appends one record (to the page cache: a process crash loses
-// nothing; the loop fsyncs) and returns where it is; n == 0 if nothing was
-// written (the store failed).
-func (s *Store) writeLocked(op byte, key string, value []byte) entry {
-	if s.err != nil || len(key) > 0xFFFF {
-		return entry{}
-	}
-	s.buf = appendRecord(s.buf[:0], op, key, value)
-	if _, err := s.f.WriteAt(s.buf, s.size); err != nil {
-		s.fail(err)
-		return entry{}
-	}
-	e := entry{s.size, int32(len(s.buf))}
-	s.size += int64(e.n)
-	s.dirty = true
-	if op == opPut {
-		s.live += int64(e.n)
-	}
-	return e
+	s.live += int64(e.n)
+	return e, nil
 }
 
 // replaceLocked writes a put of key and returns its entry, counting old
-// (the entry it replaces, n == 0 for none) as dead.
+// (the entry it replaces, n == 0 for none) as dead; n == 0 if not written.
 func (s *Store) replaceLocked(old entry, key string, value []byte) entry {
 	s.live -= int64(old.n)
-	return s.writeLocked(opPut, key, value)
+	e, _ := s.putLocked(key, value)
+	return e
 }
 
-// deleteLocked writes a delete of key whose live record is at e.
+// deleteLocked deletes key, whose live record is at e.
 func (s *Store) deleteLocked(e entry, key string) {
 	if e.n == 0 {
 		return
 	}
 	s.live -= int64(e.n)
-	s.writeLocked(opDelete, key, nil)
+	_ = s.b.del(key, e)
 }
 
-// readLocked reads and checks the record at e and returns its value.
-func (s *Store) readLocked(e entry) ([]byte, error) {
-	b := make([]byte, e.n)
-	if _, err := s.f.ReadAt(b, e.off); err != nil {
-		return nil, fmt.Errorf("session: read record at %d: %w", e.off, err)
-	}
-	_, _, value, _, err := decodeRecord(b)
-	if err != nil {
-		return nil, fmt.Errorf("session: record at %d: %w", e.off, err)
-	}
-	return value, nil
+// readLocked reads key's live record at e and returns its value.
+func (s *Store) readLocked(key string, e entry) ([]byte, error) {
+	return s.b.read(key, e)
 }
 
-// apply indexes one record read at Open.
+// apply indexes one record read at Open (or loaded from the bucket).
 func (s *Store) apply(op byte, key string, value []byte, e entry) {
 	if len(key) < 2 {
 		return
@@ -445,56 +414,11 @@ func (s *Store) dropLocked(ss *sess, write bool) {
 	delete(s.sessions, ss.id)
 }
 
-// compactLocked rewrites the live records into a new file, swaps it in and
-// moves every entry to its new place.
-func (s *Store) compactLocked() error {
-	tmp := s.path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
-	var out []byte
-	moved := map[*entry]entry{}
-	var rerr error
-	s.eachEntryLocked(func(e *entry) {
-		if rerr != nil || e.n == 0 {
-			return
-		}
-		rec := make([]byte, e.n)
-		if _, err := s.f.ReadAt(rec, e.off); err != nil {
-			rerr = fmt.Errorf("read record at %d: %w", e.off, err)
-			return
-		}
-		moved[e] = entry{int64(len(out)), e.n}
-		out = append(out, rec...)
-	})
-	if rerr != nil {
-		_ = f.Close()
-		return rerr
-	}
-	if _, err := f.Write(out); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if d, err := os.Open(s.dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	_ = s.f.Close()
-	for e, n := range moved {
-		*e = n
-	}
-	s.f, s.size, s.live, s.dirty = f, int64(len(out)), int64(len(out)), false
-	return nil
+// endLocked deletes a session that ended — its records, then (on a
+// bucket) its owner record.
+func (s *Store) endLocked(ss *sess) {
+	s.dropLocked(ss, true)
+	s.b.release(ss.id)
 }
 
 // eachEntryLocked calls fn with every live entry, in place.

@@ -54,8 +54,10 @@ type serveOptions struct {
 	sessions  *session.Store // the gateway's session store, once built
 	logLevel  string
 	logPretty bool
-	engine    string   // embedded or nats
-	natsURLs  []string // --nats
+	engine    string            // embedded or nats
+	natsURLs  []string          // --nats
+	kv        *jetstream.Engine // engine nats: where the gateway keeps sessions
+	kvNode    string            // engine nats: this node's name
 }
 
 func (o *serveOptions) AddFlags(cmd *cobra.Command) {

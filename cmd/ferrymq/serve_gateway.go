@@ -34,14 +34,23 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		return nil, err
 	}
 	var br *bridge.Hook
-	sessions, err := session.Open(filepath.Join(o.dataDir, "sessions"), session.Options{
+	so := session.Options{
 		MaxQueued:      bc.OfflineMaxMessages,
 		MaxQueuedBytes: bc.OfflineMaxBytes,
 		Discarded: func(id string, pk packets.Packet, expired bool, reason string) {
 			br.Discarded(id, pk, expired, reason)
 		},
 		Logger: log,
-	})
+	}
+	var sessions *session.Store
+	if o.kv != nil { // engine nats: sessions in a JetStream bucket, shared by the nodes
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sessions, err = session.OpenKV(ctx, o.kv.JetStream(), session.KVOptions{Options: so, NodeID: o.kvNode, Replicas: o.file.NATS.Replicas,
+			Timeout: time.Duration(o.file.NATS.Timeout)})
+		cancel()
+	} else {
+		sessions, err = session.Open(filepath.Join(o.dataDir, "sessions"), so)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,7 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 	}
 	// Every node sees every command: no node holds one for a client it does
 	// not know (see runRemote).
+	o.kv, o.kvNode = n.engine, nodeName
 	bo := bridge.Options{Broker: n.producer.Broker(), MaxDelay: n.producer.MaxDelay(), Trace: n.trace, Node: nodeName, HoldUnknown: -1}
 	if n.gateway, err = o.newGateway(bo, nil, log); err != nil {
 		return err

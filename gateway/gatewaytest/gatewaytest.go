@@ -11,6 +11,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/bridge"
@@ -31,6 +32,12 @@ type Options struct {
 	// with SessionOptions (Discarded is wired to the bridge).
 	Sessions       bool
 	SessionOptions session.Options
+	// SessionsKV, if set, keeps the sessions in a key-value bucket of this
+	// JetStream (session.OpenKV with KVOptions, whose Options are
+	// SessionOptions) instead of Dir/sessions: several gateways on one
+	// NATS share them. Implies Sessions.
+	SessionsKV jetstream.JetStream
+	KVOptions  session.KVOptions
 	// Auth, if set, is added before the bridge (package auth's hook).
 	Auth mqtt.Hook
 	// Delay runs delayed delivery (package core/delay, folder Dir/delay)
@@ -96,10 +103,19 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	var br *bridge.Hook
 	var ss *session.Store
-	if o.Sessions {
+	if o.Sessions || o.SessionsKV != nil {
 		so := o.SessionOptions
 		so.Discarded = func(id string, pk packets.Packet, expired bool, reason string) { br.Discarded(id, pk, expired, reason) }
-		if ss, err = session.Open(filepath.Join(o.Dir, "sessions"), so); err != nil {
+		if o.SessionsKV != nil {
+			ko := o.KVOptions
+			ko.Options = so
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ss, err = session.OpenKV(ctx, o.SessionsKV, ko)
+			cancel()
+		} else {
+			ss, err = session.Open(filepath.Join(o.Dir, "sessions"), so)
+		}
+		if err != nil {
 			fail(err)
 		}
 		o.Bridge.Sessions = ss
