@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +144,94 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	for i, m := range consume(coreB, n) {
 		require.Equal(t, fmt.Sprintf("car-b %03d", n+i), m["body"], "the group goes on where it committed")
 	}
+}
+
+// A gateway node dies with persistent sessions whose QoS 1 commands are
+// delivered but not acknowledged: each device reconnects to the other node
+// (clean session off) and gets its command again, marked DUP, and nothing
+// is lost. The time from the reconnect to the resent command is the
+// gateway-node failover time (docs/BENCHMARKS.md).
+func TestBinaryNATSGatewayNodeKillResumesSessions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	cl := natstest.RunCluster(t, 3, natstest.SyncAlways())
+	nodeA := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-a", 3), "--data", filepath.Join(t.TempDir(), "a"))
+	addrA := printedAddrs(t, nodeA, "tcp", "core")
+	nodeB := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-b", 3), "--data", filepath.Join(t.TempDir(), "b"))
+	addrB := printedAddrs(t, nodeB, "tcp")
+
+	type delivery struct {
+		id, body string
+		dup      bool
+		at       time.Time
+	}
+	got := make(chan delivery, 256)
+	const devices = 20
+	dial := func(addr, id string) paho3.Client {
+		return dialMQTT(t, addr, id, func(o *paho3.ClientOptions) {
+			o.SetCleanSession(false).SetAutoAckDisabled(true). // never acknowledge: the commands stay inflight
+										SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) {
+					got <- delivery{id, string(m.Payload()), m.Duplicate(), time.Now()}
+				})
+		})
+	}
+	for i := range devices {
+		id := fmt.Sprintf("car-%02d", i)
+		c := dial(addrA["tcp"], id)
+		tok := c.Subscribe("cars/"+id+"/cmd", 1, nil)
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		// The client stays connected until node A dies; paho's goroutines
+		// end with the connection.
+	}
+	for i := range devices { // one command per device
+
+		id := fmt.Sprintf("car-%02d", i)
+		out, err := exec.Command(bin, "produce", "--server", addrA["core"], "--topic", "commands", "--key", id,
+			"--prop", "mqtt.topic=cars/"+id+"/cmd", "cmd for "+id).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	first := map[string]string{}
+	for len(first) < devices {
+		select {
+		case d := <-got:
+			require.False(t, d.dup, "first delivery of %s", d.id)
+			first[d.id] = d.body
+		case <-time.After(20 * time.Second):
+			t.Fatalf("first deliveries: %v", first)
+		}
+	}
+
+	require.NoError(t, nodeA.cmd.Process.Kill())
+	<-nodeA.exited
+	nodeA.exited <- nil
+
+	start := time.Now()
+	var worst time.Duration
+	dialed := map[string]time.Time{}
+	for i := range devices {
+		id := fmt.Sprintf("car-%02d", i)
+		dialed[id] = time.Now()
+		c := dial(addrB["tcp"], id)
+		t.Cleanup(func() { c.Disconnect(100) })
+	}
+	again := map[string]delivery{}
+	var per []time.Duration // one device: its reconnect started → its command resent
+	for len(again) < devices {
+		select {
+		case d := <-got:
+			require.True(t, d.dup, "%s: the resent command is marked DUP", d.id)
+			require.Equal(t, first[d.id], d.body)
+			again[d.id] = d
+			worst = max(worst, d.at.Sub(start))
+			per = append(per, d.at.Sub(dialed[d.id]))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("resent to %d of %d devices", len(again), devices)
+		}
+	}
+	slices.Sort(per)
+	t.Logf("%d sessions resumed on node-b: reconnect → command resent p50 %v, max %v; all %d within %v",
+		devices, per[len(per)/2], per[len(per)-1], devices, worst)
 }
