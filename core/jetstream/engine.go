@@ -111,6 +111,7 @@ type Engine struct {
 	meta   jetstream.KeyValue
 	get    *getter
 	arrive *arrivals
+	idx    *indexer
 	maxMsg int
 
 	mu      sync.RWMutex
@@ -134,6 +135,7 @@ type topicState struct {
 	queues  int
 	created time.Time
 	rr      atomic.Uint32
+	rng     atomic.Pointer[cachedRange] // Read's view of the stream's range
 }
 
 // Open connects to NATS and prepares the engine's bucket and index stream.
@@ -183,8 +185,13 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		e.get.close()
 		return nil, err
 	}
-	e.wg.Add(1)
+	e.idx = newIndexer(js, e.log)
+	e.wg.Add(2)
 	go e.acker()
+	go func() {
+		defer e.wg.Done()
+		e.idx.run()
+	}()
 	ok = true
 	e.log.Info().Str("servers", strings.Join(nc.Servers(), ",")).Int("replicas", opts.Replicas).Msg("jetstream engine open")
 	return e, nil

@@ -83,6 +83,11 @@ func (e *Engine) Elect(ctx context.Context, opts LeaseOptions) (*Election, error
 	}
 	el := &Election{kv: kv, opts: opts, done: make(chan struct{}),
 		log: opts.Logger.With().Str("lease", opts.Name).Str("holder", opts.Holder).Logger()}
+	// Learn who holds the lease now, so that Holder names it from the start
+	// rather than "" until the first attempt to take it.
+	if ent, err := kv.Get(rctx, leaseKey(opts.Name)); err == nil {
+		el.holder = string(ent.Value())
+	}
 	var lctx context.Context
 	lctx, el.cancel = context.WithCancel(context.Background())
 	go el.run(lctx)
@@ -113,7 +118,7 @@ func (el *Election) Close() error {
 
 func (el *Election) run(ctx context.Context) {
 	defer close(el.done)
-	key := "lease." + token(el.opts.Name)
+	key := leaseKey(el.opts.Name)
 	var rev uint64
 	var renewed time.Time
 	renew := el.opts.TTL / 3
@@ -189,6 +194,9 @@ func (el *Election) set(held bool, holder string) {
 		el.opts.OnChange(held)
 	}
 }
+
+// leaseKey is the bucket key of the lease name.
+func leaseKey(name string) string { return "lease." + token(name) }
 
 func isWrongSequence(err error) bool {
 	var apiErr *jetstream.APIError

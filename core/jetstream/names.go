@@ -10,12 +10,11 @@ import (
 )
 
 // Names on the NATS side. A core topic T with N queues is one stream
-// "FMQ_<tok(T)>" holding subjects "fmq.<tok(T)>.<queue>.<keytok>", where
-// keytok is the hash of the sharding key (keyHash) or "_" without one. The
-// queue is a subject token so that a queue is read with the filter
-// "fmq.<tok(T)>.<queue>.*"; the key is one so that FindByKey is the filter
-// "fmq.<tok(T)>.*.<keytok>". Extra index keys go to the index stream
-// (FMQ__KEYS, subjects "fmqk.<tok(T)>.<keytok>"), arrivals to the core
+// "FMQ_<tok(T)>" holding subjects "fmq.<tok(T)>.<queue>": a queue is one
+// literal subject, so reading it uses the server's per-subject index and
+// costs the same however many devices write to it. Index keys (the
+// sharding key and Keys) go to the index stream FMQ__KEYS, one small entry
+// per key and message under "fmqk.<tok(T)>.<keytok>"; arrivals to the core
 // subjects "fmqa.<tok(T)>".
 const (
 	streamPrefix  = "FMQ_"
@@ -23,7 +22,6 @@ const (
 	keysStream    = "FMQ__KEYS"
 	keysPrefix    = "fmqk."
 	arrivalPrefix = "fmqa."
-	noKeyToken    = "_"
 	// maxTokenLen bounds an encoded name; longer ones are replaced by a hash
 	// (the real name is in the stream's metadata).
 	maxTokenLen = 200
@@ -57,24 +55,17 @@ func token(name string) string {
 
 func streamName(topic string) string { return streamPrefix + token(topic) }
 
-func queueSubject(tok string, queue int, keyTok string) string {
-	return subjectPrefix + tok + "." + strconv.Itoa(queue) + "." + keyTok
+func queueSubject(tok string, queue int) string {
+	return subjectPrefix + tok + "." + strconv.Itoa(queue)
 }
 
-func queueFilter(tok string, queue int) string {
-	return subjectPrefix + tok + "." + strconv.Itoa(queue) + ".*"
-}
-
-func keyFilter(tok, keyTok string) string { return subjectPrefix + tok + ".*." + keyTok }
+func keySubject(tok, key string) string { return keysPrefix + tok + "." + keyToken(key) }
 
 func topicSubjects(tok string) string { return subjectPrefix + tok + ".>" }
 
 // keyToken is the subject token for a key: 16 hex digits of its FNV-1a
 // 64-bit hash. Different keys may share one; readers compare the real key.
 func keyToken(key string) string {
-	if key == "" {
-		return noKeyToken
-	}
 	var b [16]byte
 	h := core.FNV64a(core.FNV64Offset, key)
 	const hexd = "0123456789abcdef"
@@ -85,10 +76,10 @@ func keyToken(key string) string {
 	return string(b[:])
 }
 
-// queueOf parses the queue from a message subject "fmq.<tok>.<queue>.<key>".
+// queueOf parses the queue from a message subject "fmq.<tok>.<queue>".
 func queueOf(subject string) (int, bool) {
 	parts := strings.Split(subject, ".")
-	if len(parts) != 4 {
+	if len(parts) != 3 {
 		return 0, false
 	}
 	q, err := strconv.Atoi(parts[2])

@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -128,17 +127,18 @@ func (e *Engine) prepare(ctx context.Context, m *core.Message) (*nats.Msg, *topi
 	} else {
 		q = int((t.rr.Add(1) - 1) % uint32(t.queues))
 	}
-	return &nats.Msg{Subject: queueSubject(t.tok, q, keyToken(m.ShardingKey)), Data: data}, t, q, nil
+	return &nats.Msg{Subject: queueSubject(t.tok, q), Data: data}, t, q, nil
 }
 
 // acker waits for each pending call's acknowledgements in call order,
 // publishes the index keys of its messages, and tells the caller.
 func (e *Engine) acker() {
 	defer e.wg.Done()
+	defer close(e.idx.q)
 	for p := range e.acks {
 		res, err := e.await(p)
 		if err == nil {
-			err = e.index(p, res)
+			e.idx.add(p, res)
 		}
 		if err != nil {
 			p.done(nil, err)
@@ -183,34 +183,4 @@ func cmpErr(first, err error) error {
 		return first
 	}
 	return err
-}
-
-// index publishes, for each message with index keys other than its
-// sharding key, one entry per key to the index stream: the message's
-// sequence under "fmqk.<tok(topic)>.<keytok>". It waits for them, so a
-// FindByKey after a produce finds the message.
-func (e *Engine) index(p *pending, res []core.SendResult) error {
-	var futs []jetstream.PubAckFuture
-	for i, m := range p.msgs {
-		for _, k := range m.Keys {
-			if k == "" || k == m.ShardingKey {
-				continue
-			}
-			var seq [8]byte
-			binary.BigEndian.PutUint64(seq[:], uint64(res[i].CommitLogOffset))
-			f, err := e.js.PublishMsgAsync(&nats.Msg{Subject: keysPrefix + p.ts[i].tok + "." + keyToken(k), Data: seq[:]})
-			if err != nil {
-				return e.unavailable("publish index key", err)
-			}
-			futs = append(futs, f)
-		}
-	}
-	for _, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return e.unavailable("publish index key", err)
-		}
-	}
-	return nil
 }

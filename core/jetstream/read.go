@@ -22,11 +22,17 @@ func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResul
 	if err != nil {
 		return core.ReadResult{}, err
 	}
-	info, err := e.info(ctx, t)
+	rg, fresh, err := e.rangeOf(ctx, t, false)
 	if err != nil {
 		return core.ReadResult{}, err
 	}
-	rg := streamRange(info)
+	if req.Offset > rg.Max && !fresh {
+		// Clamping down on a stale maximum could hand out messages again:
+		// look afresh.
+		if rg, _, err = e.rangeOf(ctx, t, true); err != nil {
+			return core.ReadResult{}, err
+		}
+	}
 	res := core.ReadResult{Range: rg, NextOffset: req.Offset}
 	off := req.Offset
 	if off < rg.Min {
@@ -35,7 +41,7 @@ func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResul
 		off, res.Clamped = rg.Max, true
 	}
 	res.NextOffset = off
-	if off >= rg.Max {
+	if off >= rg.Max && fresh {
 		return res, nil
 	}
 	n := req.MaxCount
@@ -46,7 +52,7 @@ func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResul
 	if maxBytes <= 0 {
 		maxBytes = 4 << 20
 	}
-	raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(off) + 1, NextFor: queueFilter(t.tok, req.Queue), Batch: n, MaxBytes: maxBytes})
+	raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(off) + 1, NextFor: queueSubject(t.tok, req.Queue), Batch: n, MaxBytes: maxBytes})
 	if err != nil {
 		return res, e.readErr(t, err)
 	}
@@ -67,12 +73,42 @@ func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResul
 			return res, err
 		}
 		res.NextOffset = sm.QueueOffset + 1
+		if res.NextOffset > res.Range.Max { // newer than the cached range
+			res.Range.Max = res.NextOffset
+		}
 		if len(req.Tags) > 0 && !slices.Contains(req.Tags, sm.Tag) {
 			continue
 		}
 		res.Messages = append(res.Messages, sm)
 	}
 	return res, nil
+}
+
+// rangeTTL is how long Read trusts a topic's cached range: a read costs
+// one direct get instead of a stream info and a direct get. A stale range
+// is only ever lower than the real one: its minimum clamps less, its
+// maximum is raised by what the read returns, and a read above it looks
+// afresh before clamping down.
+const rangeTTL = 250 * time.Millisecond
+
+// rangeOf returns t's offset range, from the cache unless it is older than
+// rangeTTL or refresh is set; fresh says it was read just now.
+func (e *Engine) rangeOf(ctx context.Context, t *topicState, refresh bool) (rg core.QueueRange, fresh bool, err error) {
+	if c := t.rng.Load(); c != nil && !refresh && time.Since(c.at) < rangeTTL {
+		return c.r, false, nil
+	}
+	info, err := e.info(ctx, t)
+	if err != nil {
+		return rg, false, err
+	}
+	rg = streamRange(info)
+	t.rng.Store(&cachedRange{r: rg, at: time.Now()})
+	return rg, true, nil
+}
+
+type cachedRange struct {
+	r  core.QueueRange
+	at time.Time
 }
 
 func (e *Engine) readErr(t *topicState, err error) error {
@@ -151,13 +187,11 @@ func (e *Engine) topicByHash(h uint64) (string, bool) {
 	return name, ok
 }
 
-// maxKeyScan bounds the messages one FindByKey looks at (keys share subject
-// tokens by hash, so some may be other keys').
-const maxKeyScan = 10_000
-
-// FindByKey implements core.Broker: messages whose sharding key is key are
-// found by their subject's key token; messages with key among their extra
-// Keys through the index stream.
+// FindByKey implements core.Broker through the index stream: the entries
+// under the key's subject name the sequences of the topic's messages with
+// that key (as sharding key or in Keys); each is fetched and checked (keys
+// share subjects by hash). It first waits until this engine's index writes
+// issued so far are stored, so a produce is found once it returned.
 func (e *Engine) FindByKey(ctx context.Context, topic, key string, q core.KeyQuery) ([]*core.StoredMessage, error) {
 	if e.closed.Load() {
 		return nil, core.ErrClosed
@@ -170,23 +204,20 @@ func (e *Engine) FindByKey(ctx context.Context, topic, key string, q core.KeyQue
 	if limit <= 0 {
 		limit = 32
 	}
-	match := func(m *core.StoredMessage) bool {
-		if (!q.Begin.IsZero() && m.StoredAt.Before(q.Begin)) || (!q.End.IsZero() && m.StoredAt.After(q.End)) {
-			return false
-		}
-		return m.ShardingKey == key || slices.Contains(m.Keys, key)
+	if err := e.idx.barrier(ctx); err != nil {
+		return nil, err
 	}
-	var out []*core.StoredMessage
-	// By sharding key.
-	req := directReq{NextFor: keyFilter(t.tok, keyToken(key)), Batch: 256}
+	req := directReq{NextFor: keySubject(t.tok, key), Batch: 256}
 	if !q.Begin.IsZero() {
 		b := q.Begin
 		req.Start = &b
 	} else {
 		req.Seq = 1
 	}
+	var out []*core.StoredMessage
+	seen := map[uint64]bool{}
 	for scanned := 0; scanned < maxKeyScan && len(out) < limit; {
-		raws, err := e.get.do(ctx, t.stream, req)
+		raws, err := e.get.do(ctx, keysStream, req)
 		if err != nil {
 			return nil, err
 		}
@@ -197,65 +228,40 @@ func (e *Engine) FindByKey(ctx context.Context, topic, key string, q core.KeyQue
 				return nil, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
 			}
 			last = r
-			sm, err := e.decode(t, r)
-			if err != nil {
-				return nil, err
+			if len(r.data) != 8 {
+				continue
 			}
-			if match(sm) {
+			seq := binary.BigEndian.Uint64(r.data)
+			if seen[seq] {
+				continue
+			}
+			seen[seq] = true
+			sm, err := e.getSeq(ctx, t, seq, newID(t.name, seq))
+			if err != nil {
+				continue // gone with retention, or an older incarnation's
+			}
+			if (!q.Begin.IsZero() && sm.StoredAt.Before(q.Begin)) || (!q.End.IsZero() && sm.StoredAt.After(q.End)) {
+				continue
+			}
+			if sm.ShardingKey == key || slices.Contains(sm.Keys, key) {
 				out = append(out, sm)
+				if len(out) == limit {
+					break
+				}
 			}
 		}
 		scanned += len(raws)
-		if len(raws) < req.Batch || last.pending == 0 || (!q.End.IsZero() && last.time.After(q.End)) {
+		if len(raws) < req.Batch || last.pending == 0 || (!q.End.IsZero() && last.time.After(q.End.Add(time.Minute))) {
 			break
 		}
 		req.Start, req.Seq = nil, last.seq+1
 	}
-	// By extra keys.
-	seqs, err := e.indexed(ctx, t, key, q)
-	if err != nil {
-		return nil, err
-	}
-	for _, seq := range seqs {
-		if slices.ContainsFunc(out, func(m *core.StoredMessage) bool { return m.CommitLogOffset == int64(seq) }) {
-			continue
-		}
-		sm, err := e.getSeq(ctx, t, seq, newID(t.name, seq))
-		if err != nil {
-			continue // gone with retention, or the topic's older incarnation
-		}
-		if match(sm) {
-			out = append(out, sm)
-		}
-	}
 	slices.SortFunc(out, func(a, b *core.StoredMessage) int { return int(a.CommitLogOffset - b.CommitLogOffset) })
-	if len(out) > limit {
-		out = out[:limit]
-	}
 	return out, nil
 }
 
-// indexed returns the sequences the index stream holds for key in topic t.
-func (e *Engine) indexed(ctx context.Context, t *topicState, key string, q core.KeyQuery) ([]uint64, error) {
-	req := directReq{NextFor: keysPrefix + t.tok + "." + keyToken(key), Batch: 1000}
-	if !q.Begin.IsZero() {
-		b := q.Begin
-		req.Start = &b
-	} else {
-		req.Seq = 1
-	}
-	raws, err := e.get.do(ctx, keysStream, req)
-	if err != nil {
-		return nil, err
-	}
-	var seqs []uint64
-	for _, nm := range raws {
-		if len(nm.Data) == 8 {
-			seqs = append(seqs, binary.BigEndian.Uint64(nm.Data))
-		}
-	}
-	return seqs, nil
-}
+// maxKeyScan bounds the index entries one FindByKey looks at.
+const maxKeyScan = 10_000
 
 // OffsetAt implements core.Broker.
 func (e *Engine) OffsetAt(ctx context.Context, topic string, queue int, at time.Time) (int64, error) {
@@ -275,7 +281,7 @@ func (e *Engine) OffsetAt(ctx context.Context, topic string, queue int, at time.
 		return rg.Max, nil
 	}
 	at = at.UTC()
-	raws, err := e.get.do(ctx, t.stream, directReq{Start: &at, NextFor: queueFilter(t.tok, queue), Batch: 1})
+	raws, err := e.get.do(ctx, t.stream, directReq{Start: &at, NextFor: queueSubject(t.tok, queue), Batch: 1})
 	if err != nil {
 		return 0, err
 	}
@@ -299,7 +305,7 @@ func (e *Engine) Backlog(ctx context.Context, topic string, queue int, from int6
 	if err != nil {
 		return 0, err
 	}
-	raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(max(from, 0)) + 1, NextFor: queueFilter(t.tok, queue), Batch: 1, MaxBytes: 1})
+	raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(max(from, 0)) + 1, NextFor: queueSubject(t.tok, queue), Batch: 1, MaxBytes: 1})
 	if err != nil || len(raws) == 0 {
 		return 0, err
 	}

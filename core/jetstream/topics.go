@@ -191,17 +191,36 @@ func (e *Engine) create(ctx context.Context, name string, queues int) (*topicSta
 	}
 	s, err := e.js.CreateStream(ctx, cfg)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		info, ierr := e.streamInfo(ctx, name) // another node was first
-		if ierr != nil {
-			return nil, ierr
-		}
-		return e.cache(name, info)
+		return e.createdElsewhere(ctx, name)
 	}
 	if err != nil {
 		return nil, e.unavailable("create topic "+name, err)
 	}
 	e.log.Info().Str("topic", name).Int("queues", queues).Int("replicas", e.opts.Replicas).Msg("topic created")
 	return e.cache(name, s.CachedInfo())
+}
+
+// createdElsewhere loads a topic whose stream another node created first.
+// In a cluster the stream may still be unknown to the server answering
+// stream info for a moment after the meta leader refused our create, so
+// "not found" is asked again until ctx ends: it must not reach a producer
+// whose topic is being auto-created.
+func (e *Engine) createdElsewhere(ctx context.Context, name string) (*topicState, error) {
+	const pause = 50 * time.Millisecond
+	for {
+		info, err := e.streamInfo(ctx, name)
+		if err == nil {
+			return e.cache(name, info)
+		}
+		if !errors.Is(err, core.ErrTopicNotFound) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, e.unavailable("stream of topic "+name+" created by another node", ctx.Err())
+		case <-time.After(pause):
+		}
+	}
 }
 
 func orUnlimited(n int64) int64 {
