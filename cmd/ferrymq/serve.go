@@ -329,6 +329,15 @@ func (n *node) startDelayAndTxn(o *serveOptions, log *zerolog.Logger) error {
 		}
 	}
 	var err error
+	if n.engine != nil { // cancellations must outlive this node's term as lease holder
+		keep := cmp.Or(opts.MaxDelay, delay.DefaultMaxDelay) + delay.DefaultCancelKeep + 24*time.Hour
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		opts.Cancels, err = n.engine.DelayCancels(ctx, keep)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("delayed delivery: %w", err)
+		}
+	}
 	if n.delay, err = delay.New(n.base, filepath.Join(o.dataDir, "delay"), opts); err != nil {
 		return fmt.Errorf("delayed delivery: %w", err)
 	}

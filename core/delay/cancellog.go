@@ -1,6 +1,7 @@
 package delay
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -68,6 +69,27 @@ func decodeCancelLog(b []byte) (entries []cancelEntry, whole int, damaged int) {
 	}
 	return entries, whole, damaged
 }
+
+// cancelStore is where the Service records cancellations: the cancel log,
+// or a CancelStore from the options.
+type cancelStore interface {
+	append(e cancelEntry) error
+	close() error
+}
+
+// sharedCancels adapts Options.Cancels.
+type sharedCancels struct{ CancelStore }
+
+func (c sharedCancels) append(e cancelEntry) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Add(ctx, e.id, e.dueTime()); err != nil {
+		return fmt.Errorf("%w: %w", ErrCancelLog, err)
+	}
+	return nil
+}
+
+func (sharedCancels) close() error { return nil }
 
 // cancelLog is the open cancel log. Not safe for concurrent use: the Service
 // calls it under its mutex.

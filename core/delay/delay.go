@@ -70,7 +70,7 @@ type Service struct {
 	// against delivery: a level marks a message firing under mu before it
 	// delivers it, and Cancel refuses a firing message.
 	mu        sync.Mutex
-	cancels   *cancelLog
+	cancels   cancelStore
 	cancelled map[core.MessageID]time.Time // original ID → due
 	firing    map[core.MessageID]struct{}
 
@@ -114,9 +114,22 @@ func New(b core.Broker, dir string, opts Options) (*Service, error) {
 		return nil, fmt.Errorf("create %s with %d queues: %w", DelayTopic, n, err)
 	}
 	now := opts.Clock.Now()
-	log, live, damaged, err := openCancelLog(dir, func(e cancelEntry) bool {
-		return e.dueTime().Add(opts.CancelKeep).After(now)
-	})
+	keep := func(e cancelEntry) bool { return e.dueTime().Add(opts.CancelKeep).After(now) }
+	if opts.Cancels != nil {
+		all, err := opts.Cancels.Load(s.ctx)
+		if err != nil {
+			s.cancel()
+			return nil, fmt.Errorf("%w: load: %w", ErrCancelLog, err)
+		}
+		for id, due := range all {
+			if keep(cancelEntry{id: id, due: due.UnixNano()}) {
+				s.cancelled[id] = due
+			}
+		}
+		s.cancels = sharedCancels{opts.Cancels}
+		return s, nil
+	}
+	log, live, damaged, err := openCancelLog(dir, keep)
 	if err != nil {
 		s.cancel()
 		return nil, err

@@ -1,12 +1,14 @@
 package delay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/trace"
 )
 
@@ -35,6 +37,11 @@ const maxLevels = 48
 
 // Options configure a Service. A zero field means its default.
 type Options struct {
+	// Cancels, when set, keeps cancellations instead of the cancel log in
+	// the service's folder: a store shared by the nodes that may run the
+	// service in turn (the JetStream engine's bucket). Its entries must live
+	// at least MaxDelay + CancelKeep.
+	Cancels CancelStore
 	// MaxDelay bounds deliver-at − now; default 40 days. Further ahead is
 	// ErrDelayTooLong.
 	MaxDelay time.Duration
@@ -141,4 +148,12 @@ func levelCount(tick, maxHold time.Duration) int {
 		n++
 	}
 	return n
+}
+
+// CancelStore keeps cancellations of delayed messages durably.
+type CancelStore interface {
+	// Load returns every cancellation kept: original message ID → due time.
+	Load(ctx context.Context) (map[core.MessageID]time.Time, error)
+	// Add stores one durably before it returns.
+	Add(ctx context.Context, id core.MessageID, due time.Time) error
 }
