@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +31,10 @@ var (
 
 // Options configure a Client. A zero field means its default.
 type Options struct {
-	// Addr is the server's core address, host:port.
+	// Addr is the server's core address, host:port — or several, comma
+	// separated: each (re)connect tries them in turn from the last one that
+	// worked. With the JetStream engine only the node holding the core
+	// lease listens on the core port, so listing every node finds it.
 	Addr string
 	// Token is presented in the handshake when the server requires one.
 	Token string
@@ -99,7 +103,8 @@ type Client struct {
 	log  zerolog.Logger
 	slot chan struct{} // in-flight bound
 
-	nextID atomic.Uint64
+	nextID   atomic.Uint64
+	lastAddr atomic.Int32 // index in Options.Addr of the address that answered last
 
 	mu     sync.Mutex
 	sess   *session
@@ -345,11 +350,33 @@ type session struct {
 	once    sync.Once
 }
 
-func (c *Client) connect(ctx context.Context) (*session, error) {
+// dial connects to the first address that answers, starting with the one
+// that answered last.
+func (c *Client) dial(ctx context.Context) (net.Conn, error) {
+	addrs := strings.Split(c.opts.Addr, ",")
 	d := net.Dialer{Timeout: c.opts.DialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", c.opts.Addr)
+	var errs []error
+	start := int(c.lastAddr.Load())
+	for i := range addrs {
+		k := (start + i) % len(addrs)
+		a := strings.TrimSpace(addrs[k])
+		nc, err := d.DialContext(ctx, "tcp", a)
+		if err == nil {
+			c.lastAddr.Store(int32(k))
+			return nc, nil
+		}
+		errs = append(errs, fmt.Errorf("dial %s: %w", a, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (c *Client) connect(ctx context.Context) (*session, error) {
+	nc, err := c.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", c.opts.Addr, err)
+		return nil, err
 	}
 	hello, _ := json.Marshal(wire.Hello{Version: wire.Version, Token: c.opts.Token, ClientID: c.opts.ClientID, ProducerGroups: c.producerGroups()})
 	_ = nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))

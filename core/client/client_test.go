@@ -505,3 +505,24 @@ func TestCoalescedBadMessageFailsAlone(t *testing.T) {
 	}
 	require.Equal(t, int64(n-1), total)
 }
+
+// TestSeveralAddressesFindTheOneListening: with several core addresses
+// (the nodes of a JetStream deployment, of which one listens), the client
+// connects through the one that answers. (TestBinaryNATSTwoNodes lists the
+// dead leader's address first after a failover.)
+func TestSeveralAddressesFindTheOneListening(t *testing.T) {
+	dead := func() string { // a loopback port nobody listens on
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		a := l.Addr().String()
+		require.NoError(t, l.Close())
+		return a
+	}
+	first := servertest.Start(t, servertest.Options{})
+	c := dial(t, dead()+","+first.Addr+","+dead())
+	ctx := t.Context()
+	_, err := c.NewProducer().Send(ctx, &core.Message{Topic: "t", Body: []byte("1")})
+	require.NoError(t, err)
+	_, err = c.Topics(ctx)
+	require.NoError(t, err)
+}
