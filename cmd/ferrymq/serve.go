@@ -105,6 +105,8 @@ type node struct {
 	election   *jetstream.Election // --engine nats: who runs the core services
 	producer   *delay.Service      // --engine nats: delayed produce for the gateway on every node
 	switches   *coreSwitches       // --engine nats: HTTP handlers of the core services, set while leader
+	terms      chan struct{}       // --engine nats: closed when the goroutine starting/stopping core terms ended
+	stopTerms  context.CancelFunc
 	trace      *trace.Recorder
 	sessions   *session.Store // the gateway's, for the admin API
 	nodeName   string
@@ -441,7 +443,9 @@ func (n *node) close(ctx context.Context) error {
 		n.http = nil
 	}
 	if n.election != nil {
-		errs = append(errs, n.election.Close()) // gives up the lease: stops the core services
+		errs = append(errs, n.election.Close()) // gives up the lease
+		n.stopTerms()                           // and the core services stop
+		<-n.terms
 		n.election = nil
 	}
 	errs = append(errs, n.stopCore(ctx))

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,28 +83,56 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 	n.sessions, n.nodeName, n.summary = o.sessions, nodeName, o.summary()
 	n.summary.Engine, n.summary.NATS = "nats", len(o.natsURLs)
 	n.switches = newCoreSwitches()
+	// The election only says what this node should be; one goroutine
+	// starts and stops the core services to match, so a slow start never
+	// holds up lease renewals, and a failed start gives the lease back.
 	out := cmd.OutOrStdout()
-	var mu sync.Mutex // one term at a time
+	want := make(chan bool, 1) // the latest state the election asked for
 	n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: nodeName, TTL: time.Duration(nc.LeaseTTL), Logger: log,
 		OnChange: func(held bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			if held {
-				if err := n.startTerm(o, log); err != nil {
-					log.Error().Err(err).Msg("core services did not start")
-					_ = n.stopTerm()
-					return
-				}
-				fmt.Fprintf(out, "core  %s\n", n.core.Addr())
-				return
+			select {
+			case <-want: // superseded
+			default:
 			}
-			if err := n.stopTerm(); err != nil {
-				log.Warn().Err(err).Msg("core services stopped with an error")
-			}
+			want <- held
 		}})
 	if err != nil {
 		return err
 	}
+	termCtx, stopTerms := context.WithCancel(context.Background())
+	n.terms = make(chan struct{})
+	n.stopTerms = stopTerms
+	go func() {
+		defer close(n.terms)
+		running := false
+		for {
+			var held bool
+			select {
+			case <-termCtx.Done():
+				if running {
+					_ = n.stopTerm()
+				}
+				return
+			case held = <-want:
+			}
+			switch {
+			case held && !running:
+				if err := n.startTerm(o, log); err != nil {
+					log.Error().Err(err).Msg("core services did not start: giving the lease back")
+					_ = n.stopTerm()
+					n.election.Resign()
+					continue
+				}
+				running = true
+				fmt.Fprintf(out, "core  %s\n", n.core.Addr())
+			case !held && running:
+				running = false
+				if err := n.stopTerm(); err != nil {
+					log.Warn().Err(err).Msg("core services stopped with an error")
+				}
+			}
+		}
+	}()
 	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, log)
 	if err != nil {
 		return err

@@ -14,9 +14,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	natstest.MaybeChild()
+	goleak.VerifyTestMain(m)
+}
 
 // TestServeOpensAndClosesStore runs `ferrymq serve` in-process until its
 // context is cancelled, as SIGINT would, and checks that it shut the store

@@ -27,7 +27,8 @@ type LeaseOptions struct {
 	Bucket string
 	// OnChange is called (from the election's goroutine) with true when this
 	// candidate becomes the holder and false when it stops being it. It
-	// must return promptly: the lease is not renewed while it runs.
+	// must return promptly — the lease is not renewed while it runs — so
+	// slow work (starting services) belongs on a goroutine of the caller.
 	OnChange func(held bool)
 	Logger   *zerolog.Logger
 }
@@ -48,6 +49,7 @@ type Election struct {
 	held   bool
 	holder string // last known holder ("" unknown)
 
+	resign chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -81,7 +83,7 @@ func (e *Engine) Elect(ctx context.Context, opts LeaseOptions) (*Election, error
 	if err != nil {
 		return nil, e.unavailable("lease bucket", err)
 	}
-	el := &Election{kv: kv, opts: opts, done: make(chan struct{}),
+	el := &Election{kv: kv, opts: opts, done: make(chan struct{}), resign: make(chan struct{}, 1),
 		log: opts.Logger.With().Str("lease", opts.Name).Str("holder", opts.Holder).Logger()}
 	// Learn who holds the lease now, so that Holder names it from the start
 	// rather than "" until the first attempt to take it.
@@ -108,6 +110,16 @@ func (el *Election) Holder() string {
 	return el.holder
 }
 
+// Resign gives a held lease up now (OnChange(false)) so another candidate
+// takes it, and waits a few Retry periods before campaigning again: for a
+// holder that cannot do what the lease is for. No-op when not held.
+func (el *Election) Resign() {
+	select {
+	case el.resign <- struct{}{}:
+	default:
+	}
+}
+
 // Close stops campaigning; a held lease is given up (OnChange(false)) and
 // deleted so another candidate takes it at once.
 func (el *Election) Close() error {
@@ -130,16 +142,29 @@ func (el *Election) run(ctx context.Context) {
 		if first {
 			wait = 0 // try at once
 		}
+		giveUp := func(why string) {
+			el.set(false, "")
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = el.kv.Delete(dctx, key, jetstream.LastRevision(rev))
+			cancel()
+			el.log.Info().Msg(why)
+		}
 		select {
 		case <-ctx.Done():
 			if el.Held() {
-				el.set(false, "")
-				dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_ = el.kv.Delete(dctx, key, jetstream.LastRevision(rev))
-				cancel()
-				el.log.Info().Msg("lease given up")
+				giveUp("lease given up")
 			}
 			return
+		case <-el.resign:
+			if el.Held() {
+				giveUp("lease resigned")
+				select { // let another candidate take it
+				case <-ctx.Done():
+					return
+				case <-time.After(5 * el.opts.Retry):
+				}
+			}
+			continue
 		case <-time.After(jitter(wait, rev)):
 		}
 		if !el.Held() {

@@ -208,11 +208,13 @@ func (e *Engine) create(ctx context.Context, name string, queues int) (*topicSta
 func (e *Engine) createdElsewhere(ctx context.Context, name string) (*topicState, error) {
 	const pause = 50 * time.Millisecond
 	for {
-		info, err := e.streamInfo(ctx, name)
+		tctx, cancel := context.WithTimeout(ctx, time.Second) // one slow answer must not use the whole deadline
+		info, err := e.streamInfo(tctx, name)
+		cancel()
 		if err == nil {
 			return e.cache(name, info)
 		}
-		if !errors.Is(err, core.ErrTopicNotFound) {
+		if !errors.Is(err, core.ErrTopicNotFound) && ctx.Err() != nil {
 			return nil, err
 		}
 		select {
