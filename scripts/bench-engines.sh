@@ -46,7 +46,7 @@ serve() {
 	"$bin" serve --data "$OUT/$name" --mqtt "127.0.0.1:$base" --ws "" --core "127.0.0.1:$((base + 1))" \
 		--http "127.0.0.1:$((base + 2))" "$@" >"$OUT/$name.log" 2>&1 &
 	pids+=($!)
-	for _ in $(seq 1 100); do
+	for _ in $(seq 1 600); do
 		curl -sf "http://127.0.0.1:$((base + 2))/readyz" >/dev/null && return
 		sleep 0.1
 	done

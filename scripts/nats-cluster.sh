@@ -36,7 +36,7 @@ start() {
   for _ in $(seq 1 100); do
     ok=0
     for p in 8222 8223 8224; do
-      curl -sf "http://127.0.0.1:$p/healthz?js-enabled-only=true" >/dev/null && ok=$((ok+1))
+      curl -sf "http://127.0.0.1:$p/healthz" >/dev/null && ok=$((ok+1))
     done
     if [[ $ok == 3 ]]; then echo "$urls"; return; fi
     sleep 0.2

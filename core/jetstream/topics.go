@@ -81,14 +81,39 @@ type load struct {
 }
 
 func (e *Engine) load(ctx context.Context, name string, create bool) (*topicState, error) {
-	info, err := e.streamInfo(ctx, name)
-	if errors.Is(err, core.ErrTopicNotFound) && create {
-		return e.create(ctx, name, e.opts.DefaultQueues)
+	if !create {
+		info, err := e.streamInfo(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return e.cache(name, info)
 	}
-	if err != nil {
-		return nil, err
+	// A producer's first message to a topic: a stream another node created
+	// a moment ago may not answer until its leader is elected, so ask
+	// again, with the creation budget.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 6*e.opts.Timeout)
+		defer cancel()
 	}
-	return e.cache(name, info)
+	for {
+		tctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+		info, err := e.streamInfo(tctx, name)
+		cancel()
+		switch {
+		case err == nil:
+			return e.cache(name, info)
+		case errors.Is(err, core.ErrTopicNotFound):
+			return e.create(ctx, name, e.opts.DefaultQueues)
+		case ctx.Err() != nil || !errors.Is(err, ErrUnavailable):
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (e *Engine) streamInfo(ctx context.Context, name string) (*jetstream.StreamInfo, error) {
@@ -158,8 +183,14 @@ func (e *Engine) forget(t *topicState) {
 func (e *Engine) create(ctx context.Context, name string, queues int) (*topicState, error) {
 	tok := token(name)
 	first := uint64(0)
-	ctx, cancel := e.reqCtx(ctx)
-	defer cancel()
+	// Creating a replicated stream includes electing its leader, which on
+	// a loaded cluster takes seconds: a longer budget than one request,
+	// unless the caller set one.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 6*e.opts.Timeout)
+		defer cancel()
+	}
 	if ent, err := e.meta.Get(ctx, fenceKey(tok)); err == nil {
 		last, perr := strconv.ParseUint(string(ent.Value()), 10, 64)
 		if perr != nil {
