@@ -58,6 +58,7 @@ type serveOptions struct {
 	natsURLs  []string          // --nats
 	kv        *jetstream.Engine // engine nats: where the gateway keeps sessions
 	kvNode    string            // engine nats: this node's name
+	node      string            // --node
 }
 
 func (o *serveOptions) AddFlags(cmd *cobra.Command) {
@@ -78,6 +79,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.cpuProf, "cpu-profile", "", "write a CPU profile (pprof) of the whole run to this file")
 	f.StringVar(&o.engine, "engine", "embedded", "queue engine: embedded (commit log in --data) or nats (a NATS JetStream cluster, see --nats)")
 	f.StringSliceVar(&o.natsURLs, "nats", nil, "NATS server URLs for --engine nats (comma-separated; config: nats.urls)")
+	f.StringVar(&o.node, "node", "", "this node's name, unique among the nodes of one NATS cluster (config: nats.node; default the host name)")
 }
 
 func newServeCmd() *cobra.Command {

@@ -40,7 +40,7 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 	if err != nil {
 		return err
 	}
-	nodeName := cmp.Or(nc.Node, o.file.Bridge.Node, hostname())
+	nodeName := cmp.Or(o.node, nc.Node, o.file.Bridge.Node, hostname())
 	st := o.file.Store
 	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 	defer cancel()
