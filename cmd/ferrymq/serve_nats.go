@@ -58,7 +58,15 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 		return err
 	}
 	if generated {
-		log.Warn().Str("file", filepath.Join(o.dataDir, tokenFile)).Msg("the core port or the HTTP API listens beyond loopback and no token was configured: generated one")
+		// Every node must accept the same token (the core services move
+		// between them): the first node's is kept in the bucket.
+		if o.token, err = n.engine.Shared(ctx, "token", newToken); err != nil {
+			return err
+		}
+		if err := writeTokenFile(o.dataDir, o.token); err != nil {
+			return err
+		}
+		log.Warn().Str("file", filepath.Join(o.dataDir, tokenFile)).Msg("the core port or the HTTP API listens beyond loopback and no token was configured: using the cluster's generated one (shared by the nodes through NATS)")
 	}
 	n.token = o.token
 	tc := o.file.Trace

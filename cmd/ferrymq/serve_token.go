@@ -49,19 +49,32 @@ func ensureToken(token, dataDir string, addrs ...string) (string, bool, error) {
 	if !exposed {
 		return "", false, nil
 	}
+	token, err := newToken()
+	if err != nil {
+		return "", false, err
+	}
+	return token, true, writeTokenFile(dataDir, token)
+}
+
+// newToken generates a token: 24 random bytes in hex.
+func newToken() (string, error) {
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
-		return "", false, fmt.Errorf("generate token: %w", err)
+		return "", fmt.Errorf("generate token: %w", err)
 	}
-	token = hex.EncodeToString(b)
+	return hex.EncodeToString(b), nil
+}
+
+// writeTokenFile writes token into dataDir for the CLI to find.
+func writeTokenFile(dataDir, token string) error {
 	path := filepath.Join(dataDir, tokenFile)
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return "", false, fmt.Errorf("token: %w", err)
+		return fmt.Errorf("token: %w", err)
 	}
 	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return "", false, fmt.Errorf("write token: %w", err)
+		return fmt.Errorf("write token: %w", err)
 	}
-	return token, true, nil
+	return nil
 }
 
 // readTokenFile returns the token serve wrote into dataDir, or "".

@@ -1,6 +1,7 @@
 package jetstream_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,4 +69,27 @@ func TestElectionOneHolder(t *testing.T) {
 	require.Eventually(t, heldC.Load, 10*time.Second, 10*time.Millisecond)
 	t.Logf("take-over after the holder lost NATS: %v", time.Since(start))
 	require.False(t, both.Load(), "two holders at once")
+}
+
+// TestSharedValueIsTheFirstNodes: two nodes ask for the same shared value
+// at once; both get one of the generated values, the same one.
+func TestSharedValueIsTheFirstNodes(t *testing.T) {
+	s := natstest.RunServer(t)
+	ea, eb := openEngine(t, s.URL), openEngine(t, s.URL)
+	got := make(chan string, 2)
+	for i, e := range []*jetstream.Engine{ea, eb} {
+		go func() {
+			v, err := e.Shared(t.Context(), "token", func() (string, error) { return fmt.Sprint("from-", i), nil })
+			if err != nil {
+				v = "error: " + err.Error()
+			}
+			got <- v
+		}()
+	}
+	a, b := <-got, <-got
+	require.Equal(t, a, b)
+	require.Contains(t, []string{"from-0", "from-1"}, a)
+	again, err := eb.Shared(t.Context(), "token", func() (string, error) { return "later", nil })
+	require.NoError(t, err)
+	require.Equal(t, a, again)
 }

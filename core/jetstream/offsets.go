@@ -112,3 +112,30 @@ func (e *Engine) purgeOffsets(ctx context.Context, t *topicState) {
 		}
 	}
 }
+
+// Shared returns the value every node agrees on for name, kept in the
+// engine's bucket: the first caller's value (from gen) is stored, later
+// callers on any node get it. Used for a generated API token, which every
+// node must accept because the core services move between them.
+func (e *Engine) Shared(ctx context.Context, name string, gen func() (string, error)) (string, error) {
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	key := "shared." + token(name)
+	for {
+		if ent, err := e.meta.Get(ctx, key); err == nil {
+			return string(ent.Value()), nil
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return "", e.unavailable("shared "+name, err)
+		}
+		v, err := gen()
+		if err != nil {
+			return "", err
+		}
+		if _, err := e.meta.Create(ctx, key, []byte(v)); err == nil {
+			return v, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return "", e.unavailable("shared "+name, err)
+		}
+		// another node was first: read its value
+	}
+}
