@@ -34,6 +34,14 @@ func natsConfigFile(t *testing.T, urls, name string, replicas int) string {
 	return p
 }
 
+// startNATSNode runs `ferrymq serve --engine nats` as node name on the
+// NATS servers at urls (streams with replicas copies), its data in a
+// temporary folder.
+func startNATSNode(t *testing.T, bin, urls, name string, replicas int) *process {
+	t.Helper()
+	return startServe(t, bin, "--config", natsConfigFile(t, urls, name, replicas), "--data", filepath.Join(t.TempDir(), name))
+}
+
 // Two `ferrymq serve --engine nats` nodes on a real 3-node JetStream
 // cluster (R3, fsync always): devices publish through both nodes, a backend
 // consumes everything from the node holding the core lease, commands reach
@@ -47,9 +55,9 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	cl := natstest.RunCluster(t, 3, natstest.SyncAlways())
-	nodeA := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-a", 3), "--data", filepath.Join(t.TempDir(), "a"))
+	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
 	addrA := printedAddrs(t, nodeA, "tcp", "http", "core") // first node: takes the lease
-	nodeB := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-b", 3), "--data", filepath.Join(t.TempDir(), "b"))
+	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
 	addrB := printedAddrs(t, nodeB, "tcp", "http")
 
 	// The standby serves MQTT and health, but not the core API.
@@ -157,9 +165,9 @@ func TestBinaryNATSGatewayNodeKillResumesSessions(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	cl := natstest.RunCluster(t, 3, natstest.SyncAlways())
-	nodeA := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-a", 3), "--data", filepath.Join(t.TempDir(), "a"))
+	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
 	addrA := printedAddrs(t, nodeA, "tcp", "core")
-	nodeB := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-b", 3), "--data", filepath.Join(t.TempDir(), "b"))
+	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
 	addrB := printedAddrs(t, nodeB, "tcp")
 
 	type delivery struct {

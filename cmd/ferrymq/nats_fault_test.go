@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -337,9 +336,9 @@ func TestBinaryNATSFaultStreamLeaderKillLoop(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	cl := natstest.RunProcessCluster(t, 3, natstest.SyncAlways())
-	nodeA := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-a", 3), "--data", filepath.Join(t.TempDir(), "a"))
+	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
 	addrA := printedAddrs(t, nodeA, "tcp", "core")
-	nodeB := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-b", 3), "--data", filepath.Join(t.TempDir(), "b"))
+	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
 	addrB := printedAddrs(t, nodeB, "tcp")
 
 	var devs []*faultDevice
@@ -429,7 +428,7 @@ func TestBinaryNATSFaultRestartAllNATS(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	cl := natstest.RunProcessCluster(t, 3, natstest.SyncAlways())
-	node := startServe(t, bin, "--config", natsConfigFile(t, cl.URLs(), "node-a", 3), "--data", filepath.Join(t.TempDir(), "a"))
+	node := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
 	addrs := printedAddrs(t, node, "tcp", "http", "core")
 	readyz := "http://" + addrs["http"] + "/readyz"
 
@@ -496,7 +495,7 @@ func TestBinaryNATSFaultNATSUnreachable(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	ns := natstest.RunProcessServer(t, natstest.SyncAlways())
-	node := startServe(t, bin, "--config", natsConfigFile(t, ns.URL, "node-a", 1), "--data", filepath.Join(t.TempDir(), "a"))
+	node := startNATSNode(t, bin, ns.URL, "node-a", 1)
 	addrs := printedAddrs(t, node, "tcp", "http", "core")
 	readyz, healthz := "http://"+addrs["http"]+"/readyz", "http://"+addrs["http"]+"/healthz"
 	code, body := httpStatus(readyz)
