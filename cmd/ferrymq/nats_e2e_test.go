@@ -74,6 +74,10 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	require.Contains(t, body, "node-a")
 	code, _ = status("http://" + addrB["http"] + "/readyz")
 	require.Equal(t, http.StatusOK, code)
+	code, body = status("http://" + addrB["http"] + "/api/v1/node") // the admin API's gateway part works on a standby
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"engine":"nats"`)
+	require.Contains(t, body, `"node":"node-b"`)
 
 	got := make(chan string, 64)
 	connect := func(addr, id string) paho3.Client {

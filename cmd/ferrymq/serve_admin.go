@@ -45,6 +45,9 @@ func (n *node) adminHandler(log *zerolog.Logger, withCore bool) (http.Handler, e
 	if withCore {
 		opts.Broker, opts.Groups, opts.Retry = n.broker, n.groups, n.retry
 	}
+	if n.engine != nil {
+		opts.Engine = "nats"
+	}
 	return admin.New(opts)
 }
 
