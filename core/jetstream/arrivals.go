@@ -19,15 +19,23 @@ type arrivals struct {
 	nc  *nats.Conn
 	sub *nats.Subscription
 
-	mu    sync.Mutex
-	chans map[string]chan struct{} // by topic token; "" is every topic
-	trail map[string]struct{}      // tokens to wake again
+	mu     sync.Mutex
+	chans  map[string]chan struct{} // by topic token; "" is every topic
+	trail  map[string]struct{}      // tokens to wake again
+	sent   map[string]time.Time     // when a notice for the token last went out
+	unsent map[string]struct{}      // notices held back by coalescing, sent by the ticker
 }
+
+// coalesce bounds the notices one node sends per topic: at most one per
+// coalesce, the rest folded into the next tick (a busy topic would
+// otherwise send every node a notice per produce).
+const coalesce = 2 * time.Millisecond
 
 const trailWake = 20 * time.Millisecond
 
 func newArrivals(nc *nats.Conn, ctx context.Context, wg *sync.WaitGroup) (*arrivals, error) {
-	a := &arrivals{nc: nc, chans: map[string]chan struct{}{}, trail: map[string]struct{}{}}
+	a := &arrivals{nc: nc, chans: map[string]chan struct{}{}, trail: map[string]struct{}{},
+		sent: map[string]time.Time{}, unsent: map[string]struct{}{}}
 	sub, err := nc.Subscribe(arrivalPrefix+"*", func(m *nats.Msg) {
 		a.fire(m.Subject[len(arrivalPrefix):], true)
 	})
@@ -52,9 +60,18 @@ func newArrivals(nc *nats.Conn, ctx context.Context, wg *sync.WaitGroup) (*arriv
 					toks = append(toks, tok)
 				}
 				clear(a.trail)
+				held := make([]string, 0, len(a.unsent))
+				for tok := range a.unsent {
+					held = append(held, tok)
+				}
+				clear(a.unsent)
+				clear(a.sent)
 				a.mu.Unlock()
 				for _, tok := range toks {
 					a.fire(tok, false)
+				}
+				for _, tok := range held {
+					_ = a.nc.Publish(arrivalPrefix+tok, nil)
 				}
 			}
 		}
@@ -91,5 +108,14 @@ func (a *arrivals) fire(tok string, again bool) {
 // notify tells every node that tok has new messages.
 func (a *arrivals) notify(tok string) {
 	a.fire(tok, true)
+	now := time.Now()
+	a.mu.Lock()
+	if now.Sub(a.sent[tok]) < coalesce {
+		a.unsent[tok] = struct{}{}
+		a.mu.Unlock()
+		return
+	}
+	a.sent[tok] = now
+	a.mu.Unlock()
 	_ = a.nc.Publish(arrivalPrefix+tok, nil)
 }
