@@ -37,6 +37,9 @@ var (
 	// changed since this node claimed it: another node took the session
 	// over, and this node's write was refused so as not to clobber its state.
 	ErrFenced = errors.New("session: another node owns the session")
+	// ErrNotShared is returned by AdoptGone on a store that is not shared
+	// (opened with Open rather than OpenKV).
+	ErrNotShared = errors.New("session: the store is not shared by nodes")
 	// ErrNotOwner is returned for a write of a session this node could not
 	// claim (the bucket was unreachable when its client connected); nothing
 	// of it is written until the client connects again.

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -337,4 +338,65 @@ func (s *Store) adopt(mine []jetstream.KeyValueEntry) int {
 		}
 	}
 	return n
+}
+
+// AdoptGone takes over the sessions whose owner record names a node for
+// which alive reports false — gateway nodes that are gone (their liveness
+// lease expired) — and parks them here, so that what arrives for them (commands for a parked session,
+// publishes to their subscriptions) is queued again until the devices come
+// back, on any node. Each is claimed with a revision check, so a session a
+// device reclaimed meanwhile, or another node adopted, stays there. It
+// returns how many it took. Only for a store opened with OpenKV.
+func (s *Store) AdoptGone(ctx context.Context, alive func(node string) bool) (int, error) {
+	k := s.kv
+	if k == nil {
+		return 0, ErrNotShared
+	}
+	w, cancel, err := k.watch(ctx, kvOwner+"*")
+	if err != nil {
+		return 0, fmt.Errorf("session: adopt sessions of gone nodes: %w", err)
+	}
+	var theirs []jetstream.KeyValueEntry
+	err = initial(ctx, w, max(10*k.timeout, time.Minute), func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			return
+		}
+		if o, err := decodeOwner(e.Value()); err == nil && o.node != k.node && !alive(o.node) && ownerKey(o.id) == e.Key() {
+			theirs = append(theirs, e)
+		}
+	})
+	stopWatch(w)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("session: adopt sessions of gone nodes: %w", err)
+	}
+	n := 0
+	for _, cur := range theirs {
+		o, _ := decodeOwner(cur.Value())
+		s.mu.Lock()
+		var ds []discard
+		rev, _, err := k.claim(o.id, cur, true)
+		if err == nil {
+			k.hold(o.id, rev, nil)
+			var items []jetstream.KeyValueEntry
+			if items, err = k.load(o.id); err == nil {
+				ds = s.installLocked(o.id, items, true)
+				k.preload = nil
+				if s.sessions[o.id] == nil {
+					k.release(o.id)
+				} else {
+					n++
+				}
+			}
+		}
+		s.mu.Unlock()
+		s.tell(ds)
+		if err != nil && !errors.Is(err, ErrFenced) {
+			s.log.Warn().Err(err).Str("client", o.id).Str("node", o.node).Msg("session of a gone node not adopted")
+		}
+	}
+	if len(theirs) > 0 {
+		s.log.Info().Int("sessions", n).Int("owned_by_gone_nodes", len(theirs)).Msg("sessions of gone nodes adopted")
+	}
+	return n, nil
 }

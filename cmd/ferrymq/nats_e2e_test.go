@@ -247,3 +247,60 @@ func TestBinaryNATSGatewayNodeKillResumesSessions(t *testing.T) {
 	t.Logf("%d sessions resumed on node-b: reconnect → command resent p50 %v, max %v; all %d within %v",
 		devices, per[len(per)/2], per[len(per)-1], devices, worst)
 }
+
+// A gateway node dies while a device's persistent session is parked on it
+// (the device is offline): the node holding the core lease adopts the
+// session once the dead node's liveness lease expired, queues the command
+// sent meanwhile, and the device gets it when it comes back — on any node.
+func TestBinaryNATSParkedSessionsOfADeadNodeAreAdopted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	cl := natstest.RunCluster(t, 3, natstest.SyncAlways())
+	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
+	addrA := printedAddrs(t, nodeA, "tcp", "http", "core") // the core lease holder
+	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
+	addrB := printedAddrs(t, nodeB, "tcp")
+
+	got := make(chan string, 8)
+	dial := func(addr string) paho3.Client {
+		return dialMQTT(t, addr, "car-p", func(o *paho3.ClientOptions) {
+			o.SetCleanSession(false).SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- string(m.Payload()) })
+		})
+	}
+	c := dial(addrB["tcp"])
+	tok := c.Subscribe("cars/car-p/cmd", 1, nil)
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	c.Disconnect(100)
+	time.Sleep(1500 * time.Millisecond) // parked on node B (after session.Options.ParkAfter, 1 s)
+
+	require.NoError(t, nodeB.cmd.Process.Kill())
+	<-nodeB.exited
+	nodeB.exited <- nil
+	start := time.Now()
+	require.Eventually(t, func() bool { // node A took the session over
+		resp, err := http.Get("http://" + addrA["http"] + "/api/v1/clients/car-p")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"parked":true`)
+	}, 30*time.Second, 100*time.Millisecond, "node-a adopts the parked session")
+	t.Logf("parked session adopted %v after its node died (lease TTL 3 s)", time.Since(start))
+
+	out, err := exec.Command(bin, "produce", "--server", addrA["core"], "--topic", "commands", "--key", "car-p",
+		"--prop", "mqtt.topic=cars/car-p/cmd", "sent while car-p was away").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	c = dial(addrA["tcp"]) // queued or delivered live: either way once
+
+	defer c.Disconnect(100)
+	select {
+	case s := <-got:
+		require.Equal(t, "sent while car-p was away", s)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the command queued for the adopted session never arrived")
+	}
+}

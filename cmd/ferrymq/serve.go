@@ -101,31 +101,33 @@ func newServeCmd() *cobra.Command {
 
 // node is everything serve runs, in start order.
 type node struct {
-	store      *store.Store
-	engine     *jetstream.Engine   // --engine nats
-	base       core.Broker         // store or engine
-	election   *jetstream.Election // --engine nats: who runs the core services
-	producer   *delay.Service      // --engine nats: delayed produce for the gateway on every node
-	switches   *coreSwitches       // --engine nats: HTTP handlers of the core services, set while leader
-	terms      chan struct{}       // --engine nats: closed when the goroutine starting/stopping core terms ended
-	stopTerms  context.CancelFunc
-	trace      *trace.Recorder
-	sessions   *session.Store // the gateway's, for the admin API
-	nodeName   string
-	summary    configSummary // the configuration the admin API shows
-	delay      *delay.Service
-	broker     core.Broker // the store with delayed delivery: what producers use
-	txn        *txn.Service
-	groups     *group.Coordinator
-	retry      *retry.Service
-	pop        *pop.Service
-	core       *server.Server
-	gateway    *gateway.Gateway
-	remote     *client.Client // --core-remote: the core server this gateway fronts
-	token      string         // required by the HTTP API (and the core port)
-	http       *http.Server
-	httpCancel context.CancelFunc // ends long polls in flight at shutdown
-	httpDone   chan struct{}
+	store       *store.Store
+	engine      *jetstream.Engine   // --engine nats
+	base        core.Broker         // store or engine
+	election    *jetstream.Election // --engine nats: who runs the core services
+	producer    *delay.Service      // --engine nats: delayed produce for the gateway on every node
+	switches    *coreSwitches       // --engine nats: HTTP handlers of the core services, set while leader
+	liveness    *jetstream.Election // --engine nats: this node's liveness lease
+	stopJanitor func()              // --engine nats: stops adoptGone of the current term
+	terms       chan struct{}       // --engine nats: closed when the goroutine starting/stopping core terms ended
+	stopTerms   context.CancelFunc
+	trace       *trace.Recorder
+	sessions    *session.Store // the gateway's, for the admin API
+	nodeName    string
+	summary     configSummary // the configuration the admin API shows
+	delay       *delay.Service
+	broker      core.Broker // the store with delayed delivery: what producers use
+	txn         *txn.Service
+	groups      *group.Coordinator
+	retry       *retry.Service
+	pop         *pop.Service
+	core        *server.Server
+	gateway     *gateway.Gateway
+	remote      *client.Client // --core-remote: the core server this gateway fronts
+	token       string         // required by the HTTP API (and the core port)
+	http        *http.Server
+	httpCancel  context.CancelFunc // ends long polls in flight at shutdown
+	httpDone    chan struct{}
 }
 
 // applyConfig takes from the config file every setting whose flag was not
@@ -443,6 +445,10 @@ func (n *node) close(ctx context.Context) error {
 		errs = append(errs, n.http.Shutdown(ctx))
 		<-n.httpDone
 		n.http = nil
+	}
+	if n.liveness != nil {
+		errs = append(errs, n.liveness.Close())
+		n.liveness = nil
 	}
 	if n.election != nil {
 		errs = append(errs, n.election.Close()) // gives up the lease

@@ -107,6 +107,13 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 	if err != nil {
 		return err
 	}
+	// A liveness lease per node: when one expires, the core lease holder
+	// adopts the sessions that node had parked (adoptGone).
+	if n.liveness, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "node." + nodeName, Holder: nodeName,
+		TTL: time.Duration(nc.LeaseTTL), Logger: log}); err != nil {
+		return err
+	}
+	n.nodeName = nodeName
 	termCtx, stopTerms := context.WithCancel(context.Background())
 	n.terms = make(chan struct{})
 	n.stopTerms = stopTerms
@@ -169,15 +176,66 @@ func (n *node) startTerm(o *serveOptions, log *zerolog.Logger) error {
 		return err
 	}
 	n.switches.set(api, adm, statsExtra(n.broker, n.groups))
+	if n.sessions != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		n.stopJanitor = func() { cancel(); <-done }
+		go func() {
+			defer close(done)
+			n.adoptGone(ctx, max(time.Duration(o.file.NATS.LeaseTTL), 2*time.Second)/2, log)
+		}()
+	}
 	log.Info().Str("core", n.core.Addr().String()).Msg("core services started: this node holds the core lease")
 	return nil
 }
 
 func (n *node) stopTerm() error {
 	n.switches.set(nil, nil, nil)
+	if n.stopJanitor != nil {
+		n.stopJanitor()
+		n.stopJanitor = nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return n.stopCore(ctx)
+}
+
+// adoptGone runs while this node holds the core lease: every period it
+// lists the nodes' liveness leases, and when one went missing since the
+// last look (or at the first look) the sessions parked on nodes without a
+// lease are adopted here, so commands for them are queued again.
+func (n *node) adoptGone(ctx context.Context, period time.Duration, log *zerolog.Logger) {
+	var before map[string]bool
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(period):
+			}
+		}
+		holders, err := n.engine.Holders(ctx, "", "node.")
+		if err != nil {
+			log.Debug().Err(err).Msg("liveness leases not listed")
+			continue
+		}
+		alive := map[string]bool{n.nodeName: true}
+		for _, h := range holders {
+			alive[h] = true
+		}
+		lost := before == nil
+		for node := range before {
+			lost = lost || !alive[node]
+		}
+		before = alive
+		if !lost {
+			continue
+		}
+		if _, err := n.sessions.AdoptGone(ctx, func(node string) bool { return alive[node] }); err != nil && ctx.Err() == nil {
+			log.Warn().Err(err).Msg("sessions of gone nodes not adopted")
+			before = nil // try again next time
+		}
+	}
 }
 
 // natsTLS builds the client TLS configuration of the nats section (nil

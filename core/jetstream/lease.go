@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -232,4 +233,36 @@ func isWrongSequence(err error) bool {
 func jitter(d time.Duration, seed uint64) time.Duration {
 	n := uint64(time.Now().UnixNano()) ^ seed
 	return d + time.Duration(n%uint64(d/10+1))
+}
+
+// Holders lists the leases in bucket (default "ferrymq_leases") whose name
+// starts with prefix: key → holder. Expired leases are gone from it.
+func (e *Engine) Holders(ctx context.Context, bucket, prefix string) (map[string]string, error) {
+	if bucket == "" {
+		bucket = "ferrymq_leases"
+	}
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	kv, err := e.js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, e.unavailable("lease bucket", err)
+	}
+	l, err := kv.ListKeysFiltered(ctx, "lease.*")
+	if err != nil {
+		return nil, e.unavailable("list leases", err)
+	}
+	defer func() { _ = l.Stop() }()
+	out := map[string]string{}
+	want := leaseKey(prefix) // token() escapes byte by byte: a name's prefix is its key's prefix
+	for k := range l.Keys() {
+		if !strings.HasPrefix(k, want) {
+			continue
+		}
+		ent, err := kv.Get(ctx, k)
+		if err != nil {
+			continue // expired meanwhile
+		}
+		out[k] = string(ent.Value())
+	}
+	return out, nil
 }
