@@ -143,6 +143,43 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"car-a cmd for car-a", "car-b cmd for car-b"}, recv)
 
+	// MQTT between devices on different nodes: routed over NATS, once.
+	tok := a.Subscribe("chat/+", 1, nil)
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	require.Eventually(t, func() bool { // the route reaches node B a moment after the SUBACK
+		tok := b.Publish("chat/probe", 1, false, "probe")
+		tok.WaitTimeout(10 * time.Second)
+		select {
+		case s := <-got:
+			return s == "car-a probe"
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+	drain := time.After(300 * time.Millisecond)
+	for draining := true; draining; {
+		select {
+		case <-got: // later probes
+		case <-drain:
+			draining = false
+		}
+	}
+	tok = b.Publish("chat/room", 1, false, "hi from b")
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	select {
+	case s := <-got:
+		require.Equal(t, "car-a hi from b", s)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a publish on node B did not reach the subscriber on node A")
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("delivered twice: %s", s)
+	case <-time.After(500 * time.Millisecond):
+	}
+
 	// The leader dies: node B takes the core services over.
 	start := time.Now()
 	require.NoError(t, nodeA.cmd.Process.Kill())

@@ -20,6 +20,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/cluster"
 	"github.com/ferrymq/ferrymq/gateway/listener"
 	"github.com/ferrymq/ferrymq/session"
 )
@@ -115,6 +116,16 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	hooks := []mqtt.Hook{sessions, br}
 	if authHook != nil {
 		hooks = []mqtt.Hook{authHook, sessions, br}
+	}
+	if o.kv != nil {
+		// engine nats: MQTT publish/subscribe between devices on different
+		// nodes, over NATS interest (gateway/cluster). Last: the bridge
+		// stores a QoS 1/2 publish before it is forwarded.
+		rt, err := cluster.New(o.kv.Conn(), cluster.Options{Node: o.kvNode, Parked: sessions.Parked, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("mqtt routing between nodes: %w", err)
+		}
+		hooks = append(hooks, rt)
 	}
 	gw, err := gateway.New(gateway.Options{
 		Listeners:        lns,
