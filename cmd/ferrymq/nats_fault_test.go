@@ -468,7 +468,7 @@ func TestBinaryNATSFaultRestartAllNATS(t *testing.T) {
 	cl.StartAll()
 	cl.WaitReady(t, 60*time.Second)
 	clusterReady := time.Since(started)
-	ready := waitStatus(t, readyz, http.StatusOK, started, 30*time.Second)
+	ready := waitStatus(t, readyz, http.StatusOK, started, 60*time.Second)
 	coreAddr := natsCore(t, 90*time.Second, node) // a recovery bound, not a speed target: CI runs other packages alongside
 	t.Logf("readyz 503 %v after KillAll; after StartAll: cluster ready in %v, readyz 200 in %v, core %s (was %s) in %v",
 		notReady.Round(time.Millisecond), clusterReady.Round(time.Millisecond), ready.Round(time.Millisecond), coreAddr,
@@ -547,7 +547,7 @@ func TestBinaryNATSFaultNATSUnreachable(t *testing.T) {
 
 	restarted := time.Now()
 	ns.Start()
-	ready := waitStatus(t, readyz, http.StatusOK, restarted, 15*time.Second)
+	ready := waitStatus(t, readyz, http.StatusOK, restarted, 30*time.Second)
 	t.Logf("readyz 503 %v after the kill (%s); 200 again %v after the restart", notReady.Round(time.Millisecond), why,
 		ready.Round(time.Millisecond))
 
