@@ -223,6 +223,12 @@ func TestCheckBackPushOnTheWire(t *testing.T) {
 	require.Equal(t, "pg", msgs[0].Properties[txn.PropGroup])
 	require.Equal(t, "half", string(msgs[0].Body))
 
+	// The service counts the check once it has handed it over, which may
+	// be a moment after the push reached us.
+	require.Eventually(t, func() bool {
+		list := env.Txn.Pending()
+		return len(list) == 1 && list[0].Checks == 1
+	}, 2*time.Second, time.Millisecond)
 	// Withdraw the group: no more check-backs here, and none counted.
 	r = request(t, nc, wire.Frame{Op: wire.OpTxnRegister, ID: 3, Payload: []byte(`{"groups":[]}`)})
 	require.Zero(t, r.Flags&wire.FlagError, "%v", wire.DecodeError(r.Payload))
