@@ -97,6 +97,26 @@ func (s *Store) Parked(clientID string) bool {
 	return ss != nil && ss.parked
 }
 
+// ParkedFilters returns, for every session parked on this node, the
+// filters of its plain (not shared) subscriptions: what another node's
+// MQTT publishes must reach here to be queued for it (gateway/cluster).
+func (s *Store) ParkedFilters() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]string{}
+	for id, ss := range s.sessions {
+		if !ss.parked {
+			continue
+		}
+		for _, sub := range ss.subs {
+			if sub.flags&subShared == 0 {
+				out[id] = append(out[id], sub.filter)
+			}
+		}
+	}
+	return out
+}
+
 // Owner returns the username a stored session of clientID was
 // authenticated with (a parked one is read from disk; on a bucket, one
 // this node does not hold is read from the bucket).

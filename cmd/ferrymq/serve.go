@@ -32,6 +32,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/admin"
+	"github.com/ferrymq/ferrymq/gateway/cluster"
 	"github.com/ferrymq/ferrymq/gateway/dashboard"
 	"github.com/ferrymq/ferrymq/session"
 )
@@ -59,6 +60,7 @@ type serveOptions struct {
 	kv        *jetstream.Engine // engine nats: where the gateway keeps sessions
 	kvNode    string            // engine nats: this node's name
 	node      string            // --node
+	router    *cluster.Hook     // engine nats: MQTT routing between nodes
 }
 
 func (o *serveOptions) AddFlags(cmd *cobra.Command) {
@@ -108,6 +110,7 @@ type node struct {
 	producer    *delay.Service      // --engine nats: delayed produce for the gateway on every node
 	switches    *coreSwitches       // --engine nats: HTTP handlers of the core services, set while leader
 	liveness    *jetstream.Election // --engine nats: this node's liveness lease
+	router      *cluster.Hook       // --engine nats: MQTT routing between nodes
 	stopJanitor func()              // --engine nats: stops adoptGone of the current term
 	terms       chan struct{}       // --engine nats: closed when the goroutine starting/stopping core terms ended
 	stopTerms   context.CancelFunc

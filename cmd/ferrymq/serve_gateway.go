@@ -121,11 +121,13 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		// engine nats: MQTT publish/subscribe between devices on different
 		// nodes, over NATS interest (gateway/cluster). Last: the bridge
 		// stores a QoS 1/2 publish before it is forwarded.
-		rt, err := cluster.New(o.kv.Conn(), cluster.Options{Node: o.kvNode, Parked: sessions.Parked, Logger: log})
+		rt, err := cluster.New(o.kv.Conn(), cluster.Options{Node: o.kvNode, Parked: sessions.Parked,
+			ParkedFilters: sessions.ParkedFilters, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("mqtt routing between nodes: %w", err)
 		}
 		hooks = append(hooks, rt)
+		o.router = rt
 	}
 	gw, err := gateway.New(gateway.Options{
 		Listeners:        lns,

@@ -88,7 +88,7 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 	if n.gateway, err = o.newGateway(bo, nil, log); err != nil {
 		return err
 	}
-	n.sessions, n.nodeName, n.summary = o.sessions, nodeName, o.summary()
+	n.sessions, n.nodeName, n.summary, n.router = o.sessions, nodeName, o.summary(), o.router
 	n.summary.Engine, n.summary.NATS = "nats", len(o.natsURLs)
 	n.switches = newCoreSwitches()
 	// The election only says what this node should be; one goroutine
@@ -231,9 +231,13 @@ func (n *node) adoptGone(ctx context.Context, period time.Duration, log *zerolog
 		if !lost {
 			continue
 		}
-		if _, err := n.sessions.AdoptGone(ctx, func(node string) bool { return alive[node] }); err != nil && ctx.Err() == nil {
+		adopted, err := n.sessions.AdoptGone(ctx, func(node string) bool { return alive[node] })
+		if err != nil && ctx.Err() == nil {
 			log.Warn().Err(err).Msg("sessions of gone nodes not adopted")
 			before = nil // try again next time
+		}
+		if adopted > 0 && n.router != nil {
+			n.router.Resync() // route their subscriptions here now
 		}
 	}
 }

@@ -44,8 +44,9 @@ type node struct {
 }
 
 type nodeOptions struct {
-	kv          bool // sessions in the bucket (parked after 50 ms)
-	localRetain bool
+	kv            bool // sessions in the bucket (parked after 50 ms)
+	localRetain   bool
+	parkedFilters func() map[string][]string
 }
 
 func startNode(t testing.TB, url, name string, no nodeOptions) *node {
@@ -56,7 +57,8 @@ func startNode(t testing.TB, url, name string, no nodeOptions) *node {
 	var sessions atomic.Pointer[session.Store]
 	h, err := cluster.New(nc, cluster.Options{
 		Node: name, LocalRetain: no.localRetain, SweepInterval: 100 * time.Millisecond,
-		Parked: func(id string) bool { s := sessions.Load(); return s != nil && s.Parked(id) },
+		Parked:        func(id string) bool { s := sessions.Load(); return s != nil && s.Parked(id) },
+		ParkedFilters: no.parkedFilters,
 	})
 	require.NoError(t, err)
 	o := gatewaytest.Options{Gateway: gateway.Options{Hooks: []mqtt.Hook{h}}}
@@ -702,4 +704,24 @@ func TestAcrossNATSCluster(t *testing.T) {
 	for _, n := range []*node{a, b} {
 		require.Zero(t, value(collector(t, n.hook, "ferrymq_cluster_late_copies_total")), n.name)
 	}
+}
+
+// TestParkedFiltersRouted: sessions the store parked without mochi ever
+// holding them here (taken back at start, adopted from a gone node) are
+// routed from Options.ParkedFilters — at once on Resync — and no longer
+// once the store stops listing them.
+func TestParkedFiltersRouted(t *testing.T) {
+	ns := natstest.RunServer(t)
+	var parked atomic.Pointer[map[string][]string]
+	empty := map[string][]string{}
+	parked.Store(&empty)
+	a := startNode(t, ns.URL, "gw-a", nodeOptions{parkedFilters: func() map[string][]string { return *parked.Load() }})
+	waitInterest(t, ns, "fmqmqtt.ghost.cmd", 0)
+	adopted := map[string][]string{"ghost": {"ghost/cmd", "$share/g/ghost/x"}}
+	parked.Store(&adopted)
+	a.hook.Resync()
+	waitInterest(t, ns, "fmqmqtt.ghost.cmd", 1)
+	require.NotContains(t, a.hook.Routes(), "$share/g/ghost/x", "a parked session's shared filters are not routed")
+	parked.Store(&empty)
+	waitInterest(t, ns, "fmqmqtt.ghost.cmd", 0)
 }

@@ -44,6 +44,11 @@ type Options struct {
 	// here, so this node queues what other nodes publish for it. Nil: no
 	// parking (mochi keeps offline sessions, and they stay routed too).
 	Parked func(clientID string) bool
+	// ParkedFilters, when set, lists the sessions parked on this node
+	// without mochi ever holding them here (taken back at start, adopted
+	// from a gone node) with their plain filters; every sweep (and Resync)
+	// routes them, so this node queues what other nodes publish for them.
+	ParkedFilters func() map[string][]string
 	// LocalRetain: a retained message from another node is retained here
 	// too, as mochi retains a local one. Leave it false when the nodes
 	// share retained messages already — the session store on a key-value
@@ -135,6 +140,7 @@ type Hook struct {
 	clients map[string]map[string]struct{} // client ID → keys it holds
 	dirty   map[*route]struct{}            // routes whose NATS subscriptions may need a change
 	kick    chan struct{}                  // wakes the reconciler
+	resync  chan struct{}                  // asks the reconciler for a sweep now
 
 	// amu guards the routes NATS has: the table, and shared routes by
 	// queue group.
@@ -174,7 +180,7 @@ func New(nc *nats.Conn, o Options) (*Hook, error) {
 		nc: nc, opts: o, log: zerolog.Nop(), m: newMetrics(),
 		plainQ: nodeQueue(o.Prefix, o.Node), origin: o.Node,
 		routes: map[string]*route{}, clients: map[string]map[string]struct{}{}, dirty: map[*route]struct{}{},
-		kick: make(chan struct{}, 1), byQueue: map[string]*route{}, subs: map[*nats.Subscription]int{},
+		kick: make(chan struct{}, 1), resync: make(chan struct{}, 1), byQueue: map[string]*route{}, subs: map[*nats.Subscription]int{},
 		msgs: make(chan *nats.Msg, min(o.MaxPendingMessages, 8192)),
 		fwd:  newQueue[*nats.Msg](o.MaxPendingMessages, o.MaxPendingBytes),
 		in:   newQueue[delivery](o.MaxPendingMessages, o.MaxPendingBytes),
@@ -269,6 +275,15 @@ func (h *Hook) Close() {
 
 // Routes returns the filters NATS routes to this node (their keys: shared
 // ones as "$share/{group}/{filter}").
+// Resync asks for a sweep now (routes of sessions the store parked without
+// mochi, e.g. just adopted); it does not wait for it.
+func (h *Hook) Resync() {
+	select {
+	case h.resync <- struct{}{}:
+	default:
+	}
+}
+
 func (h *Hook) Routes() []string {
 	h.amu.RLock()
 	defer h.amu.RUnlock()

@@ -179,6 +179,22 @@ func (h *Hook) sweep() {
 		}
 		h.mu.Unlock()
 	}
+	if h.opts.ParkedFilters == nil {
+		return
+	}
+	parked := h.opts.ParkedFilters() // the store's lock: not under mu
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, filters := range parked {
+		if _, inMochi := held[id]; inMochi {
+			continue // syncClient's
+		}
+		for _, f := range filters {
+			if !isShared(f) { // shared subscriptions are served by connected members only
+				h.addLocked(id, f)
+			}
+		}
+	}
 }
 
 // reconcile is the goroutine that subscribes and unsubscribes: on a kick
@@ -193,6 +209,8 @@ func (h *Hook) reconcile() {
 			h.unsubscribeAll()
 			return
 		case <-h.kick:
+		case <-h.resync:
+			h.sweep()
 		case <-t.C:
 			h.sweep()
 			h.mu.Lock()
