@@ -72,6 +72,26 @@ func (st *clientState) admit(pk *packets.Packet, max int) bool {
 	return true
 }
 
+// takeReceiveQuota counts a QoS 1/2 publish the bridge took over from
+// mochi against the client's Receive Maximum, as mochi does for the
+// publishes it acknowledges itself: mochi refuses the next publish with
+// DISCONNECT 0x93 once the quota is spent (MQTT 5 §3.2.2.3.3). PUBACK (or a
+// PUBREC with an error code) gives it back (returnReceiveQuota), a QoS 2
+// flow gives it back at PUBCOMP (mochi's processPubrel). MQTT 3 has no
+// Receive Maximum: its clients are paced by admit's backpressure alone.
+func takeReceiveQuota(cl *mqtt.Client) {
+	if cl.Properties.ProtocolVersion == 5 {
+		cl.State.Inflight.DecreaseReceiveQuota()
+	}
+}
+
+// returnReceiveQuota ends what takeReceiveQuota started.
+func returnReceiveQuota(cl *mqtt.Client) {
+	if cl.Properties.ProtocolVersion == 5 {
+		cl.State.Inflight.IncreaseReceiveQuota()
+	}
+}
+
 // complete queues a finished publish; runs on the core's goroutine, so it
 // only appends and, if no flusher runs, starts one.
 func (st *clientState) complete(h *Hook, a ack) {
@@ -105,6 +125,11 @@ func (st *clientState) flush(h *Hook) {
 		st.mu.Unlock()
 
 		buf = st.writeAcks(h, items, buf[:0])
+		for i := range items {
+			if items[i].pk.FixedHeader.Qos == 1 || items[i].err != nil {
+				returnReceiveQuota(st.cl) // PUBACK, or PUBREC >= 0x80: the flow ended
+			}
+		}
 		for i := range items {
 			if items[i].err == nil && !items[i].held {
 				h.republish(st.cl.ID, items[i].pk)

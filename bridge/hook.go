@@ -322,6 +322,7 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, packets.ErrRejectPacket
 	}
 	h.m.inflight.Inc()
+	takeReceiveQuota(cl)
 	h.produce(msg, tr, func(r core.SendResult, err error) {
 		st.complete(h, ack{pk: pk, err: err, id: r.ID, traced: tr != nil})
 	})
@@ -372,6 +373,7 @@ func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, 
 		return pk, packets.ErrRejectPacket
 	}
 	h.m.inflight.Inc()
+	takeReceiveQuota(cl)
 	if err != nil {
 		st.complete(h, ack{pk: pk, err: err, held: true})
 		return pk, packets.ErrRejectPacket

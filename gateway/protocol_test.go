@@ -80,3 +80,56 @@ func TestShutdownBridgesWills(t *testing.T) {
 	require.NoError(t, env.Gateway.Shutdown(ctx))
 	require.Equal(t, []string{"offline"}, byKey(readAll(t, env.Store, "status"))["car-w"])
 }
+
+// The bridge acknowledges QoS 1/2 publishes itself (once durable), so it
+// must count them against the Receive Maximum it announced: an MQTT 5
+// client that sends more QoS 1/2 publishes than that without waiting for
+// PUBACK/PUBCOMP gets DISCONNECT 0x93 (MQTT 5 §3.2.2.3.3, §4.9), and the
+// quota comes back with each PUBACK and PUBCOMP. (Paho interoperability
+// test_flow_control2; docs/conformance.md.)
+func TestReceiveMaximumEnforced(t *testing.T) {
+	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{ReceiveMaximum: 2}})
+	c := rawConn(t, env.TCP, connectV5("flow"))
+	publish := func(qos byte, id uint16) {
+		t.Helper()
+		_, err := c.Write(packet(0x30|qos<<1, str("telemetry/flow"), []byte{byte(id >> 8), byte(id), 0}, []byte("x")))
+		require.NoError(t, err)
+	}
+	expect := func(typ byte, id uint16) {
+		t.Helper()
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		p := readPacket(t, c)
+		require.Equal(t, typ, p[0]&0xF0, "packet %x", p)
+		require.Equal(t, []byte{byte(id >> 8), byte(id)}, p[2:4])
+	}
+
+	// QoS 1: each PUBACK gives the quota back.
+	for id := uint16(1); id <= 5; id++ {
+		publish(1, id)
+		expect(0x40, id)
+	}
+	// QoS 2: the quota comes back at PUBCOMP, not at PUBREC.
+	for round := uint16(0); round < 2; round++ {
+		publish(2, 10+round*2)
+		publish(2, 11+round*2)
+		expect(0x50, 10+round*2)
+		expect(0x50, 11+round*2)
+		for _, id := range []uint16{10 + round*2, 11 + round*2} {
+			_, err := c.Write([]byte{0x62, 2, byte(id >> 8), byte(id)})
+			require.NoError(t, err)
+			expect(0x70, id)
+		}
+	}
+	// Two QoS 2 publishes left at PUBREC, then a third: over the maximum.
+	publish(2, 20)
+	publish(2, 21)
+	expect(0x50, 20)
+	expect(0x50, 21)
+	publish(2, 22)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	p := readPacket(t, c)
+	require.Equal(t, byte(0xE0), p[0], "DISCONNECT, got %x", p)
+	require.Equal(t, byte(0x93), p[2], "Receive Maximum exceeded")
+	requireClosed(t, c, 5*time.Second)
+	healthy(t, env)
+}
