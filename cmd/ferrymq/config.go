@@ -141,10 +141,12 @@ type authConfig struct {
 // mqttConfig is the gateway's section. Zero values mean the gateway's
 // defaults (gateway.Options).
 type mqttConfig struct {
-	Addr string `yaml:"addr"`
+	// Addr and WS.Addr: absent keeps the flag's default; "" disables the
+	// listener (as --mqtt "" and --ws "" do).
+	Addr *string `yaml:"addr"`
 	WS   struct {
-		Addr string `yaml:"addr"`
-		Path string `yaml:"path"`
+		Addr *string `yaml:"addr"`
+		Path string  `yaml:"path"`
 	} `yaml:"ws"`
 	// TLS lists extra listeners with certificates (TLS and WSS).
 	TLS []struct {

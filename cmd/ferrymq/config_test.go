@@ -83,3 +83,17 @@ func TestSampleConfigParses(t *testing.T) {
 	require.Equal(t, "sync", cfg.Flush)
 	require.Equal(t, ":10911", cfg.Core.Addr)
 }
+
+// An empty listener address in the file disables that listener, as the
+// empty flag does; an absent one keeps the default.
+func TestConfigEmptyListenerDisables(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("mqtt:\n  ws: {addr: \"\"}\n"), 0o644))
+	o := &serveOptions{}
+	cmd := &cobra.Command{Use: "serve"}
+	o.AddFlags(cmd)
+	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
+	require.NoError(t, o.applyConfig(cmd))
+	require.Equal(t, "", o.wsAddr, "ws disabled by the file")
+	require.Equal(t, ":1883", o.mqttAddr, "mqtt keeps its default")
+}

@@ -176,11 +176,11 @@ func (o *serveOptions) applyConfig(cmd *cobra.Command) error {
 	if cfg.HTTP.Addr != "" {
 		set("http", func() { o.httpAddr = cfg.HTTP.Addr })
 	}
-	if cfg.MQTT.Addr != "" {
-		set("mqtt", func() { o.mqttAddr = cfg.MQTT.Addr })
+	if cfg.MQTT.Addr != nil {
+		set("mqtt", func() { o.mqttAddr = *cfg.MQTT.Addr })
 	}
-	if cfg.MQTT.WS.Addr != "" {
-		set("ws", func() { o.wsAddr = cfg.MQTT.WS.Addr })
+	if cfg.MQTT.WS.Addr != nil {
+		set("ws", func() { o.wsAddr = *cfg.MQTT.WS.Addr })
 	}
 	if cfg.Engine != "" {
 		set("engine", func() { o.engine = cfg.Engine })
