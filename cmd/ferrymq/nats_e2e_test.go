@@ -56,9 +56,9 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	bin := buildBinary(t)
 	cl := natstest.RunCluster(t, 3, natstest.SyncAlways())
 	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
-	addrA := printedAddrs(t, nodeA, "tcp", "http", "core") // first node: takes the lease
+	addrA := printedAddrsWithin(t, nodeA, 90*time.Second, "tcp", "http", "core") // first node: takes the lease
 	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
-	addrB := printedAddrs(t, nodeB, "tcp", "http")
+	addrB := printedAddrsWithin(t, nodeB, 90*time.Second, "tcp", "http")
 
 	// The standby serves MQTT and health, but not the core API.
 	status := func(url string) (int, string) {
@@ -183,7 +183,7 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	// The leader dies: node B takes the core services over.
 	start := time.Now()
 	require.NoError(t, nodeA.cmd.Process.Kill())
-	coreB := printedAddrs(t, nodeB, "core")["core"]
+	coreB := printedAddrsWithin(t, nodeB, 90*time.Second, "core")["core"]
 	t.Logf("core services moved to node-b after %v", time.Since(start))
 	for i := n; i < 2*n; i++ {
 		tok := b.Publish("telemetry/car-b", 1, false, fmt.Sprintf("car-b %03d", i))
@@ -207,9 +207,9 @@ func TestBinaryNATSGatewayNodeKillResumesSessions(t *testing.T) {
 	bin := buildBinary(t)
 	cl := natstest.RunCluster(t, 3, natstest.SyncAlways())
 	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
-	addrA := printedAddrs(t, nodeA, "tcp", "core")
+	addrA := printedAddrsWithin(t, nodeA, 90*time.Second, "tcp", "core")
 	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
-	addrB := printedAddrs(t, nodeB, "tcp")
+	addrB := printedAddrsWithin(t, nodeB, 90*time.Second, "tcp")
 
 	type delivery struct {
 		id, body string
@@ -296,9 +296,9 @@ func TestBinaryNATSParkedSessionsOfADeadNodeAreAdopted(t *testing.T) {
 	bin := buildBinary(t)
 	cl := natstest.RunCluster(t, 3, natstest.SyncAlways())
 	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
-	addrA := printedAddrs(t, nodeA, "tcp", "http", "core") // the core lease holder
+	addrA := printedAddrsWithin(t, nodeA, 90*time.Second, "tcp", "http", "core") // the core lease holder
 	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
-	addrB := printedAddrs(t, nodeB, "tcp")
+	addrB := printedAddrsWithin(t, nodeB, 90*time.Second, "tcp")
 
 	got := make(chan string, 8)
 	dial := func(addr string) paho3.Client {

@@ -345,9 +345,9 @@ func TestBinaryNATSFaultStreamLeaderKillLoop(t *testing.T) {
 	bin := buildBinary(t)
 	cl := natstest.RunProcessCluster(t, 3, natstest.SyncAlways())
 	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
-	addrA := printedAddrs(t, nodeA, "tcp", "core")
+	addrA := printedAddrsWithin(t, nodeA, 90*time.Second, "tcp", "core")
 	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
-	addrB := printedAddrs(t, nodeB, "tcp")
+	addrB := printedAddrsWithin(t, nodeB, 90*time.Second, "tcp")
 
 	var devs []*faultDevice
 	for i := range 6 {
@@ -437,7 +437,7 @@ func TestBinaryNATSFaultRestartAllNATS(t *testing.T) {
 	bin := buildBinary(t)
 	cl := natstest.RunProcessCluster(t, 3, natstest.SyncAlways())
 	node := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
-	addrs := printedAddrs(t, node, "tcp", "http", "core")
+	addrs := printedAddrsWithin(t, node, 90*time.Second, "tcp", "http", "core")
 	readyz := "http://" + addrs["http"] + "/readyz"
 
 	const perDevice, first = 75, 120
@@ -504,7 +504,7 @@ func TestBinaryNATSFaultNATSUnreachable(t *testing.T) {
 	bin := buildBinary(t)
 	ns := natstest.RunProcessServer(t, natstest.SyncAlways())
 	node := startNATSNode(t, bin, ns.URL, "node-a", 1)
-	addrs := printedAddrs(t, node, "tcp", "http", "core")
+	addrs := printedAddrsWithin(t, node, 90*time.Second, "tcp", "http", "core")
 	readyz, healthz := "http://"+addrs["http"]+"/readyz", "http://"+addrs["http"]+"/healthz"
 	code, body := httpStatus(readyz)
 	require.Equal(t, http.StatusOK, code, body)
