@@ -437,7 +437,9 @@ func TestBinaryNATSFaultRestartAllNATS(t *testing.T) {
 	bin := buildBinary(t)
 	cl := natstest.RunProcessCluster(t, 3, natstest.SyncAlways())
 	node := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
+	up := time.Now()
 	addrs := printedAddrsWithin(t, node, 90*time.Second, "tcp", "http", "core")
+	t.Logf("serve node up with the core lease after %v", time.Since(up).Round(time.Millisecond))
 	readyz := "http://" + addrs["http"] + "/readyz"
 
 	const perDevice, first = 75, 120
