@@ -97,3 +97,26 @@ func TestConfigEmptyListenerDisables(t *testing.T) {
 	require.Equal(t, "", o.wsAddr, "ws disabled by the file")
 	require.Equal(t, ":1883", o.mqttAddr, "mqtt keeps its default")
 }
+
+// The nats section's TLS files become the engine's client TLS: a CA pool
+// and a client certificate; a missing or empty file is a clear error.
+func TestNATSTLSFromConfig(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "tls")
+	var c natsConfig
+	cfg, err := natsTLS(c)
+	require.NoError(t, err)
+	require.Nil(t, cfg, "no TLS configured")
+	c.TLS.CA, c.TLS.Cert, c.TLS.Key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	cfg, err = natsTLS(c)
+	require.NoError(t, err)
+	require.NotNil(t, cfg.RootCAs)
+	require.Len(t, cfg.Certificates, 1)
+	c.TLS.CA = filepath.Join(dir, "missing.pem")
+	_, err = natsTLS(c)
+	require.ErrorContains(t, err, "nats tls ca")
+	empty := filepath.Join(t.TempDir(), "empty.pem")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	c.TLS.CA = empty
+	_, err = natsTLS(c)
+	require.ErrorContains(t, err, "no certificate")
+}
