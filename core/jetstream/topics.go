@@ -91,27 +91,46 @@ func (e *Engine) load(ctx context.Context, name string, create bool) (*topicStat
 	// A producer's first message to a topic: a stream another node created
 	// a moment ago may not answer until its leader is elected, so ask
 	// again, with the creation budget.
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 6*e.opts.Timeout)
-		defer cancel()
+	ctx, cancel := e.creationBudget(ctx)
+	defer cancel()
+	info, err := e.retryInfo(ctx, name, e.opts.Timeout, 100*time.Millisecond, func(err error) bool {
+		return errors.Is(err, ErrUnavailable) && !errors.Is(err, core.ErrTopicNotFound)
+	})
+	if errors.Is(err, core.ErrTopicNotFound) {
+		return e.create(ctx, name, e.opts.DefaultQueues)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return e.cache(name, info)
+}
+
+// creationBudget gives creating a topic (or waiting for one just created)
+// a longer budget than one request, unless the caller set a deadline:
+// creating a replicated stream includes electing its leader, which on a
+// loaded cluster takes seconds.
+func (e *Engine) creationBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, 6*e.opts.Timeout)
+}
+
+// retryInfo asks for the stream of topic name until it answers, retry
+// says an error is not worth another try, or ctx ends; each try gets at
+// most per, and pause passes between tries.
+func (e *Engine) retryInfo(ctx context.Context, name string, per, pause time.Duration, retry func(error) bool) (*jetstream.StreamInfo, error) {
 	for {
-		tctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+		tctx, cancel := context.WithTimeout(ctx, per)
 		info, err := e.streamInfo(tctx, name)
 		cancel()
-		switch {
-		case err == nil:
-			return e.cache(name, info)
-		case errors.Is(err, core.ErrTopicNotFound):
-			return e.create(ctx, name, e.opts.DefaultQueues)
-		case ctx.Err() != nil || !errors.Is(err, ErrUnavailable):
-			return nil, err
+		if err == nil || !retry(err) || ctx.Err() != nil {
+			return info, err
 		}
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pause):
 		}
 	}
 }
@@ -183,14 +202,8 @@ func (e *Engine) forget(t *topicState) {
 func (e *Engine) create(ctx context.Context, name string, queues int) (*topicState, error) {
 	tok := token(name)
 	first := uint64(0)
-	// Creating a replicated stream includes electing its leader, which on
-	// a loaded cluster takes seconds: a longer budget than one request,
-	// unless the caller set one.
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 6*e.opts.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := e.creationBudget(ctx)
+	defer cancel()
 	if ent, err := e.meta.Get(ctx, fenceKey(tok)); err == nil {
 		last, perr := strconv.ParseUint(string(ent.Value()), 10, 64)
 		if perr != nil {
@@ -237,23 +250,16 @@ func (e *Engine) create(ctx context.Context, name string, queues int) (*topicSta
 // "not found" is asked again until ctx ends: it must not reach a producer
 // whose topic is being auto-created.
 func (e *Engine) createdElsewhere(ctx context.Context, name string) (*topicState, error) {
-	const pause = 50 * time.Millisecond
-	for {
-		tctx, cancel := context.WithTimeout(ctx, time.Second) // one slow answer must not use the whole deadline
-		info, err := e.streamInfo(tctx, name)
-		cancel()
-		if err == nil {
-			return e.cache(name, info)
-		}
-		if !errors.Is(err, core.ErrTopicNotFound) && ctx.Err() != nil {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
+	// Every error is worth another try here; one slow answer must not use
+	// the whole deadline.
+	info, err := e.retryInfo(ctx, name, time.Second, 50*time.Millisecond, func(error) bool { return true })
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, core.ErrTopicNotFound) {
 			return nil, e.unavailable("stream of topic "+name+" created by another node", ctx.Err())
-		case <-time.After(pause):
 		}
+		return nil, err
 	}
+	return e.cache(name, info)
 }
 
 func orUnlimited(n int64) int64 {
