@@ -277,11 +277,25 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "core  %s\nhttp  %s\ndata  %s (flush %s)\n", n.core.Addr(), httpAddr, o.dataDir, o.flush)
 	log.Info().Str("data", o.dataDir).Str("flush", o.flush).Str("core", n.core.Addr().String()).Str("http", httpAddr.String()).Msg("serving")
 
-	<-cmd.Context().Done()
+	return n.runUntilDone(cmd.Context(), &log)
+}
+
+// runUntilDone waits for the end of serve (SIGINT, SIGTERM) and stops the
+// node, giving it 10 s.
+func (n *node) runUntilDone(ctx context.Context, log *zerolog.Logger) error {
+	<-ctx.Done()
 	log.Info().Msg("shutting down")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return n.close(ctx)
+	return n.close(sctx)
+}
+
+// httpAPIMaxWait bounds a long poll of the HTTP API.
+const httpAPIMaxWait = 30 * time.Second
+
+// newHTTPAPI is the HTTP produce/consume/query API over the core services.
+func (n *node) newHTTPAPI(log *zerolog.Logger) (http.Handler, error) {
+	return httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: log, MaxWait: httpAPIMaxWait})
 }
 
 // startCore starts the core services over n.base: delayed delivery and
@@ -367,7 +381,6 @@ func (n *node) startDelayAndTxn(o *serveOptions, log *zerolog.Logger) error {
 
 // startHTTP serves the HTTP API (produce and POP consume) on addr.
 func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
-	const maxWait = 30 * time.Second
 	h := http.NewServeMux()
 	var so gateway.StatsOptions
 	if n.switches != nil { // engine nats: the core services follow the lease
@@ -388,7 +401,7 @@ func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 		})
 	}
 	if n.store != nil {
-		api, err := httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: log, MaxWait: maxWait})
+		api, err := n.newHTTPAPI(log)
 		if err != nil {
 			return nil, err
 		}
@@ -416,7 +429,7 @@ func (n *node) startHTTP(addr string, log *zerolog.Logger) (net.Addr, error) {
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
-		WriteTimeout:      maxWait + 30*time.Second,
+		WriteTimeout:      httpAPIMaxWait + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          stdlog.New(io.Discard, "", 0),

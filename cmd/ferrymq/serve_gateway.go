@@ -194,11 +194,7 @@ func (o *serveOptions) runRemote(cmd *cobra.Command, n *node, log *zerolog.Logge
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "core  remote %s\nhttp  %s\ndata  %s (sessions)\n", o.remote, httpAddr, o.dataDir)
 	log.Info().Str("core_remote", o.remote).Str("node", node).Str("http", httpAddr.String()).Msg("serving (gateway only)")
-	<-cmd.Context().Done()
-	log.Info().Msg("shutting down")
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer scancel()
-	return n.close(sctx)
+	return n.runUntilDone(cmd.Context(), log)
 }
 
 // startGateway serves HTTP (API and stats), starts the MQTT listeners and

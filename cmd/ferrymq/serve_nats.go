@@ -18,7 +18,6 @@ import (
 
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/delay"
-	"github.com/ferrymq/ferrymq/core/httpapi"
 	"github.com/ferrymq/ferrymq/core/jetstream"
 	"github.com/ferrymq/ferrymq/core/trace"
 )
@@ -154,11 +153,7 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "engine nats %v (node %s)\nhttp  %s\n", o.natsURLs, nodeName, httpAddr)
 	log.Info().Strs("nats", o.natsURLs).Str("node", nodeName).Str("http", httpAddr.String()).Msg("serving (engine nats)")
-	<-cmd.Context().Done()
-	log.Info().Msg("shutting down")
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer scancel()
-	return n.close(sctx)
+	return n.runUntilDone(cmd.Context(), log)
 }
 
 // startTerm starts the core services for a term as lease holder and
@@ -167,7 +162,7 @@ func (n *node) startTerm(o *serveOptions, log *zerolog.Logger) error {
 	if err := n.startCore(o, log); err != nil {
 		return err
 	}
-	api, err := httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: log, MaxWait: 30 * time.Second})
+	api, err := n.newHTTPAPI(log)
 	if err != nil {
 		return err
 	}
