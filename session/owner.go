@@ -310,31 +310,44 @@ func (s *Store) ownerEvent(e jetstream.KeyValueEntry) {
 // node: each is claimed anew (a session claimed elsewhere meanwhile stays
 // there) and loaded, not parked (Attach parks them, as Open's).
 func (s *Store) adopt(mine []jetstream.KeyValueEntry) int {
+	return s.takeOver(mine, false, "session this node owned not taken back")
+}
+
+// takeOver claims the sessions of owner records read a moment ago, each
+// with a revision check (one claimed elsewhere meanwhile stays there:
+// ErrFenced, logged at debug), and loads them — parked here when park.
+// It returns how many it took; failed ones are logged with failed.
+func (s *Store) takeOver(entries []jetstream.KeyValueEntry, park bool, failed string) int {
 	k := s.kv
 	n := 0
-	for _, cur := range mine {
+	for _, cur := range entries {
 		o, err := decodeOwner(cur.Value())
 		if err != nil {
 			continue
 		}
 		s.mu.Lock()
+		var ds []discard
 		rev, _, err := k.claim(o.id, cur, true)
 		if err == nil {
 			k.hold(o.id, rev, nil)
 			var items []jetstream.KeyValueEntry
 			if items, err = k.load(o.id); err == nil {
-				s.installLocked(o.id, items, false)
+				ds = s.installLocked(o.id, items, park)
 				k.preload = nil
 				if s.sessions[o.id] == nil {
-					k.release(o.id) // no client record: nothing to take back
+					k.release(o.id) // no client record: nothing to take
 				} else {
 					n++
 				}
 			}
 		}
 		s.mu.Unlock()
-		if err != nil {
-			s.log.Warn().Err(err).Str("client", o.id).Msg("session this node owned not taken back")
+		s.tell(ds)
+		switch {
+		case errors.Is(err, ErrFenced):
+			s.log.Debug().Err(err).Str("client", o.id).Str("node", o.node).Msg(failed)
+		case err != nil:
+			s.log.Warn().Err(err).Str("client", o.id).Str("node", o.node).Msg(failed)
 		}
 	}
 	return n
@@ -370,31 +383,7 @@ func (s *Store) AdoptGone(ctx context.Context, alive func(node string) bool) (in
 	if err != nil {
 		return 0, fmt.Errorf("session: adopt sessions of gone nodes: %w", err)
 	}
-	n := 0
-	for _, cur := range theirs {
-		o, _ := decodeOwner(cur.Value())
-		s.mu.Lock()
-		var ds []discard
-		rev, _, err := k.claim(o.id, cur, true)
-		if err == nil {
-			k.hold(o.id, rev, nil)
-			var items []jetstream.KeyValueEntry
-			if items, err = k.load(o.id); err == nil {
-				ds = s.installLocked(o.id, items, true)
-				k.preload = nil
-				if s.sessions[o.id] == nil {
-					k.release(o.id)
-				} else {
-					n++
-				}
-			}
-		}
-		s.mu.Unlock()
-		s.tell(ds)
-		if err != nil && !errors.Is(err, ErrFenced) {
-			s.log.Warn().Err(err).Str("client", o.id).Str("node", o.node).Msg("session of a gone node not adopted")
-		}
-	}
+	n := s.takeOver(theirs, true, "session of a gone node not adopted")
 	if len(theirs) > 0 {
 		s.log.Info().Int("sessions", n).Int("owned_by_gone_nodes", len(theirs)).Msg("sessions of gone nodes adopted")
 	}
