@@ -338,13 +338,24 @@ func TestBinaryTwoGatewaysOneCore(t *testing.T) {
 		}
 		return ready == 2
 	}, 20*time.Second, 20*time.Millisecond)
-	for _, id := range []string{"car-a", "car-b"} {
-		out, err := exec.CommandContext(ctx, bin, "produce", "--server", coreAddr, "--topic", "commands", "--key", id,
+	requireCommandsOnce(t, bin, coreAddr, got, "car-a", "car-b")
+}
+
+// requireCommandsOnce produces a point-to-point command to each device
+// (property mqtt.clientid) through the core at coreAddr and requires that
+// got, fed "<id> <payload>" by the devices' handlers, carries each exactly
+// once and nothing more.
+func requireCommandsOnce(t *testing.T, bin, coreAddr string, got <-chan string, ids ...string) {
+	t.Helper()
+	var want []string
+	for _, id := range ids {
+		out, err := exec.CommandContext(t.Context(), bin, "produce", "--server", coreAddr, "--topic", "commands", "--key", id,
 			"--prop", "mqtt.clientid="+id, "cmd for "+id).CombinedOutput()
 		require.NoError(t, err, "%s", out)
+		want = append(want, id+" cmd for "+id)
 	}
 	var recv []string
-	for len(recv) < 2 {
+	for len(recv) < len(ids) {
 		select {
 		case s := <-got:
 			recv = append(recv, s)
@@ -357,7 +368,7 @@ func TestBinaryTwoGatewaysOneCore(t *testing.T) {
 		t.Fatalf("delivered twice: %s (after %v)", s, recv)
 	case <-time.After(time.Second):
 	}
-	require.ElementsMatch(t, []string{"car-a cmd for car-a", "car-b cmd for car-b"}, recv)
+	require.ElementsMatch(t, want, recv)
 }
 
 // printedAddrs waits until serve printed a line for each key ("tcp",

@@ -122,26 +122,7 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	}
 
 	// Downlink: each command reaches its device once, through its node.
-	for _, id := range []string{"car-a", "car-b"} {
-		out, err := exec.Command(bin, "produce", "--server", addrA["core"], "--topic", "commands", "--key", id,
-			"--prop", "mqtt.clientid="+id, "cmd for "+id).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
-	var recv []string
-	for len(recv) < 2 {
-		select {
-		case s := <-got:
-			recv = append(recv, s)
-		case <-time.After(20 * time.Second):
-			t.Fatalf("devices got only %v", recv)
-		}
-	}
-	select {
-	case s := <-got:
-		t.Fatalf("delivered twice: %s (after %v)", s, recv)
-	case <-time.After(time.Second):
-	}
-	require.ElementsMatch(t, []string{"car-a cmd for car-a", "car-b cmd for car-b"}, recv)
+	requireCommandsOnce(t, bin, addrA["core"], got, "car-a", "car-b")
 
 	// MQTT between devices on different nodes: routed over NATS, once.
 	tok := a.Subscribe("chat/+", 1, nil)
