@@ -20,23 +20,27 @@ package auth
 //
 // What "matches" means:
 //
-//	PUBLISH topic T         allow filter F matches when F matches T
-//	                        deny filter F matches when F matches T
-//	SUBSCRIBE filter S      allow filter F matches when F covers S: every
-//	                        topic S can match is matched by F
-//	                        deny filter F matches when F overlaps S: some
-//	                        topic is matched by both
-//	retained message on T   as SUBSCRIBE with S = T (covers and overlaps
-//	                        then both reduce to "F matches T")
+//	PUBLISH topic T         a filter F matches when F matches T
+//	SUBSCRIBE filter S      F matches when F covers S: every topic S can
+//	                        match is matched by F
+//	delivery of a message   as SUBSCRIBE with S = T (covering a topic name
+//	on T (retained or not)  is matching it)
 //
-// Deny rules use overlap for subscriptions because a subscription is granted
-// once and then receives every message that matches it: if a deny rule
-// shields any topic the requested filter reaches, granting the filter would
-// leak that topic. So "deny devices/secret" refuses a subscription to
-// "devices/+", and a client allowed "devices/#" but denied
-// "devices/admin/#" (deny listed first) may subscribe "devices/x/#" but not
-// "devices/#". Allow rules use cover for the same reason: "devices/car1/#"
-// covers "devices/car1/cmd/+" but not "devices/+/cmd", "+/+/#" or "#".
+// A subscription is granted when the first rule covering its filter
+// allows it, and every message is checked again on delivery against its
+// concrete topic (mochi asks OnACLCheck before each PUBLISH it sends; the
+// session store asks before queueing for a parked session). So a deny rule
+// shields its topics whatever the subscription: "deny devices/secret" then
+// "allow devices/#" grants "devices/+" and "devices/#" — they receive
+// every devices/… topic except devices/secret — while "devices/secret"
+// itself (or "devices/secret/#" under "deny devices/secret/#") is refused
+// in the SUBACK. Allow rules use cover for the same reason in reverse:
+// "devices/car1/#" covers "devices/car1/cmd/+" but not "devices/+/cmd",
+// "+/+/#" or "#". This is Mosquitto's model (grant, then filter on
+// delivery). An earlier version refused any subscription merely
+// overlapping a deny filter; that broke ordinary wildcards ("#" next to
+// one denied topic) without protecting anything the delivery check does
+// not.
 //
 // A shared subscription "$share/{group}/{filter}" is checked as {filter}
 // [MQTT-4.8.2-1]; a malformed one is denied.
@@ -279,16 +283,9 @@ func (a *ACL) check(id ident, req []string, write bool, extra [][]string) bool {
 				}
 				continue // allow never matches; nor does deny for an absent identity
 			}
-			var hit bool
-			switch {
-			case write:
-				hit = covers(f.levels, req, &id) // req has no wildcards: covers = matches
-			case r.allow:
-				hit = covers(f.levels, req, &id)
-			default:
-				hit = overlaps(f.levels, req, &id)
-			}
-			if hit {
+			// A publish or delivery topic has no wildcards: covering it is
+			// matching it.
+			if covers(f.levels, req, &id) {
 				return r.allow
 			}
 		}
@@ -425,44 +422,6 @@ func covers(f, q []string, id *ident) bool {
 			return false // a literal level cannot cover a wildcard
 		case !levelEqual(f[i], q[i], id):
 			return false
-		}
-	}
-}
-
-// overlaps reports whether some topic is matched by both filter f (which may
-// hold templates, filled in from id) and filter q.
-func overlaps(f, q []string, id *ident) bool {
-	for i := 0; ; i++ {
-		fDone, qDone := i == len(f), i == len(q)
-		switch {
-		case fDone && qDone:
-			return true
-		case fDone:
-			return q[i] == "#" // "a/#" matches "a"
-		case qDone:
-			return f[i] == "#"
-		}
-		fl, ql := f[i], q[i]
-		fWild := fl == "+" || fl == "#"
-		qWild := ql == "+" || ql == "#"
-		switch {
-		case fWild && qWild:
-			// both match any non-'$' level
-		case fWild:
-			if i == 0 && dollar(ql) {
-				return false // [MQTT-4.7.2-1]
-			}
-		case qWild:
-			// A template never expands to something starting with '$'
-			// (SafeForTemplates), so the raw level tells.
-			if i == 0 && dollar(fl) {
-				return false
-			}
-		case !levelEqual(fl, ql, id):
-			return false
-		}
-		if fl == "#" || ql == "#" {
-			return true
 		}
 	}
 }

@@ -252,6 +252,18 @@ func (h *Hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	return h.o.ACL.Check(cl.ID, username, topic, write, extra)
 }
 
+// Readable reports whether a message on topic may be queued for the parked
+// (offline) session of clientID, authenticated as username: the check
+// OnACLCheck makes before each delivery, for a session that has no mochi
+// client (session.Options.Readable). Like every offline check it goes by
+// the username alone, without the credential's grants.
+func (h *Hook) Readable(clientID, username, topic string) bool {
+	if internal, _ := internalTopic(topic, false); internal {
+		return topic == mqtttopic.P2P+clientID
+	}
+	return h.o.ACL.Check(clientID, username, topic, false)
+}
+
 // internalTopic reports whether a topic (write) or a subscription filter
 // or delivery topic (!write) lies in the internal namespace, and whether it
 // is a shared subscription ("$share/{group}/$ferrymq/…").

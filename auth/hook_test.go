@@ -345,6 +345,22 @@ func TestHookInternalNamespace(t *testing.T) {
 	require.True(t, hs.h.OnACLCheck(cl, "$share/g/devices/#", false), "no ACL: other shared subscriptions pass")
 }
 
+// Readable is the delivery check for parked sessions: the read ACL by
+// username, and only its own point-to-point topic in the internal namespace.
+func TestHookReadable(t *testing.T) {
+	acl, err := NewACL([]ACLRule{
+		{Action: ActionDeny, Subscribe: []string{"devices/secret"}},
+		{Action: ActionAllow, Subscribe: []string{"devices/#"}, Users: []string{"ops"}},
+	})
+	require.NoError(t, err)
+	h := NewHook(HookOptions{ACL: acl})
+	require.True(t, h.Readable("c1", "ops", "devices/ok"))
+	require.False(t, h.Readable("c1", "ops", "devices/secret"), "denied topic")
+	require.False(t, h.Readable("c1", "guest", "devices/ok"), "rules go by username")
+	require.True(t, h.Readable("c1", "", "$ferrymq/p2p/c1"), "its own commands")
+	require.False(t, h.Readable("c1", "ops", "$ferrymq/p2p/c2"), "another client's commands")
+}
+
 // A connection that authenticated but whose CONNACK failed (mochi tells no
 // hook: no OnDisconnect) does not keep its client ID from another identity.
 func TestHookFailedConnackOwnsNothing(t *testing.T) {

@@ -68,6 +68,7 @@ func (s *Store) putClientLocked(cl *mqtt.Client) {
 		s.sessions[cl.ID] = ss
 	}
 	ss.client = s.replaceLocked(ss.client, kClient+cl.ID, b)
+	ss.user, ss.userKnown = string(cl.Properties.Username), true
 }
 
 // OnSessionEstablish runs after authentication, before mochi looks for the

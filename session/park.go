@@ -230,6 +230,9 @@ func (s *Store) routePublish(pk packets.Packet) {
 		if r.flags&subNoLocal != 0 && pk.Origin == h.s.id {
 			continue
 		}
+		if !s.readableLocked(h.s, pk.TopicName) {
+			continue
+		}
 		qos := min(pk.FixedHeader.Qos, r.qos)
 		if qos == 0 {
 			continue
@@ -247,6 +250,23 @@ func (s *Store) routePublish(pk packets.Packet) {
 	}
 	s.mu.Unlock()
 	s.tell(discards)
+}
+
+// readableLocked reports whether a publish on topic may be queued for
+// parked ss (Options.Readable). Its username is read from its client
+// record the first time; an unreadable record fails closed.
+func (s *Store) readableLocked(ss *sess, topic string) bool {
+	if s.opts.Readable == nil {
+		return true
+	}
+	if !ss.userKnown {
+		c, err := s.clientLocked(ss)
+		if err != nil {
+			return false
+		}
+		ss.user, ss.userKnown = string(c.Username), true
+	}
+	return s.opts.Readable(ss.id, ss.user, topic)
 }
 
 // prepare is pk as queued: its own copy, at qos, with its absolute expiry

@@ -34,7 +34,14 @@ type Options struct {
 	// refused because the session's queue is full. Called without locks
 	// held, from the goroutine that discarded it.
 	Discarded func(clientID string, pk packets.Packet, expired bool, reason string)
-	Logger    *zerolog.Logger
+	// Readable, if set, reports whether a publish on topic may be queued
+	// for the parked session of clientID, authenticated as username (the
+	// read ACL mochi applies before each delivery to a connected client;
+	// a subscription can be granted that reaches some denied topics).
+	// Called with the store's lock held: it must not call into the store.
+	// Nil: every topic a session's subscriptions match.
+	Readable func(clientID, username, topic string) bool
+	Logger   *zerolog.Logger
 }
 
 // Store persists MQTT sessions — clients with their will, subscriptions,
@@ -116,6 +123,11 @@ type sess struct {
 	subs   []subRef
 	msgs   []msgRef // outbound QoS 1/2 messages not acknowledged, oldest first
 	bytes  int      // payload bytes of msgs
+
+	// user is the username its client record holds, once read (userKnown)
+	// for Options.Readable.
+	user      string
+	userKnown bool
 
 	// While parked:
 	parked   bool
@@ -317,6 +329,7 @@ func (s *Store) apply(op byte, key string, value []byte, e entry) {
 		}
 		s.live -= int64(ss.client.n)
 		ss.client = e
+		ss.userKnown = false
 	case kGone:
 		s.live -= int64(ss.gone.n)
 		ss.gone = entry{}

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/store"
@@ -35,11 +36,17 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		return nil, err
 	}
 	var br *bridge.Hook
+	// readable is the auth hook's read ACL for parked sessions, set once
+	// the hook exists (it needs the store's Owner), before any traffic.
+	var readable func(clientID, username, topic string) bool
 	so := session.Options{
 		MaxQueued:      bc.OfflineMaxMessages,
 		MaxQueuedBytes: bc.OfflineMaxBytes,
 		Discarded: func(id string, pk packets.Packet, expired bool, reason string) {
 			br.Discarded(id, pk, expired, reason)
+		},
+		Readable: func(clientID, username, topic string) bool {
+			return readable == nil || readable(clientID, username, topic)
 		},
 		Logger: log,
 	}
@@ -110,6 +117,9 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		return nil, err
 	}
 	o.closers = append(o.closers, authClosers...)
+	if h, ok := authHook.(*auth.Hook); ok {
+		readable = h.Readable
+	}
 	// Order: auth (refused publishes never reach the core), sessions (a
 	// parked session is restored before the bridge sees the connection),
 	// bridge.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/store"
@@ -106,6 +107,9 @@ func Start(t testing.TB, o Options) *Env {
 	if o.Sessions || o.SessionsKV != nil {
 		so := o.SessionOptions
 		so.Discarded = func(id string, pk packets.Packet, expired bool, reason string) { br.Discarded(id, pk, expired, reason) }
+		if h, ok := o.Auth.(*auth.Hook); ok && so.Readable == nil {
+			so.Readable = h.Readable // parked sessions get what the ACL lets them read
+		}
 		if o.SessionsKV != nil {
 			ko := o.KVOptions
 			ko.Options = so

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+)
+
+// A deny rule shields its topic from every subscription, including
+// wildcards that are granted because they merely overlap it (Mosquitto's
+// model, auth/acl.go): the subscription to devices/secret itself is
+// refused; devices/+ is granted and gets devices/ok but never
+// devices/secret — live, retained, or queued while the session is parked.
+func TestBinaryACLDenyFiltersDeliveries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	cfg := filepath.Join(t.TempDir(), "ferrymq.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(`auth:
+  anonymous: true
+  acl:
+    - {action: deny, subscribe: ["devices/secret"]}
+    - {action: allow, publish: ["#"], subscribe: ["#"]}
+bridge: {disable_events: true}
+`), 0o600))
+	srv := startServe(t, bin, "--config", cfg, "--data", filepath.Join(t.TempDir(), "data"))
+	addr := printedAddrs(t, srv, "tcp")["tcp"]
+
+	var mu sync.Mutex
+	var got []string
+	gotTopics := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), got...)
+	}
+	connect := func(id string, clean bool) paho3.Client {
+		o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetCleanSession(clean).
+			SetAutoReconnect(false).SetConnectRetry(false).SetResumeSubs(true).
+			SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) {
+				mu.Lock()
+				got = append(got, m.Topic()+"="+string(m.Payload()))
+				mu.Unlock()
+			})
+		c := paho3.NewClient(o)
+		tok := c.Connect()
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		return c
+	}
+	subscribe := func(c paho3.Client, filter string) byte {
+		tok := c.Subscribe(filter, 1, nil)
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		return tok.(*paho3.SubscribeToken).Result()[filter]
+	}
+	pub := c3pub(t, connect("pub", true))
+
+	pub("devices/secret", "retained-secret", true)
+	pub("devices/ok", "retained-ok", true)
+
+	sub := connect("watcher", false)
+	require.Equal(t, byte(0x80), subscribe(sub, "devices/secret"), "the denied topic itself is refused")
+	require.Equal(t, byte(1), subscribe(sub, "devices/+"), "an overlapping wildcard is granted")
+	pub("devices/secret", "live-secret", false)
+	pub("devices/ok", "live-ok", false)
+	require.Eventually(t, func() bool { return len(gotTopics()) >= 2 }, 10*time.Second, 10*time.Millisecond)
+
+	// Parked: the session leaves, its messages are queued on disk (the
+	// store parks a session 1 s after its connection ended).
+	sub.Disconnect(100)
+	time.Sleep(2 * time.Second)
+	pub("devices/secret", "queued-secret", false)
+	pub("devices/ok", "queued-ok", false)
+	sub = connect("watcher", false)
+	defer sub.Disconnect(100)
+	require.Eventually(t, func() bool { return len(gotTopics()) >= 3 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // anything that should not come has had its chance
+	require.Equal(t, []string{"devices/ok=retained-ok", "devices/ok=live-ok", "devices/ok=queued-ok"}, gotTopics())
+}
+
+// c3pub returns a QoS 1 publisher on c that waits for each PUBACK.
+func c3pub(t *testing.T, c paho3.Client) func(topic, payload string, retain bool) {
+	t.Cleanup(func() { c.Disconnect(100) })
+	return func(topic, payload string, retain bool) {
+		tok := c.Publish(topic, 1, retain, payload)
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+	}
+}
