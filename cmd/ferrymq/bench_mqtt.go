@@ -35,6 +35,7 @@ type benchMQTTOptions struct {
 	duration    time.Duration
 	topic       string
 	filter      string
+	slow        int
 	inflight    int
 	drain       time.Duration
 
@@ -71,7 +72,8 @@ func (o *benchMQTTOptions) AddFlags(cmd *cobra.Command) {
 	f.Int64Var(&o.count, "count", 0, "messages per publisher (with --duration: whichever comes first)")
 	f.DurationVar(&o.duration, "duration", 0, "publish for this long (default 10s unless --count is given)")
 	f.StringVar(&o.topic, "topic", "bench/%i", "topic of each publisher; %i is its index")
-	f.StringVar(&o.filter, "filter", "", `subscription filter (default: the first level of --topic + "/#")`)
+	f.StringVar(&o.filter, "filter", "", `subscription filter (default: the first level of --topic + "/#"); with %i, subscriber i's own (point to point: pairs with publisher i)`)
+	f.IntVar(&o.slow, "slow-subscribers", 0, "extra subscribers to --filter that never read (a slow consumer; does it hurt the others?)")
 	f.IntVar(&o.inflight, "inflight", 64, "messages each publisher keeps in flight, unacknowledged (QoS 1, 2) or unwritten (QoS 0)")
 	f.DurationVar(&o.drain, "drain", 5*time.Second, "after the last acknowledgement, wait at most this long for receivers to get everything (less if all arrived or none for 3s)")
 
@@ -118,7 +120,7 @@ func (o *benchMQTTOptions) options(progress io.Writer) (mqttbench.Options, error
 		Mode: mqttbench.Mode(o.mode), Addr: o.addr, Version: o.version, ClientPrefix: o.clientPrefix,
 		PersistentSession: !o.clean, Label: o.label,
 		Publishers: o.publishers, Subscribers: o.subscribers, QoS: byte(o.qos), SizeBytes: o.size, Rate: o.rate,
-		Count: o.count, Duration: o.duration, Topic: o.topic, Filter: o.filter, Inflight: o.inflight, Drain: o.drain,
+		Count: o.count, Duration: o.duration, Topic: o.topic, Filter: o.filter, SlowSubscribers: o.slow, Inflight: o.inflight, Drain: o.drain,
 		Core:  mqttbench.CoreOptions{Addr: o.coreAddr, Token: token, Topic: o.coreTopic, Group: o.coreGroup},
 		Conns: o.conns, Workers: o.workers, KeepAlive: o.keepAlive, Hold: o.hold, Source: source,
 		ConnsPerSource: o.perSource, ConnectTimeout: o.connectTimeout,
@@ -227,6 +229,10 @@ func writeMQTTTables(w io.Writer, r mqttbench.Result) error {
 		}
 		if len(recv) > 1 {
 			tables = append(tables, recv)
+		}
+		if r.SlowSubscribers > 0 {
+			tables = append(tables, [][]string{{"SLOW SUBSCRIBERS", "DISCONNECTED BY THE BROKER"},
+				{strconv.Itoa(r.SlowSubscribers), strconv.Itoa(r.SlowDisconnected)}})
 		}
 	} else {
 		c := r.Conns

@@ -30,4 +30,7 @@ var (
 	// ErrConnackRefused is returned, wrapped with the return code, when
 	// the server refuses a connection [MQTT-3.2.2-5].
 	ErrConnackRefused = errors.New("mqttbench: connection refused")
+	// ErrSubackRefused is returned when a slow subscriber's SUBSCRIBE is
+	// refused or answered with something other than a SUBACK.
+	ErrSubackRefused = errors.New("mqttbench: subscription refused")
 )

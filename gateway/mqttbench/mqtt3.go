@@ -118,24 +118,24 @@ func (p *pub3) close() {
 // sub3 is a subscribing connection.
 type sub3 struct{ c mqtt.Client }
 
-func dialSub3(ctx context.Context, o *Options, addr brokerAddr, id string, tr *tracker, errs *errorSet) (subscriber, error) {
+func dialSub3(ctx context.Context, o *Options, addr brokerAddr, id, filter string, tr *tracker, errs *errorSet) (subscriber, error) {
 	c := mqtt.NewClient(options3(o, addr, id, errs))
 	if err := connect3(ctx, c, id); err != nil {
 		return nil, err
 	}
-	tok := c.Subscribe(o.Filter, o.QoS, func(_ mqtt.Client, m mqtt.Message) {
+	tok := c.Subscribe(filter, o.QoS, func(_ mqtt.Client, m mqtt.Message) {
 		tr.observe(m.Payload(), time.Now().UnixNano())
 	})
 	err := waitToken(tok, o.ConnectTimeout)
 	if err == nil {
 		// A broker answers 0x80 for a refused subscription [MQTT-3.9.3-2].
-		if code, ok := tok.(*mqtt.SubscribeToken).Result()[o.Filter]; !ok || code > 2 {
+		if code, ok := tok.(*mqtt.SubscribeToken).Result()[filter]; !ok || code > 2 {
 			err = fmt.Errorf("refused (return code %#x)", code)
 		}
 	}
 	if err != nil {
 		c.Disconnect(0)
-		return nil, fmt.Errorf("subscribe %s to %q: %w", id, o.Filter, err)
+		return nil, fmt.Errorf("subscribe %s to %q: %w", id, filter, err)
 	}
 	return &sub3{c: c}, nil
 }

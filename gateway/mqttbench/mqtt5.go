@@ -144,7 +144,7 @@ func (p *pub5) close() {
 // sub5 is a subscribing connection.
 type sub5 struct{ c *conn5 }
 
-func dialSub5(ctx context.Context, o *Options, addr brokerAddr, id string, tr *tracker, errs *errorSet) (subscriber, error) {
+func dialSub5(ctx context.Context, o *Options, addr brokerAddr, id, filter string, tr *tracker, errs *errorSet) (subscriber, error) {
 	onPublish := func(pr paho.PublishReceived) (bool, error) {
 		tr.observe(pr.Packet.Payload, time.Now().UnixNano())
 		return true, nil
@@ -155,13 +155,13 @@ func dialSub5(ctx context.Context, o *Options, addr brokerAddr, id string, tr *t
 	}
 	sctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
 	defer cancel()
-	sa, err := c.c.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: o.Filter, QoS: o.QoS}}})
+	sa, err := c.c.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: o.QoS}}})
 	if err == nil && (len(sa.Reasons) != 1 || sa.Reasons[0] >= 0x80) {
 		err = fmt.Errorf("refused (reason codes %v)", sa.Reasons)
 	}
 	if err != nil {
 		c.close()
-		return nil, fmt.Errorf("subscribe %s to %q: %w", id, o.Filter, err)
+		return nil, fmt.Errorf("subscribe %s to %q: %w", id, filter, err)
 	}
 	return &sub5{c: c}, nil
 }

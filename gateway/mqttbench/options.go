@@ -70,8 +70,17 @@ type Options struct {
 	// Topic of publisher i: "%i" is replaced by i. Default "bench/%i".
 	Topic string
 	// Filter the subscribers subscribe to; default the first level of
-	// Topic followed by "/#" ("#" when the first level contains %i).
+	// Topic followed by "/#" ("#" when the first level contains %i). A
+	// Filter with "%i" makes pairs (point to point): subscriber i
+	// subscribes to it with its index, Publishers must equal Subscribers,
+	// and each message is expected once, by its publisher's subscriber.
 	Filter string
+	// SlowSubscribers are connections that subscribe to Filter (pairs:
+	// to subscriber 0's) at QoS and then never read: the broker's outbound
+	// queue for them fills up. The result says how many the broker
+	// disconnected; the other subscribers' figures show whether they
+	// suffered. Lean MQTT 3.1.1 connections over tcp.
+	SlowSubscribers int
 	// Inflight bounds each publisher's messages sent but not yet
 	// acknowledged (QoS 1, 2) or written (QoS 0); default 64.
 	Inflight int
@@ -220,6 +229,15 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// pairs reports whether subscriber i has a filter of its own (Filter
+// holds "%i").
+func (o *Options) pairs() bool { return strings.Contains(o.Filter, "%i") }
+
+// filterOf is subscriber i's filter.
+func (o *Options) filterOf(i int) string {
+	return strings.ReplaceAll(o.Filter, "%i", strconv.Itoa(i))
+}
+
 // defaultFilter is the first level of topic followed by "/#", or "#" when
 // the first level varies by publisher.
 func defaultFilter(topic string) string {
@@ -269,8 +287,17 @@ func (o Options) validate() error {
 		if o.Topic == "" || strings.ContainsAny(o.Topic, "+#\x00") {
 			add("topic %q: must be non-empty without wildcards", o.Topic)
 		}
-		if err := mqtttopic.ValidFilter(o.Filter); err != nil {
+		if err := mqtttopic.ValidFilter(strings.ReplaceAll(o.Filter, "%i", "0")); err != nil {
 			errs = append(errs, err)
+		}
+		if o.pairs() && (o.Publishers != o.Subscribers || !strings.Contains(o.Topic, "%i")) {
+			add("filter %q makes pairs: needs --publishers = --subscribers and a --topic with %%i", o.Filter)
+		}
+		if o.SlowSubscribers < 0 {
+			add("slow subscribers %d: must not be negative", o.SlowSubscribers)
+		}
+		if o.SlowSubscribers > 0 && err == nil && addr.scheme != "tcp" {
+			add("slow subscribers speak MQTT over tcp only")
 		}
 		if o.Core.Addr != "" && (o.Core.Topic == "" || o.Core.Group == "") {
 			add("a core consumer needs a topic and a group")

@@ -80,13 +80,19 @@ func runPubSub(ctx context.Context, o *Options, addr brokerAddr) (res Result, er
 	err = parallel(ctx, o.Subscribers, o.Workers, func(ctx context.Context, i int) error {
 		subTrackers[i] = newTracker(runStart, r.sent)
 		id := fmt.Sprintf("%ssub-%d", o.ClientPrefix, i)
-		s, err := r.dialSub(ctx, id, subTrackers[i])
+		s, err := r.dialSub(ctx, id, o.filterOf(i), subTrackers[i])
 		subs[i] = s
 		return err
 	})
 	if err != nil {
 		return res, fmt.Errorf("subscribers: %w", err)
 	}
+	slow, err := dialSlow(ctx, o, r.addr)
+	defer slow.close()
+	if err != nil {
+		return res, fmt.Errorf("slow subscribers: %w", err)
+	}
+	res.SlowSubscribers = o.SlowSubscribers
 	var coreTrackers []*tracker
 	if o.Core.Addr != "" {
 		coreTrackers = []*tracker{newTracker(runStart, r.sent)}
@@ -143,10 +149,17 @@ func runPubSub(ctx context.Context, o *Options, addr brokerAddr) (res Result, er
 	if o.QoS == 0 {
 		expected = res.Sent
 	}
+	// Each subscriber expects every message; in pairs, the subscribers
+	// together expect each once.
+	subExpected := expected * int64(len(subTrackers))
+	if o.pairs() {
+		subExpected = expected
+	}
 	drainStart := time.Now()
 	r.drain(ctx, func() bool {
-		return receivedBy(subTrackers) >= expected*int64(len(subTrackers)) && receivedBy(coreTrackers) >= expected*int64(len(coreTrackers))
+		return receivedBy(subTrackers) >= subExpected && receivedBy(coreTrackers) >= expected*int64(len(coreTrackers))
 	}, func() int64 { return receivedBy(subTrackers) + receivedBy(coreTrackers) })
+	res.SlowDisconnected = slow.disconnected()
 	res.DrainSeconds = time.Since(drainStart).Seconds()
 	pr.stop()
 
@@ -169,7 +182,7 @@ func runPubSub(ctx context.Context, o *Options, addr brokerAddr) (res Result, er
 		res.AckLatency = &l
 	}
 	if len(subTrackers) > 0 {
-		res.MQTT = deliveries(subTrackers, expected, start)
+		res.MQTT = deliveries(subTrackers, subExpected, start)
 	}
 	if len(coreTrackers) > 0 {
 		res.Core = deliveries(coreTrackers, expected, start)
@@ -184,11 +197,11 @@ func (r *pubsub) dialPub(ctx context.Context, id, topic string, done func(*outMs
 	return dialPub3(ctx, r.o, r.addr, id, topic, done, &r.errs)
 }
 
-func (r *pubsub) dialSub(ctx context.Context, id string, tr *tracker) (subscriber, error) {
+func (r *pubsub) dialSub(ctx context.Context, id, filter string, tr *tracker) (subscriber, error) {
 	if r.o.Version == 5 {
-		return dialSub5(ctx, r.o, r.addr, id, tr, &r.errs)
+		return dialSub5(ctx, r.o, r.addr, id, filter, tr, &r.errs)
 	}
-	return dialSub3(ctx, r.o, r.addr, id, tr, &r.errs)
+	return dialSub3(ctx, r.o, r.addr, id, filter, tr, &r.errs)
 }
 
 // completion returns publisher i's completion function: it counts the

@@ -43,6 +43,10 @@ type Result struct {
 	// Core is what the core consumer received (nil without one).
 	MQTT *Delivery `json:"mqtt,omitempty"`
 	Core *Delivery `json:"core,omitempty"`
+	// SlowSubscribers never read (Options.SlowSubscribers);
+	// SlowDisconnected of them the broker had closed by the end.
+	SlowSubscribers  int `json:"slow_subscribers,omitempty"`
+	SlowDisconnected int `json:"slow_disconnected,omitempty"`
 
 	// Connect and idle modes.
 	Conns *Conns `json:"conns,omitempty"`

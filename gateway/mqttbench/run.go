@@ -23,7 +23,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	conns := o.Publishers + o.Subscribers
+	conns := o.Publishers + o.Subscribers + o.SlowSubscribers
 	if o.Mode != ModePubSub {
 		conns = o.Conns
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -163,6 +164,60 @@ func TestPubSubSubscriberLosesMessages(t *testing.T) {
 	require.Equal(t, int64(180), res.MQTT.Received)
 	require.Equal(t, int64(20), res.MQTT.Lost)
 	require.InDelta(t, 10.0, res.MQTT.LossPct, 1e-9)
+}
+
+// Pairs: subscriber i subscribes to publisher i's topic only, so each
+// message is expected once in all, and nobody gets another pair's.
+func TestPubSubPairs(t *testing.T) {
+	b := mqttbenchtest.Start(t, mqttbenchtest.Options{})
+	res, err := Run(t.Context(), Options{Addr: b.Addr, QoS: 1, Publishers: 4, Subscribers: 4, Count: 50,
+		Topic: "p2p/%i", Filter: "p2p/%i"})
+	require.NoError(t, err)
+	require.Equal(t, int64(200), res.Acked)
+	require.Equal(t, int64(200), res.MQTT.Expected, "each message once, by its pair")
+	require.Equal(t, int64(200), res.MQTT.Received)
+	require.Zero(t, res.MQTT.Duplicates)
+
+	_, err = Run(t.Context(), Options{Addr: b.Addr, Publishers: 2, Subscribers: 3, Topic: "p2p/%i", Filter: "p2p/%i"})
+	require.ErrorIs(t, err, ErrInvalidOptions, "pairs need as many subscribers as publishers")
+}
+
+// A subscriber that never reads: the run still measures the others, and
+// says whether the broker cut it off (mochi's test broker keeps it: its
+// outbound queue is large, so 0 of 1 here).
+func TestPubSubSlowSubscriber(t *testing.T) {
+	b := mqttbenchtest.Start(t, mqttbenchtest.Options{})
+	res, err := Run(t.Context(), Options{Addr: b.Addr, QoS: 1, Publishers: 2, Subscribers: 1, Count: 200, SizeBytes: 1024,
+		Topic: "slow/%i", SlowSubscribers: 1})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.SlowSubscribers)
+	require.Equal(t, int64(400), res.MQTT.Received, "the fast subscriber got everything")
+	require.Zero(t, res.SlowDisconnected)
+
+}
+
+// disconnected tells a connection the server closed from one it holds.
+func TestSlowSubscribersDisconnected(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var s slowSubs
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		s.conns = append(s.conns, c)
+	}
+	defer s.close()
+	first, err := ln.Accept()
+	require.NoError(t, err)
+	second, err := ln.Accept()
+	require.NoError(t, err)
+	defer second.Close()
+	_, err = second.Write([]byte("queued, unread"))
+	require.NoError(t, err)
+	require.Zero(t, s.disconnected())
+	require.NoError(t, first.Close())
+	require.Eventually(t, func() bool { return s.disconnected() == 1 }, 5*time.Second, 10*time.Millisecond)
 }
 
 // dropHook makes the broker drop every n-th publish it receives, after

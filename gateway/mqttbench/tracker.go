@@ -61,10 +61,10 @@ func (t *tracker) observe(payload []byte, now int64) {
 	}
 }
 
-// deliveries sums trackers into one Delivery; expected is per tracker, and
-// rates count from start.
+// deliveries sums trackers into one Delivery; expected is what they all
+// should have received together, and rates count from start.
 func deliveries(ts []*tracker, expected int64, start time.Time) *Delivery {
-	d := &Delivery{Expected: expected * int64(len(ts))}
+	d := &Delivery{Expected: expected}
 	h := NewHistogram()
 	var last int64
 	for _, t := range ts {

@@ -70,7 +70,7 @@ func TestDeliveriesSumsReceivers(t *testing.T) {
 			b.observe(p, start.UnixNano()+int64(time.Millisecond))
 		}
 	}
-	d := deliveries([]*tracker{a, b}, 5, start)
+	d := deliveries([]*tracker{a, b}, 10, start)
 	require.Equal(t, int64(10), d.Expected, "each receiver expects every message")
 	require.Equal(t, int64(8), d.Received)
 	require.Equal(t, int64(2), d.Lost)
