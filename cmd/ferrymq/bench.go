@@ -40,6 +40,7 @@ type benchOptions struct {
 	keys      int
 	label     string
 	skipFill  bool
+	ordered   bool
 	json      bool
 
 	countSet bool // --count given: with --duration, whichever comes first
@@ -62,6 +63,7 @@ func (o *benchOptions) AddFlags(cmd *cobra.Command) {
 	f.IntVar(&o.queues, "queues", 8, "queues of the ferrymq topic when the bench creates it")
 	f.IntVar(&o.keys, "keys", 0, "distinct sharding keys (jetstream: subjects) cycled through; 0: none (ferrymq spreads round-robin)")
 	f.StringVar(&o.label, "label", "", `durability or setup named in the result row, e.g. "async", "sync", "sync_interval=always"`)
+	f.BoolVar(&o.ordered, "ordered", false, "consume mode: per-key order (ferrymq: orderly consumers, one message of a queue at a time; jetstream: one durable per consumer over its share of the subjects) and count deliveries out of store order")
 	f.BoolVar(&o.skipFill, "skip-fill", false, "consume mode: consume what is stored already instead of producing --count messages first")
 	f.BoolVar(&o.json, "json", false, "print the result row as one JSON line instead of a table")
 }
@@ -126,7 +128,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure throughput and latency against a running server",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchCoreCmd(), newBenchTableCmd(), newBenchMQTTCmd())
+	cmd.AddCommand(newBenchCoreCmd(), newBenchTableCmd(), newBenchMQTTCmd(), newBenchTortureCmd())
 	return cmd
 }
 
@@ -208,6 +210,7 @@ func (o *benchOptions) run(ctx context.Context, progress io.Writer) (benchResult
 		return res, err
 	}
 	res.Consumers = o.consumers
+	res.Ordered = o.ordered
 	res.fill(m)
 	return res, nil
 }
@@ -229,11 +232,19 @@ type benchResult struct {
 	P50us  float64 `json:"p50_us,omitempty"`
 	P99us  float64 `json:"p99_us,omitempty"`
 	P999us float64 `json:"p999_us,omitempty"`
-	Server string  `json:"server"`
+	// Ordered consume runs: first deliveries of a message after a later
+	// message of the same queue (jetstream: subject).
+	Ordered    bool  `json:"ordered,omitempty"`
+	OutOfOrder int64 `json:"out_of_order,omitempty"`
+	// Consume runs: deliveries of a message delivered before (a queue or
+	// consumer changed hands before committing); not in Messages.
+	Duplicates int64  `json:"duplicates,omitempty"`
+	Server     string `json:"server"`
 }
 
 func (r *benchResult) fill(m benchMeasurement) {
 	r.Messages = m.messages
+	r.OutOfOrder, r.Duplicates = m.outOfOrder, m.duplicates
 	r.Seconds = m.elapsed.Seconds()
 	if r.Seconds > 0 {
 		r.MsgsPerSec = float64(m.messages) / r.Seconds

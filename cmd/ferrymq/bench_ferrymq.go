@@ -115,17 +115,18 @@ type ferryReceiver struct {
 	pc *consumer.PushConsumer
 }
 
-// newReceiver starts a clustering push consumer of the run's group with
-// default options: it commits offsets as it goes (every 200 ms) and when
+// newReceiver starts a clustering push consumer of the run's group
+// (orderly with --ordered) with default options: it commits offsets as it goes (every 200 ms) and when
 // it closes.
-func (t *ferryTarget) newReceiver(ctx context.Context, i int, onMsg func()) (benchReceiver, error) {
+func (t *ferryTarget) newReceiver(ctx context.Context, i int, onMsg func(part int, pos uint64)) (benchReceiver, error) {
 	c, err := t.dial(ctx, fmt.Sprintf("c%d", i))
 	if err != nil {
 		return nil, err
 	}
 	pc, err := c.NewPushConsumer(consumer.Options{Group: t.group, Subscriptions: []group.Subscription{{Topic: t.o.topic}},
-		Listener: func(context.Context, *core.StoredMessage) consumer.Result {
-			onMsg()
+		Orderly: t.o.ordered,
+		Listener: func(_ context.Context, m *core.StoredMessage) consumer.Result {
+			onMsg(m.Queue, uint64(m.QueueOffset))
 			return consumer.Success
 		}})
 	if err == nil {

@@ -19,9 +19,10 @@ import (
 // Durability is the server's (sync_interval in its config).
 type jetStreamTarget struct {
 	o        *benchOptions
-	durable  string
-	subjects []string
-	body     []byte
+	durable      string
+	subjects     []string
+	subjectIndex map[string]int
+	body         []byte
 }
 
 func newJetStreamTarget(o *benchOptions) *jetStreamTarget {
@@ -36,6 +37,10 @@ func newJetStreamTarget(o *benchOptions) *jetStreamTarget {
 		for i := range o.keys {
 			t.subjects = append(t.subjects, fmt.Sprintf("%s.key-%d", o.topic, i))
 		}
+	}
+	t.subjectIndex = make(map[string]int, len(t.subjects))
+	for i, s := range t.subjects {
+		t.subjectIndex[s] = i
 	}
 	return t
 }
@@ -74,18 +79,41 @@ func (t *jetStreamTarget) recreateStream(ctx context.Context) error {
 func (t *jetStreamTarget) prepareProduce(ctx context.Context) error { return t.recreateStream(ctx) }
 func (t *jetStreamTarget) prepareFill(ctx context.Context) error    { return t.recreateStream(ctx) }
 
-// prepareConsume creates the run's durable consumer, from the start of the
-// stream.
+// durables are the run's durable consumers: one shared by every
+// receiver, or with --ordered one per receiver, each filtered to its share
+// of the subjects (subject k goes to receiver k mod consumers), so that a
+// subject's messages are handled one after another by one receiver — the
+// JetStream way of ordered consumption with parallelism.
+func (t *jetStreamTarget) durables() []jetstream.ConsumerConfig {
+	base := jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if !t.o.ordered {
+		base.Durable = t.durable
+		return []jetstream.ConsumerConfig{base}
+	}
+	n := min(t.o.consumers, len(t.subjects))
+	cs := make([]jetstream.ConsumerConfig, n)
+	for i := range cs {
+		cs[i] = base
+		cs[i].Durable = fmt.Sprintf("%s-%d", t.durable, i)
+		for k := i; k < len(t.subjects); k += n {
+			cs[i].FilterSubjects = append(cs[i].FilterSubjects, t.subjects[k])
+		}
+	}
+	return cs
+}
+
+// prepareConsume creates the run's durable consumers, from the start of
+// the stream.
 func (t *jetStreamTarget) prepareConsume(ctx context.Context) error {
 	nc, js, err := t.connect("bench-admin")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	_, err = js.CreateConsumer(ctx, t.o.topic, jetstream.ConsumerConfig{Durable: t.durable,
-		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		return fmt.Errorf("create consumer %s: %w", t.durable, err)
+	for _, c := range t.durables() {
+		if _, err := js.CreateConsumer(ctx, t.o.topic, c); err != nil {
+			return fmt.Errorf("create consumer %s: %w", c.Durable, err)
+		}
 	}
 	return nil
 }
@@ -96,7 +124,11 @@ func (t *jetStreamTarget) finishConsume(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
-	return js.DeleteConsumer(ctx, t.o.topic, t.durable)
+	var errs []error
+	for _, c := range t.durables() {
+		errs = append(errs, js.DeleteConsumer(ctx, t.o.topic, c.Durable))
+	}
+	return errors.Join(errs...)
 }
 
 // jsSender publishes asynchronously; the acknowledgement handlers find a
@@ -157,19 +189,25 @@ type jsReceiver struct {
 	cc jetstream.ConsumeContext
 }
 
-func (t *jetStreamTarget) newReceiver(ctx context.Context, i int, onMsg func()) (benchReceiver, error) {
+func (t *jetStreamTarget) newReceiver(ctx context.Context, i int, onMsg func(part int, pos uint64)) (benchReceiver, error) {
 	nc, js, err := t.connect(fmt.Sprintf("bench-c%d", i))
 	if err != nil {
 		return nil, err
 	}
-	cons, err := js.Consumer(ctx, t.o.topic, t.durable)
+	ds := t.durables()
+	durable := ds[i%len(ds)].Durable
+	cons, err := js.Consumer(ctx, t.o.topic, durable)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("consumer %s: %w", t.durable, err)
+		return nil, fmt.Errorf("consumer %s: %w", durable, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
 		if m.Ack() == nil {
-			onMsg()
+			onMsg(t.subjectIndex[m.Subject()], seq)
 		}
 	})
 	if err != nil {

@@ -27,8 +27,10 @@ type benchTarget interface {
 	// newSender opens producer i's connection.
 	newSender(ctx context.Context, i int) (benchSender, error)
 	// newReceiver opens consumer i's connection and starts consuming;
-	// onMsg is called once per message consumed and acknowledged.
-	newReceiver(ctx context.Context, i int, onMsg func()) (benchReceiver, error)
+	// onMsg is called once per message consumed and acknowledged, with
+	// its partition (ferrymq: queue; jetstream: subject index) and its
+	// position there in store order.
+	newReceiver(ctx context.Context, i int, onMsg func(part int, pos uint64)) (benchReceiver, error)
 }
 
 // benchSender is one producer connection.
@@ -47,9 +49,11 @@ type benchReceiver interface {
 
 // benchMeasurement is what a driver measured.
 type benchMeasurement struct {
-	messages int64
-	elapsed  time.Duration
-	hist     *mqttbench.Histogram // latencies from send to ack; nil for consume
+	messages   int64
+	outOfOrder int64 // consume: first deliveries behind a later one of their partition
+	duplicates int64 // consume: deliveries of a message delivered before (not counted in messages)
+	elapsed    time.Duration
+	hist       *mqttbench.Histogram // latencies from send to ack; nil for consume
 }
 
 // benchWorker keeps up to cap(sem) sends of one sender in flight.
@@ -177,7 +181,11 @@ func driveConsume(ctx context.Context, t benchTarget, consumers int, count int64
 	var got, endNanos atomic.Int64
 	reached := make(chan struct{})
 	start := time.Now()
-	onMsg := func() {
+	var seen deliverySet
+	onMsg := func(part int, pos uint64) {
+		if !seen.add(part, pos) {
+			return // a redelivery (a queue changed hands before its commit)
+		}
 		if got.Add(1) == count {
 			endNanos.Store(int64(time.Since(start)))
 			close(reached)
@@ -206,6 +214,7 @@ func driveConsume(ctx context.Context, t benchTarget, consumers int, count int64
 		defer tm.Stop()
 		timeout = tm.C
 	}
+	defer func() { m.outOfOrder, m.duplicates = seen.outOfOrder.Load(), seen.duplicates.Load() }()
 	select {
 	case <-reached:
 		m.messages, m.elapsed = count, time.Duration(endNanos.Load())
@@ -218,6 +227,56 @@ func driveConsume(ctx context.Context, t benchTarget, consumers int, count int64
 		return m, ctx.Err()
 	}
 	return m, nil
+}
+
+// deliverySet remembers what a consume run delivered, per partition
+// (ferrymq: queue; jetstream: subject) and position in store order: a
+// second delivery of a position is a duplicate, a first delivery of a
+// position below the partition's highest so far is out of order.
+type deliverySet struct {
+	shards                 [16]deliveryShard
+	outOfOrder, duplicates atomic.Int64
+}
+
+type deliveryShard struct {
+	mu    sync.Mutex
+	parts map[int]*deliveryPart
+}
+
+type deliveryPart struct {
+	seen []uint64 // bitset of positions
+	next uint64   // highest position delivered + 1
+}
+
+// add records a delivery and reports whether it is the first of its
+// position.
+func (s *deliverySet) add(part int, pos uint64) bool {
+	sh := &s.shards[uint(part)%uint(len(s.shards))]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.parts == nil {
+		sh.parts = map[int]*deliveryPart{}
+	}
+	p := sh.parts[part]
+	if p == nil {
+		p = &deliveryPart{}
+		sh.parts[part] = p
+	}
+	word, bit := pos/64, uint64(1)<<(pos%64)
+	if word >= uint64(len(p.seen)) {
+		p.seen = append(p.seen, make([]uint64, int(word)+1-len(p.seen)+len(p.seen)/2)...)
+	}
+	if p.seen[word]&bit != 0 {
+		s.duplicates.Add(1)
+		return false
+	}
+	p.seen[word] |= bit
+	if pos+1 < p.next {
+		s.outOfOrder.Add(1)
+	} else {
+		p.next = pos + 1
+	}
+	return true
 }
 
 // benchProgress rewrites one status line on w every 500 ms: elapsed time,

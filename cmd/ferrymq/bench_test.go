@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 	"github.com/ferrymq/ferrymq/core/server/servertest"
 )
 
@@ -75,6 +76,28 @@ func TestBenchCoreConsume(t *testing.T) {
 	require.Contains(t, progress, "ferrymq consume")
 }
 
+// --ordered: orderly consumers (ferrymq) and one durable per consumer
+// over its share of the subjects (JetStream); every delivery is checked
+// against its partition's store order.
+func TestBenchCoreConsumeOrdered(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	out, _ := runBench(t, "core", "--server", env.Addr, "--mode", "consume", "--ordered", "--count", "3000",
+		"--keys", "50", "--consumers", "3", "--producers", "4", "--json")
+	r := decodeRow(t, out)
+	require.True(t, r.Ordered)
+	require.EqualValues(t, 3000, r.Messages)
+	require.Zero(t, r.OutOfOrder)
+
+	ns := natstest.RunServer(t)
+	out, _ = runBench(t, "core", "--target", "jetstream", "--server", strings.TrimPrefix(ns.URL, "nats://"), "--mode", "consume", "--ordered",
+		"--count", "3000", "--keys", "50", "--consumers", "3", "--producers", "4", "--json")
+	r = decodeRow(t, out)
+	require.Equal(t, "jetstream", r.Target)
+	require.True(t, r.Ordered)
+	require.EqualValues(t, 3000, r.Messages)
+	require.Zero(t, r.OutOfOrder)
+}
+
 func TestBenchCoreDuration(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
 	out, _ := runBench(t, "core", "--server", env.Addr, "--duration", "300ms", "--producers", "2", "--json")
@@ -123,4 +146,17 @@ func TestBenchCoreRejectsBadOptions(t *testing.T) {
 	require.ErrorContains(t, err, `unknown target "kafka"`)
 	require.ErrorContains(t, err, `unknown mode "both"`)
 	require.ErrorContains(t, err, "--producers")
+}
+
+func TestDeliverySet(t *testing.T) {
+	var s deliverySet
+	for _, d := range []struct {
+		part  int
+		pos   uint64
+		first bool
+	}{{0, 0, true}, {0, 1, true}, {1, 5, true}, {0, 3, true}, {0, 2, true}, {0, 1, false}, {1, 200, true}, {1, 5, false}} {
+		require.Equal(t, d.first, s.add(d.part, d.pos), "%+v", d)
+	}
+	require.EqualValues(t, 1, s.outOfOrder.Load(), "2 after 3")
+	require.EqualValues(t, 2, s.duplicates.Load())
 }
