@@ -69,11 +69,11 @@ func New(o Options) (*Gateway, error) {
 		mochiLog = o.Logger.With().Str("component", "mochi").Logger()
 	}
 	caps := mqtt.NewDefaultServerCapabilities()
-	caps.MaximumPacketSize = uint32(o.MaxPacketBytes)
+	caps.MaximumPacketSize = uint32(o.MaxPacketBytes) // in CONNACK [MQTT-3.2.2-15]; conn enforces it
 	caps.MaximumClientWritesPending = int32(o.MaxPendingWrites)
-	caps.ReceiveMaximum = o.ReceiveMaximum
+	caps.ReceiveMaximum = o.ReceiveMaximum // [MQTT-3.3.4-7]: one more is DISCONNECT 0x93 (the bridge counts its own acks)
 	caps.MaximumInflight = uint16(min(o.MaxInflight, math.MaxUint16))
-	caps.TopicAliasMaximum = 64 // bounds the alias table each client may fill
+	caps.TopicAliasMaximum = 64 // bounds the alias table each client may fill; above it DISCONNECT 0x94 [MQTT-3.2.2-17]
 	caps.MaximumMessageExpiryInterval = 7 * 24 * 3600
 	caps.MaximumSessionExpiryInterval = 7 * 24 * 3600
 	if o.MaxClients > 0 {
@@ -248,7 +248,10 @@ type Admitter interface {
 
 // guarded hands mochi each connection wrapped in a conn, and runs the
 // connection's whole read path under a recover: a panic while decoding or
-// handling one client's packet closes that client only.
+// handling one client's packet closes that client only, as for any
+// malformed packet [MQTT-4.8.0-1] [MQTT-4.13.1-1]. After mochi is done with
+// a connection, the same goroutine finishes its lingering close
+// (conn.linger), so the listener's Close waits for and ends that too.
 type guarded struct {
 	listeners.Listener
 	g *Gateway
@@ -295,7 +298,7 @@ func (g *Gateway) establish(id string, raw net.Conn, next listeners.EstablishFn)
 			return
 		}
 		g.m.panics.Inc()
-		_ = c.Close()
+		_ = c.closeNow()
 		g.log.Error().Str("listener", id).Str("remote", raw.RemoteAddr().String()).
 			Str("panic", fmt.Sprint(r)).Bytes("stack", firstLines(debug.Stack(), 12)).
 			Msg("recovered panic in a connection; closed it")
@@ -304,12 +307,14 @@ func (g *Gateway) establish(id string, raw net.Conn, next listeners.EstablishFn)
 			g.forget(cl, err)
 		}
 	}()
-	return next(id, c)
+	err = next(id, c)
+	c.linger() // after a DISCONNECT: drain until the client has read it (conn.Close)
+	return err
 }
 
 // forget does for a connection that ended in a panic what mochi would have
-// done after its read loop: publish the will, drop a clean session, tell
-// the hooks.
+// done after its read loop: publish the will (the connection closed without
+// DISCONNECT [MQTT-3.1.2-8]), drop a clean session, tell the hooks.
 func (g *Gateway) forget(cl *mqtt.Client, cause error) {
 	cl.Stop(cause)
 	g.publishWill(cl)

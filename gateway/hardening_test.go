@@ -116,19 +116,27 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 		connect []byte // sent first, CONNACK expected
 		send    []byte
 	}{
-		// mochi v2.7.9 indexes past the end here and panics; the guard
-		// recovers and closes this connection only.
+		// Each is a protocol violation: the connection is closed [MQTT-4.8.0-1]
+		// [MQTT-4.13.1-1]. "gateway:" marks the checks the gateway makes itself
+		// (conn.go, the recover in establish); the others are mochi's.
+		//
+		// gateway: mochi v2.7.9 indexes past the end here and panics; the
+		// guard recovers and closes this connection only.
 		{"v5 SUBSCRIBE without options byte", connectV5("s1"), packet(0x82, []byte{0, 1, 0}, str("a"))},
+		// gateway: [MQTT-3.1.0-1] the first packet must be CONNECT ("G" is type 4).
 		{"garbage", nil, []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
+		// gateway: [MQTT-3.1.0-1].
 		{"first packet not CONNECT", nil, packet(0xC0)},
-		{"second CONNECT", connectV4("c2"), connectV4("c2")},
-		{"PUBLISH with wildcard", connectV4("w1"), packet(0x30, str("a/+/b"), []byte("x"))},
-		{"PUBLISH with empty topic", connectV4("e1"), packet(0x32, str(""), []byte{0, 1}, []byte("x"))},
-		{"invalid UTF-8 topic", connectV4("u1"), packet(0x32, str("a/\xff\xfe"), []byte{0, 1}, []byte("x"))},
+		{"second CONNECT", connectV4("c2"), connectV4("c2")},                                                 // mochi: [MQTT-3.1.0-2]
+		{"PUBLISH with wildcard", connectV4("w1"), packet(0x30, str("a/+/b"), []byte("x"))},                  // mochi: [MQTT-3.3.2-2]
+		{"PUBLISH with empty topic", connectV4("e1"), packet(0x32, str(""), []byte{0, 1}, []byte("x"))},      // mochi
+		{"invalid UTF-8 topic", connectV4("u1"), packet(0x32, str("a/\xff\xfe"), []byte{0, 1}, []byte("x"))}, // mochi
+		// gateway: packet type 0 is reserved (3.1.1 §2.2.1) [MQTT-4.8.0-1].
 		{"reserved packet type 0", connectV4("r1"), []byte{0x00, 0x00}},
+		// gateway: a remaining length runs 4 bytes at most (3.1.1 §2.2.3) [MQTT-4.8.0-1].
 		{"remaining length of 5 bytes", connectV4("l1"), []byte{0x30, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F}},
-		{"v3 SUBSCRIBE without QoS byte", connectV4("s3"), packet(0x82, []byte{0, 1}, str("a"))},
-		{"v5 CONNECT with truncated properties", nil, packet(0x10, str("MQTT"), []byte{5, 0x02, 0, 60, 9, 0x11}, str("x"))},
+		{"v3 SUBSCRIBE without QoS byte", connectV4("s3"), packet(0x82, []byte{0, 1}, str("a"))},                            // mochi
+		{"v5 CONNECT with truncated properties", nil, packet(0x10, str("MQTT"), []byte{5, 0x02, 0, 60, 9, 0x11}, str("x"))}, // mochi: [MQTT-3.1.4-1]
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,7 +154,9 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 }
 
 // A CONNECT declaring 256 MiB is refused from its fixed header: nothing is
-// allocated for it and the socket is closed at once.
+// allocated for it and the socket is closed at once, without a CONNACK and
+// so without a DISCONNECT either [MQTT-3.14.0-1] (the protocol version is
+// not known yet).
 func TestHugeTrickledConnectRefused(t *testing.T) {
 	env := gatewaytest.Start(t, gatewaytest.Options{})
 	c := rawConn(t, env.TCP, nil)
@@ -162,7 +172,9 @@ func TestHugeTrickledConnectRefused(t *testing.T) {
 	healthy(t, env)
 }
 
-// A socket that never sends CONNECT is closed after the connect timeout.
+// A socket that never sends CONNECT is closed after the connect timeout
+// (MQTT 5 §3.1.4: the server SHOULD close a connection that sends no
+// CONNECT within a reasonable time; untagged).
 func TestSilentSocketClosedAfterConnectTimeout(t *testing.T) {
 	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{ConnectTimeout: 300 * time.Millisecond}})
 	c := rawConn(t, env.TCP, nil)

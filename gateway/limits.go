@@ -37,7 +37,7 @@ func (h *limits) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	ka := cl.State.Keepalive
 	switch {
 	case ka > max:
-		cl.State.Keepalive = max // MQTT 5 is told in CONNACK; MQTT 3 is held to it [MQTT-3.2.2-21]
+		cl.State.Keepalive = max // MQTT 5 is told in CONNACK and must use it [MQTT-3.2.2-21]; MQTT 3 is held to it
 		cl.State.ServerKeepalive = true
 	case ka == 0 && cl.Properties.ProtocolVersion == 5:
 		cl.State.Keepalive = max // no keepalive would leave a dead connection open forever

@@ -41,7 +41,9 @@ type Options struct {
 	Hooks []mqtt.Hook
 
 	// MaxPacketBytes bounds every MQTT packet, checked from the fixed
-	// header before anything is allocated [MQTT-3.2.2-15]. Default 1 MiB.
+	// header before anything is allocated; MQTT 5 clients are told it in
+	// CONNACK (Maximum Packet Size) [MQTT-3.2.2-15] and get DISCONNECT 0x95
+	// past it. Default 1 MiB.
 	MaxPacketBytes int
 	// ConnectTimeout closes a socket that has not sent a complete CONNECT
 	// (and, for TLS, finished its handshake) in time. Default 10 s.
@@ -64,7 +66,8 @@ type Options struct {
 	// during bursts, freed after); default 4096.
 	ReadBufferBytes, WriteBufferBytes int
 	// ReceiveMaximum is the number of QoS 1/2 publishes an MQTT 5 client
-	// may have unacknowledged [MQTT-3.3.4-9]. Default 256.
+	// may have unacknowledged [MQTT-3.3.4-7], announced in CONNACK; one more
+	// gets DISCONNECT 0x93. Default 256.
 	ReceiveMaximum uint16
 	// MaxInflight bounds outbound QoS 1/2 messages held per client
 	// awaiting its ack (memory is used only while they wait; mochi scans the

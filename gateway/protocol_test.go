@@ -25,9 +25,11 @@ func readPacket(t *testing.T, c io.Reader) []byte {
 	return append(hdr, body...)
 }
 
-// An MQTT 3 client only ever sees CONNACK return codes 0–5, even where
-// mochi would answer with an MQTT 5 reason code (here 0x80 for a
-// persistent session without a client ID).
+// An MQTT 3 client only ever sees CONNACK return codes 0–5 (3.1.1 Table
+// 3.1), even where mochi would answer with an MQTT 5 reason code (here 0x80
+// for a persistent session without a client ID). A refusal has Session
+// Present 0 [MQTT-3.2.2-4] and the connection is closed after it
+// [MQTT-3.2.2-5].
 func TestV3ConnackCodesStayV3(t *testing.T) {
 	env := gatewaytest.Start(t, gatewaytest.Options{})
 	c := rawConn(t, env.TCP, nil)
@@ -39,11 +41,14 @@ func TestV3ConnackCodesStayV3(t *testing.T) {
 	require.Len(t, ack, 4, "an MQTT 3 CONNACK has no properties")
 	require.NotZero(t, ack[3])
 	require.LessOrEqual(t, ack[3], byte(5), "return code %#x", ack[3])
+	require.Zero(t, ack[2], "session present")
+	requireClosed(t, c, 10*time.Second)
 	healthy(t, env)
 }
 
 // MQTT 5 clients asking for no keepalive, or for more than the cap, are
-// told the cap in CONNACK (Server Keep Alive, property 0x13).
+// told the cap in CONNACK (Server Keep Alive, property 0x13), which they
+// must use [MQTT-3.2.2-21].
 func TestKeepaliveCapped(t *testing.T) {
 	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{MaxKeepalive: 30}})
 	for _, ka := range [][2]byte{{0, 0}, {0xFF, 0xFF}} {
@@ -68,8 +73,9 @@ func TestMQTT31(t *testing.T) {
 	require.Equal(t, []string{"v3.1"}, byKey(readAll(t, env.Store, "telemetry"))["old-car"])
 }
 
-// Shutdown publishes the wills of the clients it disconnects, and they
-// reach the core before the gateway says it is done.
+// Shutdown publishes the wills of the clients it disconnects
+// [MQTT-3.1.2-8], and they reach the core before the gateway says it is
+// done.
 func TestShutdownBridgesWills(t *testing.T) {
 	env := gatewaytest.Start(t, gatewaytest.Options{})
 	dialV3(t, env.TCP, "car-w", func(o *paho3.ClientOptions) {
@@ -84,9 +90,11 @@ func TestShutdownBridgesWills(t *testing.T) {
 // The bridge acknowledges QoS 1/2 publishes itself (once durable), so it
 // must count them against the Receive Maximum it announced: an MQTT 5
 // client that sends more QoS 1/2 publishes than that without waiting for
-// PUBACK/PUBCOMP gets DISCONNECT 0x93 (MQTT 5 §3.2.2.3.3, §4.9), and the
-// quota comes back with each PUBACK and PUBCOMP. (Paho interoperability
-// test_flow_control2; docs/conformance.md.)
+// PUBACK/PUBCOMP gets DISCONNECT 0x93 [MQTT-3.3.4-7] (MQTT 5 §3.2.2.3.3,
+// §4.9) and the connection is closed [MQTT-4.13.1-1]; the quota comes back
+// with each PUBACK and PUBCOMP. (Paho interoperability test_flow_control2;
+// docs/conformance.md. TestLingeringCloseDeliversDisconnect: a client that
+// keeps writing still reads the DISCONNECT.)
 func TestReceiveMaximumEnforced(t *testing.T) {
 	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{ReceiveMaximum: 2}})
 	c := rawConn(t, env.TCP, connectV5("flow"))

@@ -51,7 +51,9 @@ func NewWebsocket(cfg WSConfig) *Websocket {
 			WriteBufferSize:  cfg.WriteBufferSize,
 			WriteBufferPool:  new(sync.Pool),
 			// [MQTT-6.0.0-3] has clients offer "mqtt"; older ones say
-			// "mqttv3.1". A client that offers neither is still served.
+			// "mqttv3.1". The first of these the client offers is selected,
+			// so "mqtt" whenever offered [MQTT-6.0.0-4]. A client that offers
+			// neither is still served.
 			Subprotocols: []string{"mqtt", "mqttv3.1"},
 			// MQTT authenticates in CONNECT, never by cookie, so a
 			// cross-origin page gains nothing a direct client lacks.

@@ -58,6 +58,8 @@ func TestWebsocketHTTP(t *testing.T) {
 	require.Eventually(t, func() bool { return l.Stats().Active == 0 }, waitFor, 5*time.Millisecond)
 }
 
+// The server selects "mqtt" whenever the client offers it [MQTT-6.0.0-4]
+// ("mqttv3.1" only for a client that offers just that).
 func TestWebsocketSubprotocol(t *testing.T) {
 	l := NewWebsocket(WSConfig{Config: Config{ID: "ws", Address: "127.0.0.1:0"}})
 	startBroker(t, l)
@@ -120,6 +122,8 @@ func TestWebsocketFraming(t *testing.T) {
 	})
 }
 
+// A text message [MQTT-6.0.0-1], or a message over MaxMessageSize, closes
+// the connection.
 func TestWebsocketRejectsBadMessages(t *testing.T) {
 	l := NewWebsocket(WSConfig{
 		Config:         Config{ID: "ws", Address: "127.0.0.1:0"},

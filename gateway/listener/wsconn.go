@@ -97,6 +97,22 @@ func (c *wsConn) Write(p []byte) (int, error) {
 // Close closes the network connection without a close handshake.
 func (c *wsConn) Close() error { return c.ws.Close() }
 
+// closeFrameTimeout bounds CloseWrite's close frame.
+const closeFrameTimeout = time.Second
+
+// CloseWrite starts the closing handshake (RFC 6455 §7.1.2): it sends a
+// close frame with status 1000 and nothing after it; the connection stays
+// open for reading. The gateway calls it, then shuts the layers under it
+// (NetConn), for a lingering close after a server-side DISCONNECT.
+func (c *wsConn) CloseWrite() error {
+	msg := websocket.FormatCloseMessage(websocket.CloseNormalClosure, "")
+	return c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(closeFrameTimeout))
+}
+
+// NetConn returns the connection the websocket runs on (TCP, or TLS for
+// wss).
+func (c *wsConn) NetConn() net.Conn { return c.ws.NetConn() }
+
 // LocalAddr returns the local network address.
 func (c *wsConn) LocalAddr() net.Addr { return c.ws.LocalAddr() }
 
