@@ -124,12 +124,15 @@ func (st *clientState) flush(h *Hook) {
 		}
 		st.mu.Unlock()
 
-		buf = st.writeAcks(h, items, buf[:0])
+		// The quota comes back before the acks are written: a client may
+		// send its next publish the moment it reads one, and must not find
+		// the quota still spent (DISCONNECT 0x93).
 		for i := range items {
 			if items[i].pk.FixedHeader.Qos == 1 || items[i].err != nil {
 				returnReceiveQuota(st.cl) // PUBACK, or PUBREC >= 0x80: the flow ended
 			}
 		}
+		buf = st.writeAcks(h, items, buf[:0])
 		for i := range items {
 			if items[i].err == nil && !items[i].held {
 				h.republish(st.cl.ID, items[i].pk)
