@@ -231,12 +231,42 @@ func (c *conn) Write(p []byte) (int, error) {
 			out[3] = v3ConnackCode(p[3])
 		}
 	}
+	if v := c.version.Load(); v > 0 && v < 5 {
+		// MQTT 3.1.1 has no server DISCONNECT (§3.14: "the final Control
+		// Packet sent from the Client to the Server"); mochi sends one on a
+		// session takeover and at shutdown. An MQTT 3 client sees the close.
+		if at := disconnectAt(out); at >= 0 {
+			if at > 0 {
+				if n, err := c.write(out[:at]); err != nil {
+					return n, err
+				}
+			}
+			c.final.Store(true)
+			return len(p), nil
+		}
+	}
 	n, err := c.write(out)
 	if err != nil {
 		return n, err
 	}
 	c.noteLocked(out)
 	return len(p), nil
+}
+
+// disconnectAt returns the offset of the first DISCONNECT packet among the
+// whole packets of p, or -1.
+func disconnectAt(p []byte) int {
+	for off := 0; off+1 < len(p); {
+		if p[off]>>4 == packets.Disconnect {
+			return off
+		}
+		rem, lenBytes, ok := remainingLength(p[off+1:])
+		if !ok {
+			return -1
+		}
+		off += 1 + lenBytes + rem
+	}
+	return -1
 }
 
 func (c *conn) write(p []byte) (int, error) {

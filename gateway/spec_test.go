@@ -365,3 +365,37 @@ func TestLingeringCloseDeliversDisconnect(t *testing.T) {
 	}
 	check()
 }
+
+// MQTT 3.1.1 has no server-to-client DISCONNECT (§3.14): a client whose
+// session is taken over by a new connection with its client ID sees its
+// connection close and no DISCONNECT bytes (mochi would send E0 00), while
+// an MQTT 5 client is told 0x8E (Session taken over).
+func TestSpecTakeoverSendsNoV3Disconnect(t *testing.T) {
+	env := gatewaytest.Start(t, gatewaytest.Options{})
+	old := rawConn(t, env.TCP, nil)
+	_, err := old.Write(packet(0x10, str("MQTT"), []byte{4, 0x02, 0, 60}, str("twin")))
+	require.NoError(t, err)
+	require.NoError(t, old.SetReadDeadline(time.Now().Add(5*time.Second)))
+	require.Equal(t, []byte{0x20, 2, 0, 0}, readPacket(t, old))
+	require.NoError(t, old.SetReadDeadline(time.Time{}))
+	check := bystanders(t, env.TCP)
+
+	newer := rawConn(t, env.TCP, nil)
+	_, err = newer.Write(packet(0x10, str("MQTT"), []byte{4, 0x02, 0, 60}, str("twin")))
+	require.NoError(t, err)
+	require.NoError(t, newer.SetReadDeadline(time.Now().Add(5*time.Second)))
+	require.Equal(t, []byte{0x20, 2, 0, 0}, readPacket(t, newer))
+	requireClosedSilently(t, old)
+
+	old5 := rawConn(t, env.TCP, nil)
+	_, err = old5.Write(packet(0x10, str("MQTT"), []byte{5, 0x02, 0, 60, 0}, str("twin5")))
+	require.NoError(t, err)
+	require.NoError(t, old5.SetReadDeadline(time.Now().Add(5*time.Second)))
+	first, _ := readFrame(t, old5)
+	require.Equal(t, byte(0x20), first)
+	newer5 := rawConn(t, env.TCP, nil)
+	_, err = newer5.Write(packet(0x10, str("MQTT"), []byte{5, 0x02, 0, 60, 0}, str("twin5")))
+	require.NoError(t, err)
+	requireDisconnect(t, old5, 0x8E)
+	check()
+}
