@@ -18,7 +18,7 @@ import (
 // share one durable pull consumer with explicit acks and ack every message.
 // Durability is the server's (sync_interval in its config).
 type jetStreamTarget struct {
-	o        *benchOptions
+	o            *benchOptions
 	durable      string
 	subjects     []string
 	subjectIndex map[string]int
