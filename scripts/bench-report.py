@@ -160,6 +160,16 @@ def scen_latency():
     )
 
 
+BY = {}
+
+
+def slow_vs_alone(r):
+    alone = BY.get("latency", {}).get(r["peer"])
+    a = mqtt(alone).get("latency", {}).get("p99_us") if alone else None
+    b = mqtt(r).get("latency", {}).get("p99_us")
+    return "–" if not a or not b else f"{b / a:.2f}"
+
+
 def scen_slow():
     l = lambda r, q: mqtt(r).get("latency", {}).get(q)
     grew = lambda r: (r["rss_after_kib"] - r["rss_before_kib"]) / 1024
@@ -173,6 +183,7 @@ def scen_slow():
             ("healthy: e2e p99", lambda r: lat(l(r, "p99_us"))),
             ("healthy: e2e p99.9", lambda r: lat(l(r, "p999_us"))),
             ("ack p99", lambda r: lat((r["result"].get("ack_latency") or {}).get("p99_us"))),
+            ("p99 ÷ its own p99 without the slow one (latency run)", lambda r: slow_vs_alone(r)),
             ("slow ones cut off", lambda r: f"{r['result'].get('slow_disconnected', 0)} of {r['result'].get('slow_subscribers', 0)}"),
             ("broker RSS growth", lambda r: f"{grew(r):+.1f} MiB"),
         ],
@@ -231,6 +242,7 @@ def main():
     by = {}
     for r in recs:
         by.setdefault(r["scenario"], {})[r["peer"]] = r
+    BY.update(by)
     peers = sorted({r["peer"] for r in recs}, key=lambda p: ORDER.index(p) if p in ORDER else 99)
     others = [p for p in peers if p != FERRY]
 

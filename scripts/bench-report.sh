@@ -28,17 +28,21 @@
 #               p50/p99/p99.9 (ferrymq: also → a core consumer group)
 #   slow        the latency load plus SLOW_SUBSCRIBERS subscribers that never
 #               read: does the healthy subscriber suffer, does memory grow?
-#   ordered     ordered consumption of ORDERED_COUNT stored messages over
-#               ORDERED_KEYS keys by ORDERED_CONSUMERS consumers (`bench core
-#               --ordered`): ferrymq's core vs JetStream (Mosquitto and mochi
-#               have no stored, ordered consumption)
+#   ordered     ordered consumption of ORDERED_COUNT stored messages by
+#               ORDERED_CONSUMERS consumers (`bench core --ordered`): ferrymq's
+#               core (ORDERED_KEYS keys over ORDERED_PARTITIONS queues, an
+#               orderly group) vs JetStream (ORDERED_PARTITIONS partition
+#               subjects, one durable per consumer over its share: a key
+#               hashed to a subject keeps its order); Mosquitto and mochi have
+#               no stored, ordered consumption
 #   (each pubsub scenario also reports broker CPU seconds per million messages)
 #
 # Default: all scenarios. Environment (defaults in brackets):
-#   PEERS        brokers to run [mosquitto nats mochi ferrymq]; also available:
-#                  mosquitto-unlimited  Mosquitto with max_queued_messages 0
-#                  nats-sync            nats-server with sync_interval: always
-#                  ferrymq-async        ferrymq with --flush async
+#   PEERS        brokers to run [mosquitto nats mochi ferrymq ferrymq-async]:
+#                  ferrymq              ferrymq serve --flush sync (fsync before every ack)
+#                  ferrymq-async        ferrymq with --flush async (fsync every 500 ms)
+#                  also available: mosquitto-unlimited (max_queued_messages 0),
+#                  nats-sync (nats-server with sync_interval: always)
 #   PORT         MQTT port of the broker under test [21883]; ferrymq also
 #                uses PORT+1 (ws), +2 (core), +3 (http); nats PORT+4
 #                (clients); mochi PORT+1 (ws), PORT+2 (info)
@@ -52,7 +56,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-PEERS=${PEERS:-"mosquitto nats mochi ferrymq"}
+PEERS=${PEERS:-"mosquitto nats mochi ferrymq ferrymq-async"}
 PORT=${PORT:-21883}
 PIN=${PIN:-1}
 SETTLE=${SETTLE:-3}
@@ -80,6 +84,7 @@ SLOW_SUBSCRIBERS=${SLOW_SUBSCRIBERS:-1}
 SLOW_DURATION=${SLOW_DURATION:-15s}
 ORDERED_COUNT=${ORDERED_COUNT:-200000}
 ORDERED_KEYS=${ORDERED_KEYS:-1000}
+ORDERED_PARTITIONS=${ORDERED_PARTITIONS:-8}
 ORDERED_CONSUMERS=${ORDERED_CONSUMERS:-4}
 DRAIN=${DRAIN:-120s}
 
@@ -401,11 +406,11 @@ run_connect() {
 # durable per consumer over its share of the subjects): fill, then consume.
 run_ordered() {
 	local peer=$1 dir=$2
-	local args=(core --mode consume --ordered --count "$ORDERED_COUNT" --keys "$ORDERED_KEYS" --consumers "$ORDERED_CONSUMERS"
+	local args=(core --mode consume --ordered --count "$ORDERED_COUNT" --consumers "$ORDERED_CONSUMERS"
 		--producers 8 --size 256 --label "$(durability "$peer")")
 	case $peer in
-	ferrymq*) args+=(--server "127.0.0.1:$((PORT + 2))" --queues 8) ;;
-	nats*) args+=(--target jetstream --server "127.0.0.1:$((PORT + 4))") ;;
+	ferrymq*) args+=(--server "127.0.0.1:$((PORT + 2))" --keys "$ORDERED_KEYS" --queues "$ORDERED_PARTITIONS") ;;
+	nats*) args+=(--target jetstream --server "127.0.0.1:$((PORT + 4))" --keys "$ORDERED_PARTITIONS") ;;
 	*)
 		log "ordered: $peer has no stored, ordered consumption; skipped"
 		return 0
