@@ -238,13 +238,19 @@ type benchResult struct {
 	OutOfOrder int64 `json:"out_of_order,omitempty"`
 	// Consume runs: deliveries of a message delivered before (a queue or
 	// consumer changed hands before committing); not in Messages.
-	Duplicates int64  `json:"duplicates,omitempty"`
-	Server     string `json:"server"`
+	Duplicates int64 `json:"duplicates,omitempty"`
+	// Consume runs: from starting the consumers to the first delivery, ms
+	// (Seconds and MsgsPerSec count from that delivery on).
+	FirstMs float64 `json:"first_ms,omitempty"`
+	Server  string  `json:"server"`
 }
 
 func (r *benchResult) fill(m benchMeasurement) {
 	r.Messages = m.messages
 	r.OutOfOrder, r.Duplicates = m.outOfOrder, m.duplicates
+	if m.first > 0 {
+		r.FirstMs = float64(m.first) / 1e6
+	}
 	r.Seconds = m.elapsed.Seconds()
 	if r.Seconds > 0 {
 		r.MsgsPerSec = float64(m.messages) / r.Seconds

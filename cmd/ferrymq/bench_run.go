@@ -50,8 +50,9 @@ type benchReceiver interface {
 // benchMeasurement is what a driver measured.
 type benchMeasurement struct {
 	messages   int64
-	outOfOrder int64 // consume: first deliveries behind a later one of their partition
-	duplicates int64 // consume: deliveries of a message delivered before (not counted in messages)
+	outOfOrder int64         // consume: first deliveries behind a later one of their partition
+	duplicates int64         // consume: deliveries of a message delivered before (not counted in messages)
+	first      time.Duration // consume: from starting the receivers to the first delivery (not in elapsed)
 	elapsed    time.Duration
 	hist       *mqttbench.Histogram // latencies from send to ack; nil for consume
 }
@@ -167,8 +168,10 @@ func (w *benchWorker) run(ctx context.Context, fail context.CancelCauseFunc, s b
 	}
 }
 
-// driveConsume starts consumers receivers and measures from starting the
-// first until count messages were consumed (or duration passed, if set).
+// driveConsume starts consumers receivers and measures from the first
+// delivery until count messages were consumed (or duration passed, if set);
+// the time from starting the first receiver to the first delivery (joining
+// the group, assigning queues) is measured apart (m.first).
 func driveConsume(ctx context.Context, t benchTarget, consumers int, count int64, duration time.Duration, pr *benchProgress) (m benchMeasurement, err error) {
 	if err := t.prepareConsume(ctx); err != nil {
 		return m, err
@@ -178,7 +181,7 @@ func driveConsume(ctx context.Context, t benchTarget, consumers int, count int64
 		defer cancel()
 		err = errors.Join(err, t.finishConsume(cctx))
 	}()
-	var got, endNanos atomic.Int64
+	var got, firstNanos, endNanos atomic.Int64
 	reached := make(chan struct{})
 	start := time.Now()
 	var seen deliverySet
@@ -186,7 +189,11 @@ func driveConsume(ctx context.Context, t benchTarget, consumers int, count int64
 		if !seen.add(part, pos) {
 			return // a redelivery (a queue changed hands before its commit)
 		}
-		if got.Add(1) == count {
+		n := got.Add(1)
+		if n == 1 {
+			firstNanos.Store(int64(time.Since(start)))
+		}
+		if n == count {
 			endNanos.Store(int64(time.Since(start)))
 			close(reached)
 		}
@@ -217,9 +224,11 @@ func driveConsume(ctx context.Context, t benchTarget, consumers int, count int64
 	defer func() { m.outOfOrder, m.duplicates = seen.outOfOrder.Load(), seen.duplicates.Load() }()
 	select {
 	case <-reached:
-		m.messages, m.elapsed = count, time.Duration(endNanos.Load())
+		m.messages, m.first = count, time.Duration(firstNanos.Load())
+		m.elapsed = time.Duration(endNanos.Load()) - m.first
 	case <-timeout:
-		m.messages, m.elapsed = min(got.Load(), count), time.Since(start)
+		m.messages, m.first = min(got.Load(), count), time.Duration(firstNanos.Load())
+		m.elapsed = time.Since(start) - m.first
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return m, fmt.Errorf("consumed %d of %d messages before --timeout: %w", got.Load(), count, ctx.Err())

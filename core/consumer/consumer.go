@@ -164,7 +164,11 @@ type PushConsumer struct {
 	workers map[group.QueueRef]*worker
 	version uint64
 
-	hbDone    chan struct{}
+	hbDone chan struct{}
+	// kick asks the heartbeat goroutine for a heartbeat now: a worker
+	// learnt that its queue was reassigned (another member joined or
+	// left), and waiting for the next tick would leave the queue idle.
+	kick      chan struct{}
 	wg        sync.WaitGroup // workers and the heartbeat goroutine
 	listeners sync.WaitGroup
 	closeOnce sync.Once
@@ -180,7 +184,7 @@ func NewPushConsumer(c Coordinator, r Retrier, opts Options) (*PushConsumer, err
 	if r == nil && opts.Mode == group.Clustering {
 		return nil, errors.New("consumer: clustering mode needs a retrier")
 	}
-	p := &PushConsumer{coord: c, retry: r, opts: opts, tasks: make(chan task, opts.ConsumeGoroutines),
+	p := &PushConsumer{coord: c, retry: r, opts: opts, tasks: make(chan task, opts.ConsumeGoroutines), kick: make(chan struct{}, 1),
 		workers: map[group.QueueRef]*worker{}, hbDone: make(chan struct{}),
 		log: opts.Logger.With().Str("component", "consumer").Str("group", opts.Group).Str("client", opts.ClientID).Logger()}
 	p.runCtx, p.runCancel = context.WithCancel(context.Background())
@@ -255,6 +259,7 @@ func (p *PushConsumer) heartbeatLoop() {
 		case <-p.pullCtx.Done():
 			return
 		case <-t.C:
+		case <-p.kick:
 		}
 		a, err := p.heartbeat(p.pullCtx)
 		if err != nil {
@@ -264,6 +269,15 @@ func (p *PushConsumer) heartbeatLoop() {
 			continue
 		}
 		p.apply(a)
+	}
+}
+
+// rebalanceNow asks for a heartbeat without waiting for the next tick;
+// requests made before it runs are one.
+func (p *PushConsumer) rebalanceNow() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -461,3 +461,46 @@ func TestTagFilteredSubscription(t *testing.T) {
 	require.Equal(t, 50, got.count)
 	committedEqualsMax(t, e, "g", "tagged") // filtered messages count as consumed
 }
+
+// A member joining gets its share while the others are busy, without any
+// member's heartbeat tick coming round: heartbeats here are an hour apart
+// (and so is the coordinator's timeout), so only the worker that learns
+// from its own pull that its queue was reassigned can hand it over.
+func TestJoinHandsQueuesOverBeforeTheNextHeartbeat(t *testing.T) {
+	e := newEnv(t, "")
+	coord, err := group.New(e.store, group.Options{HeartbeatTimeout: time.Hour, CheckInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	coord.Start()
+	t.Cleanup(func() { _ = coord.Close() })
+	_, err = e.store.CreateTopic(t.Context(), core.TopicConfig{Name: "orders", Queues: 4})
+	require.NoError(t, err)
+	sent := e.produce("orders", 2000, func(i int) string { return fmt.Sprintf("car-%d", i%61) })
+	got := newSeen()
+	start := func(id string) {
+		p, err := NewPushConsumer(coord, e.retry, Options{Group: "g", ClientID: id, Orderly: true,
+			Subscriptions: []group.Subscription{{Topic: "orders"}}, HeartbeatInterval: time.Hour,
+			PollWait: 100 * time.Millisecond, CommitInterval: 10 * time.Millisecond,
+			Listener: func(ctx context.Context, m *core.StoredMessage) Result {
+				got.add(m.ID, id)
+				time.Sleep(time.Millisecond) // busy: the backlog outlasts the join
+				return Success
+			}})
+		require.NoError(t, err)
+		require.NoError(t, p.Start(t.Context()))
+		t.Cleanup(func() { _ = p.Close(context.Background()) })
+	}
+	start("m1")
+	require.Eventually(t, func() bool { got.mu.Lock(); defer got.mu.Unlock(); return got.count > 0 }, 10*time.Second, time.Millisecond)
+	start("m2")
+	require.Eventually(t, func() bool {
+		got.mu.Lock()
+		defer got.mu.Unlock()
+		for _, who := range got.by {
+			if who[len(who)-1] == "m2" {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 10*time.Millisecond, "m2 got its queues although no heartbeat tick came")
+	require.Eventually(t, func() bool { return got.has(sent) }, 30*time.Second, 10*time.Millisecond)
+}

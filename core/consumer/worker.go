@@ -93,6 +93,10 @@ func (w *worker) complete(gen uint64, off int64) {
 	w.signal()
 }
 
+// busyRetry bounds the wait before pulling a queue whose previous holder
+// still has it: the holder releases it the moment it has finished.
+const busyRetry = 50 * time.Millisecond
+
 // pause waits d, or less if ctx ends; it reports whether ctx is still live.
 func pause(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -140,10 +144,16 @@ func (w *worker) run() {
 			}
 			switch {
 			case errors.Is(err, group.ErrQueueBusy):
-				// The previous holder is finishing; its lease ends soon.
-				pause(w.ctx, o.HeartbeatInterval/4)
+				// The previous holder is finishing and releases the queue
+				// as soon as it is done (it heard of the reassignment from
+				// its own pull): ask again soon.
+				pause(w.ctx, min(o.HeartbeatInterval/4, busyRetry))
 			case errors.Is(err, group.ErrNotAssigned), errors.Is(err, group.ErrUnknownMember):
-				pause(w.ctx, o.HeartbeatInterval/2) // the next heartbeat sorts it out
+				// Reassigned (or the coordinator forgot us): a heartbeat now
+				// stops this worker and hands the queue over, instead of
+				// leaving it idle until the next tick.
+				w.p.rebalanceNow()
+				pause(w.ctx, o.HeartbeatInterval/2)
 			default:
 				log.Warn().Err(err).Msg("pull failed")
 				pause(w.ctx, o.HeartbeatInterval/2)
