@@ -186,7 +186,7 @@ durability() {
 	nats-sync) echo "JetStream file, fsync every write" ;;
 	mochi) echo "memory" ;;
 	ferrymq) echo "commit log, fsync before ack" ;;
-	ferrymq-async) echo "commit log, fsync every 200 ms" ;;
+	ferrymq-async) echo "commit log, fsync every 500 ms" ;;
 	esac
 }
 
