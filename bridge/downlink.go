@@ -405,6 +405,43 @@ func (h *Hook) Discarded(clientID string, pk packets.Packet, expired bool, reaso
 	h.receipt(clientID, &Receipt{MessageID: d.id, ClientID: clientID, Outcome: outcome, Topic: d.topic, Reason: reason}, d.tr)
 }
 
+// DiscardedDurably is Discarded for a message the session store keeps
+// queued until its receipt is stored (session.Options.DiscardedDurably): it
+// stores the receipt and waits for the core. nil: stored, or none is due
+// (not a downlink command, receipts disabled); an error: not stored (the
+// core refuses writes, ctx ended), and the store offers it again later.
+func (h *Hook) DiscardedDurably(ctx context.Context, clientID string, pk packets.Packet, expired bool, reason string) error {
+	d, ok := downlinkOf(pk.Origin, pk.TopicName)
+	if !ok {
+		return nil
+	}
+	outcome := OutcomeDropped
+	if expired {
+		outcome = OutcomeExpired
+	}
+	r := &Receipt{MessageID: d.id, ClientID: clientID, Outcome: outcome, Topic: d.topic, Reason: reason}
+	if !h.opts.DisableReceipts {
+		r.Time, r.Node = time.Now().UTC(), h.opts.Node
+		m := &core.Message{Topic: h.opts.ReceiptsTopic, ShardingKey: clientID, Tag: r.Outcome, Body: r.appendJSON(nil)}
+		done := make(chan error, 1)
+		h.core.ProduceAsync([]*core.Message{m}, func(_ []core.SendResult, err error) { done <- err })
+		var err error
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			h.m.receiptFailures.Inc()
+			return fmt.Errorf("store the %s receipt of %s for %s: %w", outcome, d.id, clientID, err)
+		}
+		h.m.receipts.Inc()
+	}
+	h.m.downlink.WithLabelValues(r.Outcome).Inc()
+	h.traceReceipt(d.tr, r)
+	return nil
+}
+
 // validTopicName: non-empty, no wildcards, no NUL, at most 65535 bytes
 // [MQTT-3.3.2-2] [MQTT-4.7.3-1].
 func validTopicName(t string) bool {

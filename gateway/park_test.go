@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/auth"
@@ -122,6 +124,44 @@ func TestParkedExpiry(t *testing.T) {
 		_, stored := env.Sessions.Session("car12")
 		return r.Outcome == bridge.OutcomeExpired && r.Reason == "the session expired" && !stored
 	}, 10*time.Second, 20*time.Millisecond, "the session expired with its queue")
+}
+
+// A queued command that expires while its car is parked leaves the queue
+// only once its "expired" receipt is stored: while the core refuses the
+// receipt (a full disk until the store is reopened), the command stays
+// queued — expired, never delivered — and the receipt is tried again at
+// each sweep. (The refusal is simulated in front of the bridge's
+// DiscardedDurably; a real full disk is in the torture run.)
+func TestParkedExpiryReceiptIsNotLost(t *testing.T) {
+	var envp atomic.Pointer[gatewaytest.Env]
+	var refusing atomic.Bool
+	var calls atomic.Int32
+	refusing.Store(true)
+	opts := fastParking
+	opts.DiscardedDurably = func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
+		calls.Add(1)
+		if refusing.Load() {
+			return errors.New("the core refuses writes")
+		}
+		return envp.Load().Bridge.DiscardedDurably(ctx, id, pk, expired, reason)
+	}
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: opts})
+	envp.Store(env)
+	c := dialV3(t, env.TCP, "car14", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
+	c.Disconnect(100)
+	waitParked(t, env, "car14")
+	short := command(t, env, "car14", "stale", map[string]string{bridge.PropClientID: "car14", bridge.PropTTL: "1s"})
+	require.Eventually(t, func() bool { return calls.Load() >= 2 }, 10*time.Second, 10*time.Millisecond, "the receipt is asked for")
+	in, _ := env.Sessions.Session("car14")
+	require.Equal(t, 1, in.Queued, "refused: the command stays queued")
+	_, receipted := receipts(t, env)[short]
+	require.False(t, receipted)
+	refusing.Store(false) // the store was reopened
+	require.Eventually(t, func() bool { return receipts(t, env)[short].Outcome == bridge.OutcomeExpired },
+		10*time.Second, 20*time.Millisecond, "stored once the core takes it")
+	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car14"); return in.Queued == 0 },
+		10*time.Second, 10*time.Millisecond, "and only then the command leaves the queue")
+	require.GreaterOrEqual(t, calls.Load(), int32(3))
 }
 
 // A clean start discards a parked session: nothing is delivered, the

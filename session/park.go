@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -484,6 +485,7 @@ func clientProps(c storage.Client) packets.Properties {
 func (s *Store) sweep(now time.Time) {
 	unix := now.Unix()
 	var ds []discard
+	var due []dueDiscard
 	s.mu.Lock()
 	for id, c := range s.connecting {
 		if c.Closed() {
@@ -501,11 +503,93 @@ func (s *Store) sweep(now time.Time) {
 			continue
 		}
 		if ss.soonest() <= unix {
-			ds = s.discardMsgsLocked(ss, ds, expiredAt(unix), true, reasonExpiredOffline)
+			if s.opts.DiscardedDurably != nil {
+				due = s.dueLocked(ss, due, unix)
+			} else {
+				ds = s.discardMsgsLocked(ss, ds, expiredAt(unix), true, reasonExpiredOffline)
+			}
 		}
 	}
 	s.mu.Unlock()
 	s.tell(ds)
+	s.discardDurably(due)
+}
+
+// dueDiscard is a queued message whose expiry passed while its session was
+// parked, waiting for Options.DiscardedDurably before it leaves the queue.
+type dueDiscard struct {
+	ss  *sess
+	ref msgRef
+	pk  packets.Packet
+}
+
+// maxDurableDiscards bounds the durable discards of one sweep, and
+// durableDiscardTimeout the wait for each: the store's goroutine also
+// syncs and parks. What is left waits for the next sweep.
+const (
+	maxDurableDiscards    = 256
+	durableDiscardTimeout = 2 * time.Second
+)
+
+// dueLocked appends parked ss's expired messages (read from the backend)
+// to due, leaving them queued.
+func (s *Store) dueLocked(ss *sess, due []dueDiscard, now int64) []dueDiscard {
+	for _, m := range ss.msgs {
+		if len(due) >= maxDurableDiscards {
+			return due
+		}
+		if !expiredAt(now)(&m) {
+			continue
+		}
+		rec, expiry, err := s.msgAtLocked(ss.id, &m)
+		if err != nil {
+			continue // unreadable: left to the session's end
+		}
+		due = append(due, dueDiscard{ss: ss, ref: m, pk: toPacket(&rec, expiry)})
+	}
+	return due
+}
+
+// discardDurably offers each due message to Options.DiscardedDurably and
+// removes from its queue those recorded, if the session still holds them
+// (a reconnect in between restored and delivered or discarded them).
+func (s *Store) discardDurably(due []dueDiscard) {
+	done := due[:0]
+	for _, d := range due {
+		select {
+		case <-s.stop:
+			return // closing: they stay queued
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), durableDiscardTimeout)
+		err := s.opts.DiscardedDurably(ctx, d.ss.id, d.pk, true, reasonExpiredOffline)
+		cancel()
+		if err != nil {
+			s.log.Debug().Err(err).Str("client", d.ss.id).Uint16("packet_id", d.ref.pid).
+				Msg("expired message kept queued: its discard is not recorded yet")
+			continue
+		}
+		done = append(done, d)
+	}
+	if len(done) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range done {
+		ss := d.ss
+		if s.sessions[ss.id] != ss || !ss.parked {
+			continue
+		}
+		i := slices.IndexFunc(ss.msgs, func(m msgRef) bool { return m.pid == d.ref.pid && m.e == d.ref.e })
+		if i < 0 {
+			continue
+		}
+		s.deleteLocked(ss.msgs[i].e, inflightKey(ss.id, ss.msgs[i].pid))
+		ss.bytes -= int(ss.msgs[i].size)
+		s.queued--
+		ss.msgs = slices.Delete(ss.msgs, i, i+1)
+	}
 }
 
 // soonest is the earliest expiry of ss's queued messages (MaxInt64: none).

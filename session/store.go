@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"encoding/binary"
 	"strings"
 	"sync"
@@ -41,7 +42,17 @@ type Options struct {
 	// Called with the store's lock held: it must not call into the store.
 	// Nil: every topic a session's subscriptions match.
 	Readable func(clientID, username, topic string) bool
-	Logger   *zerolog.Logger
+	// DiscardedDurably, if set, is asked instead of Discarded about a
+	// queued message whose expiry passes while its session is parked, on
+	// the store's own goroutine with no lock held; it returns once the
+	// discard is recorded durably (the bridge: the expired receipt is in
+	// the core), or an error. The message leaves the queue only after nil:
+	// on an error it stays — expired, never delivered — and is offered
+	// again at the next sweep, so its receipt is not lost while the core
+	// refuses writes (after a full disk, until it is reopened). Discarded
+	// still tells every other discard.
+	DiscardedDurably func(ctx context.Context, clientID string, pk packets.Packet, expired bool, reason string) error
+	Logger           *zerolog.Logger
 }
 
 // Store persists MQTT sessions — clients with their will, subscriptions,

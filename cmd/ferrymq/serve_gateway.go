@@ -48,6 +48,9 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		Readable: func(clientID, username, topic string) bool {
 			return readable == nil || readable(clientID, username, topic)
 		},
+		DiscardedDurably: func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
+			return br.DiscardedDurably(ctx, id, pk, expired, reason)
+		},
 		Logger: log,
 	}
 	var sessions *session.Store

@@ -107,6 +107,11 @@ func Start(t testing.TB, o Options) *Env {
 	if o.Sessions || o.SessionsKV != nil {
 		so := o.SessionOptions
 		so.Discarded = func(id string, pk packets.Packet, expired bool, reason string) { br.Discarded(id, pk, expired, reason) }
+		if so.DiscardedDurably == nil {
+			so.DiscardedDurably = func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
+				return br.DiscardedDurably(ctx, id, pk, expired, reason)
+			}
+		}
 		if h, ok := o.Auth.(*auth.Hook); ok && so.Readable == nil {
 			so.Readable = h.Readable // parked sessions get what the ACL lets them read
 		}
