@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/pop"
 )
 
@@ -209,7 +210,7 @@ type ackRequest struct {
 	Handles []string `json:"handles"`
 }
 
-var ackFields = jsonFields[ackRequest]()
+var ackFields = httperr.Fields[ackRequest]()
 
 // ackResult is the outcome of one handle.
 type ackResult struct {
@@ -246,7 +247,7 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) error {
 		out.Results[i] = ackResult{Handle: h, OK: true}
 		if err := a.pop.Ack(r.Context(), h); err != nil {
 			e := classify(r.Context(), err)
-			out.Results[i] = ackResult{Handle: h, Error: e.msg, Code: e.code}
+			out.Results[i] = ackResult{Handle: h, Error: e.Msg, Code: e.Code}
 			failed++
 		}
 	}
@@ -264,7 +265,7 @@ type invisibleRequest struct {
 	Invisible string `json:"invisible"`
 }
 
-var invisibleFields = jsonFields[invisibleRequest]()
+var invisibleFields = httperr.Fields[invisibleRequest]()
 
 // changeInvisible serves POST /api/v1/topics/{topic}/invisible. As for ack,
 // the path's topic is not compared with the handle.

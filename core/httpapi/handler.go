@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"reflect"
-	"slices"
-	"strings"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/pop"
 )
 
@@ -125,16 +122,16 @@ type errorBody struct {
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := classify(r.Context(), err)
 	ev := a.log.Debug()
-	if e.status >= 500 && e.code != CodeCanceled {
+	if e.Status >= 500 && e.Code != CodeCanceled {
 		ev = a.log.Error()
 	}
 	ev.Str(fieldMethod, r.Method).Str(fieldRoute, r.Pattern).Str(fieldTopic, r.PathValue("topic")).
-		Str(fieldRemote, r.RemoteAddr).Int(fieldStatus, e.status).Str(fieldCode, e.code).
-		Err(e.logErr()).Msg("request failed")
-	if e.code == CodeShuttingDown {
+		Str(fieldRemote, r.RemoteAddr).Int(fieldStatus, e.Status).Str(fieldCode, e.Code).
+		Err(e.LogErr()).Msg("request failed")
+	if e.Code == CodeShuttingDown {
 		w.Header().Set("Retry-After", retryAfter)
 	}
-	a.writeJSON(w, r, e.status, errorBody{Error: e.msg, Code: e.code})
+	a.writeJSON(w, r, e.Status, errorBody{Error: e.Msg, Code: e.Code})
 }
 
 // writeJSON answers v. A failed write means the client went away: there is
@@ -207,76 +204,13 @@ func firstByte(b []byte) byte {
 // decodeObject decodes body, which must hold exactly one JSON object, into
 // v; fields are the names v accepts.
 func decodeObject(body []byte, v any, fields []string) error {
-	dec := newDecoder(body)
+	dec := httperr.NewDecoder(body)
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		return jsonError("", err)
+		return httperr.JSON("", err)
 	}
-	if err := expectEnd(dec); err != nil {
+	if err := httperr.ExpectEnd(dec); err != nil {
 		return err
 	}
-	return decodeStrict(raw, "", v, fields)
-}
-
-// decodeStrict decodes raw, one JSON value, into v. It must be an object
-// whose names are all in fields, each once, spelled exactly: encoding/json
-// alone would take "BODY" for "body" and keep the last of two "body"s.
-func decodeStrict(raw json.RawMessage, at string, v any, fields []string) error {
-	if firstByte(raw) != '{' {
-		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: " + at + "want an object"}
-	}
-	dec := newDecoder(raw)
-	if _, err := dec.Token(); err != nil { // '{'
-		return jsonError(at, err)
-	}
-	seen := make([]bool, len(fields))
-	var skip json.RawMessage
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return jsonError(at, err)
-		}
-		name, _ := tok.(string) // object keys are strings
-		i := slices.Index(fields, name)
-		switch {
-		case i < 0:
-			return &apiError{status: http.StatusBadRequest, code: CodeBadJSON,
-				msg: oneLine(fmt.Sprintf("bad JSON: %sunknown field %q", at, name)), cause: errors.New("bad JSON: unknown field")}
-		case seen[i]:
-			return &apiError{status: http.StatusBadRequest, code: CodeBadJSON,
-				msg: fmt.Sprintf("bad JSON: %sfield %q given twice", at, name)}
-		}
-		seen[i] = true
-		if err := dec.Decode(&skip); err != nil {
-			return jsonError(at, err)
-		}
-	}
-	if err := newDecoder(raw).Decode(v); err != nil {
-		return jsonError(at, err)
-	}
-	return nil
-}
-
-// jsonFields lists the JSON names of T's fields.
-func jsonFields[T any]() []string {
-	t := reflect.TypeFor[T]()
-	out := make([]string, t.NumField())
-	for i := range out {
-		out[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
-	}
-	return out
-}
-
-func newDecoder(body []byte) *json.Decoder {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	return dec
-}
-
-// expectEnd checks that nothing but white space follows the decoded value.
-func expectEnd(dec *json.Decoder) error {
-	if _, err := dec.Token(); err != io.EOF {
-		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: data after the top-level value"}
-	}
-	return nil
+	return httperr.DecodeObject(raw, "", v, fields)
 }

@@ -279,10 +279,10 @@ func TestClassify(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := classify(tc.ctx, tc.err)
-			require.Equal(t, tc.status, e.status)
-			require.Equal(t, tc.code, e.code)
-			if e.status >= 500 {
-				require.NotContains(t, e.msg, "/var/lib", "5xx answers never carry the cause")
+			require.Equal(t, tc.status, e.Status)
+			require.Equal(t, tc.code, e.Code)
+			if e.Status >= 500 {
+				require.NotContains(t, e.Msg, "/var/lib", "5xx answers never carry the cause")
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/httperr"
 )
 
 // Headers of a raw-body produce. Names are matched case-insensitively.
@@ -110,14 +111,14 @@ func isJSON(contentType string) bool {
 // decodeMessages decodes a JSON produce body: one object, or an array of
 // 1 to MaxBatch objects (batch true).
 func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, batch bool, err error) {
-	dec := newDecoder(body)
+	dec := httperr.NewDecoder(body)
 	var raw json.RawMessage
 	switch firstByte(body) {
 	case '{':
 		if err := dec.Decode(&raw); err != nil {
-			return nil, false, jsonError("", err)
+			return nil, false, httperr.JSON("", err)
 		}
-		if err := expectEnd(dec); err != nil {
+		if err := httperr.ExpectEnd(dec); err != nil {
 			return nil, false, err
 		}
 		msg, err := decodeMessage(topic, raw, "")
@@ -127,7 +128,7 @@ func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, b
 		return []*core.Message{msg}, false, nil
 	case '[':
 		if _, err := dec.Token(); err != nil {
-			return nil, true, jsonError("", err)
+			return nil, true, httperr.JSON("", err)
 		}
 		for dec.More() {
 			i := len(msgs)
@@ -136,7 +137,7 @@ func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, b
 			}
 			at := fmt.Sprintf("message %d: ", i)
 			if err := dec.Decode(&raw); err != nil {
-				return nil, true, jsonError(at, err)
+				return nil, true, httperr.JSON(at, err)
 			}
 			msg, err := decodeMessage(topic, raw, at)
 			if err != nil {
@@ -145,9 +146,9 @@ func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, b
 			msgs = append(msgs, msg)
 		}
 		if _, err := dec.Token(); err != nil { // the closing ']'
-			return nil, true, jsonError("", err)
+			return nil, true, httperr.JSON("", err)
 		}
-		if err := expectEnd(dec); err != nil {
+		if err := httperr.ExpectEnd(dec); err != nil {
 			return nil, true, err
 		}
 		if len(msgs) == 0 {
@@ -155,17 +156,17 @@ func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, b
 		}
 		return msgs, true, nil
 	default:
-		return nil, false, &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: want an object or an array of objects"}
+		return nil, false, httperr.BadJSON("want an object or an array of objects")
 	}
 }
 
 // produceFields are the names a message object may have.
-var produceFields = jsonFields[produceMessage]()
+var produceFields = httperr.Fields[produceMessage]()
 
 // decodeMessage decodes one message object; at prefixes errors.
 func decodeMessage(topic string, raw json.RawMessage, at string) (*core.Message, error) {
 	var m produceMessage
-	if err := decodeStrict(raw, at, &m, produceFields); err != nil {
+	if err := httperr.DecodeObject(raw, at, &m, produceFields); err != nil {
 		return nil, err
 	}
 	return m.message(topic, at)

@@ -16,6 +16,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core/httperr"
 )
 
 // Routes: path patterns of Go's ServeMux. A {wildcard} is one path segment,
@@ -183,12 +185,12 @@ type errorBody struct {
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := classify(r.Context(), err)
 	ev := a.log.Debug()
-	if e.status >= 500 && e.status != http.StatusNotImplemented && e.code != CodeCanceled {
+	if e.Status >= 500 && e.Status != http.StatusNotImplemented && e.Code != CodeCanceled {
 		ev = a.log.Error()
 	}
 	ev.Str(fieldMethod, r.Method).Str(fieldRoute, r.Pattern).Str(fieldRemote, r.RemoteAddr).
-		Int(fieldStatus, e.status).Str(fieldCode, e.code).Err(e.logErr()).Msg("admin request failed")
-	a.writeJSON(w, r, e.status, errorBody{Error: e.msg, Code: e.code})
+		Int(fieldStatus, e.Status).Str(fieldCode, e.Code).Err(e.LogErr()).Msg("admin request failed")
+	a.writeJSON(w, r, e.Status, errorBody{Error: e.Msg, Code: e.Code})
 }
 
 // audit logs a change that was made.
@@ -303,47 +305,9 @@ func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK 
 		if emptyOK {
 			return nil
 		}
-		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: empty body, want an object"}
+		return httperr.BadJSON("empty body, want an object")
 	}
-	if b := bytes.TrimLeft(body, " \t\r\n"); b[0] != '{' {
-		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: want an object"}
-	}
-	fields := jsonNames(v)
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.Token(); err != nil { // '{'
-		return jsonError(err)
-	}
-	seen := map[string]bool{}
-	var skip json.RawMessage
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return jsonError(err)
-		}
-		name, _ := tok.(string)
-		switch {
-		case !slices.Contains(fields, name):
-			return &apiError{status: http.StatusBadRequest, code: CodeBadJSON,
-				msg: oneLine(fmt.Sprintf("bad JSON: unknown field %q", name)), cause: errors.New("bad JSON: unknown field")}
-		case seen[name]:
-			return &apiError{status: http.StatusBadRequest, code: CodeBadJSON,
-				msg: oneLine(fmt.Sprintf("bad JSON: field %q given twice", name)), cause: errors.New("bad JSON: field given twice")}
-		}
-		seen[name] = true
-		if err := dec.Decode(&skip); err != nil {
-			return jsonError(err)
-		}
-	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: "bad JSON: data after the top-level value"}
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return jsonError(err)
-	}
-	return nil
+	return httperr.DecodeObject(body, "", v, jsonNames(v))
 }
 
 // jsonNames lists the JSON names of the fields of the struct v points to.

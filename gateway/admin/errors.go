@@ -2,15 +2,11 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"strings"
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/retry"
 )
 
@@ -19,10 +15,10 @@ import (
 // codes shared with core/httpapi mean the same there.
 const (
 	// 400
-	CodeBadRequest   = "bad_request"   // a query parameter, path value or field is malformed
-	CodeBadJSON      = "bad_json"      // the body is not JSON of the expected shape
-	CodeInvalidTopic = "invalid_topic" // the topic name breaks core.ValidateTopic
-	CodeInvalidGroup = "invalid_group" // the group name breaks retry.ValidateGroup
+	CodeBadRequest   = "bad_request"       // a query parameter, path value or field is malformed
+	CodeBadJSON      = httperr.CodeBadJSON // the body is not JSON of the expected shape
+	CodeInvalidTopic = "invalid_topic"     // the topic name breaks core.ValidateTopic
+	CodeInvalidGroup = "invalid_group"     // the group name breaks retry.ValidateGroup
 	// 401, 403
 	CodeUnauthorized   = "unauthorized"    // a write without a valid token (WWW-Authenticate: Bearer)
 	CodeWritesDisabled = "writes_disabled" // the API is read-only on this server
@@ -39,10 +35,10 @@ const (
 	// 409
 	CodeTopicExists = "topic_exists" // the topic exists with another queue count
 	// 413
-	CodeBodyTooLarge = "body_too_large" // the request body exceeds Options.MaxBodyBytes
+	CodeBodyTooLarge = httperr.CodeBodyTooLarge // the request body exceeds Options.MaxBodyBytes
 	// 500
-	CodeCorrupt  = "corrupt"  // stored data failed its checks
-	CodeInternal = "internal" // anything else; the server log has the cause
+	CodeCorrupt  = "corrupt"            // stored data failed its checks
+	CodeInternal = httperr.CodeInternal // anything else; the server log has the cause
 	// 501
 	CodeNotSupported     = "not_supported"     // the engine cannot do this (topic deletion)
 	CodeStoreDisabled    = "store_disabled"    // no local store (Options.Broker)
@@ -51,31 +47,16 @@ const (
 	CodeMQTTDisabled     = "mqtt_disabled"     // no MQTT gateway (Options.Gateway)
 	CodeSessionsDisabled = "sessions_disabled" // no session store (Options.Sessions)
 	// 503
-	CodeStoreFailed  = "store_failed"  // the store refuses writes after an I/O error
-	CodeShuttingDown = "shutting_down" // the server is closing
-	CodeCanceled     = "canceled"      // the request was canceled
+	CodeStoreFailed  = "store_failed"       // the store refuses writes after an I/O error
+	CodeShuttingDown = "shutting_down"      // the server is closing
+	CodeCanceled     = httperr.CodeCanceled // the request was canceled
 )
 
 // apiError is an error answered to the client as it is.
-type apiError struct {
-	status int
-	code   string
-	msg    string // the one line the client gets
-	// cause is what the log gets when it must not carry msg; nil means msg.
-	cause error
-}
-
-func (e *apiError) Error() string { return e.msg }
-
-func (e *apiError) logErr() error {
-	if e.cause != nil {
-		return e.cause
-	}
-	return errors.New(e.msg)
-}
+type apiError = httperr.Error
 
 func newError(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, msg: oneLine(fmt.Sprintf(format, args...))}
+	return httperr.New(status, code, format, args...)
 }
 
 func badRequest(format string, args ...any) *apiError {
@@ -89,86 +70,23 @@ func disabled(code, what string) *apiError {
 // sentinels maps the errors of core, group and retry to statuses and
 // codes, first match wins. For 5xx the client gets msg, not the error's
 // text (which may name files); the log gets the error.
-var sentinels = []struct {
-	err    error
-	status int
-	code   string
-	msg    string // 5xx only
-}{
-	{core.ErrInvalidTopic, http.StatusBadRequest, CodeInvalidTopic, ""},
-	{retry.ErrInvalidGroup, http.StatusBadRequest, CodeInvalidGroup, ""},
-	{group.ErrInvalidGroup, http.StatusBadRequest, CodeInvalidGroup, ""},
-	{retry.ErrInvalidMax, http.StatusBadRequest, CodeBadRequest, ""},
-	{core.ErrInvalidMessage, http.StatusBadRequest, CodeBadRequest, ""},
-	{core.ErrTopicNotFound, http.StatusNotFound, CodeTopicNotFound, ""},
-	{core.ErrQueueNotFound, http.StatusNotFound, CodeTopicNotFound, ""},
-	{group.ErrUnknownMember, http.StatusNotFound, CodeGroupNotFound, ""},
-	{core.ErrTopicExists, http.StatusConflict, CodeTopicExists, ""},
-	{core.ErrClosed, http.StatusServiceUnavailable, CodeShuttingDown, "server shutting down; retry later"},
-	{group.ErrClosed, http.StatusServiceUnavailable, CodeShuttingDown, "server shutting down; retry later"},
-	{core.ErrStoreFailed, http.StatusServiceUnavailable, CodeStoreFailed, "store failed; writes refused until an operator restarts it"},
-	{core.ErrCorrupt, http.StatusInternalServerError, CodeCorrupt, "stored data corrupt"},
+var sentinels = []httperr.Sentinel{
+	{Err: core.ErrInvalidTopic, Status: http.StatusBadRequest, Code: CodeInvalidTopic},
+	{Err: retry.ErrInvalidGroup, Status: http.StatusBadRequest, Code: CodeInvalidGroup},
+	{Err: group.ErrInvalidGroup, Status: http.StatusBadRequest, Code: CodeInvalidGroup},
+	{Err: retry.ErrInvalidMax, Status: http.StatusBadRequest, Code: CodeBadRequest},
+	{Err: core.ErrInvalidMessage, Status: http.StatusBadRequest, Code: CodeBadRequest},
+	{Err: core.ErrTopicNotFound, Status: http.StatusNotFound, Code: CodeTopicNotFound},
+	{Err: core.ErrQueueNotFound, Status: http.StatusNotFound, Code: CodeTopicNotFound},
+	{Err: group.ErrUnknownMember, Status: http.StatusNotFound, Code: CodeGroupNotFound},
+	{Err: core.ErrTopicExists, Status: http.StatusConflict, Code: CodeTopicExists},
+	{Err: core.ErrClosed, Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Msg: "server shutting down; retry later"},
+	{Err: group.ErrClosed, Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Msg: "server shutting down; retry later"},
+	{Err: core.ErrStoreFailed, Status: http.StatusServiceUnavailable, Code: CodeStoreFailed, Msg: "store failed; writes refused until an operator restarts it"},
+	{Err: core.ErrCorrupt, Status: http.StatusInternalServerError, Code: CodeCorrupt, Msg: "stored data corrupt"},
 }
 
 // classify turns any error a handler returned into what the client gets.
 func classify(ctx context.Context, err error) *apiError {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae
-	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return newError(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body larger than %d bytes", mbe.Limit)
-	}
-	for _, s := range sentinels {
-		if !errors.Is(err, s.err) {
-			continue
-		}
-		if s.status >= 500 {
-			return &apiError{status: s.status, code: s.code, msg: s.msg, cause: err}
-		}
-		return &apiError{status: s.status, code: s.code, msg: oneLine(err.Error())}
-	}
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeCanceled, msg: "request canceled", cause: err}
-	}
-	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, msg: "internal error", cause: err}
-}
-
-// jsonError describes a decoding failure. The client's message may quote a
-// field name from the body; the log's never does.
-func jsonError(err error) *apiError {
-	var (
-		syn *json.SyntaxError
-		typ *json.UnmarshalTypeError
-		msg string
-		log string
-	)
-	switch {
-	case errors.As(err, &syn):
-		msg = fmt.Sprintf("%v (at byte %d)", syn, syn.Offset)
-		log = fmt.Sprintf("syntax error at byte %d", syn.Offset)
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "value"
-		}
-		msg = fmt.Sprintf("%s: wrong type, got JSON %s", field, typ.Value)
-		log = "wrong JSON type for a field"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		msg = "unexpected end of JSON"
-		log = msg
-	default:
-		msg = strings.TrimPrefix(err.Error(), "json: ")
-		log = "bad JSON value"
-	}
-	return &apiError{status: http.StatusBadRequest, code: CodeBadJSON, msg: oneLine("bad JSON: " + msg), cause: errors.New("bad JSON: " + log)}
-}
-
-// oneLine keeps an error message on one line.
-func oneLine(s string) string {
-	if !strings.ContainsAny(s, "\r\n") {
-		return s
-	}
-	return strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(s)
+	return httperr.Classify(ctx, err, sentinels)
 }
