@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,6 +163,76 @@ func TestParkedExpiryReceiptIsNotLost(t *testing.T) {
 	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car14"); return in.Queued == 0 },
 		10*time.Second, 10*time.Millisecond, "and only then the command leaves the queue")
 	require.GreaterOrEqual(t, calls.Load(), int32(3))
+}
+
+// A parked MQTT 5 session whose expiry passes while the core refuses its
+// queued commands' receipts is not ended (the commands stay, undelivered)
+// until the receipts are stored; meanwhile it is gone for its client: a
+// reconnect gets no session and not the commands.
+func TestExpiredSessionWaitsForItsReceipts(t *testing.T) {
+	var envp atomic.Pointer[gatewaytest.Env]
+	var refusing atomic.Bool
+	var calls atomic.Int32
+	refusing.Store(true)
+	opts := fastParking
+	opts.DiscardedDurably = func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
+		calls.Add(1)
+		if refusing.Load() {
+			return errors.New("the core refuses writes")
+		}
+		return envp.Load().Bridge.DiscardedDurably(ctx, id, pk, expired, reason)
+	}
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: opts})
+	envp.Store(env)
+	connect := func() *paho.Client {
+		return dialV5With(t, env.TCP, &paho.Connect{ClientID: "car15", KeepAlive: 30, CleanStart: false,
+			Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(1))}}, nil)
+	}
+	v5 := connect()
+	require.NoError(t, v5.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	<-v5.Done()
+	waitParked(t, env, "car15")
+	a := command(t, env, "car15", "a", map[string]string{bridge.PropClientID: "car15"})
+	b := command(t, env, "car15", "b", map[string]string{bridge.PropClientID: "car15"})
+	require.Eventually(t, func() bool { return calls.Load() >= 4 }, 10*time.Second, 10*time.Millisecond,
+		"the expired session's receipts are asked for")
+	in, stored := env.Sessions.Session("car15")
+	require.True(t, stored, "kept while its receipts are refused")
+	require.Equal(t, 2, in.Queued)
+	refusing.Store(false)
+	require.Eventually(t, func() bool {
+		rs := receipts(t, env)
+		_, stored := env.Sessions.Session("car15")
+		return rs[a].Reason == "the session expired" && rs[b].Reason == "the session expired" && !stored
+	}, 10*time.Second, 20*time.Millisecond, "receipts stored, then the session ends")
+
+	// Expired and still held (receipts refused again): a reconnect finds
+	// nothing of it.
+	refusing.Store(true)
+	v5 = connect()
+	require.NoError(t, v5.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	<-v5.Done()
+	waitParked(t, env, "car15")
+	c := command(t, env, "car15", "c", map[string]string{bridge.PropClientID: "car15"})
+	before := calls.Load()
+	require.Eventually(t, func() bool { return calls.Load() > before+1 }, 10*time.Second, 10*time.Millisecond)
+	var delivered atomic.Int32
+	conn, err := net.DialTimeout("tcp", env.TCP, 5*time.Second)
+	require.NoError(t, err)
+	back := paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(paho.PublishReceived) (bool, error) { delivered.Add(1); return true, nil }}})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ca, err := back.Connect(ctx, &paho.Connect{ClientID: "car15", KeepAlive: 30, CleanStart: false,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(60))}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = back.Disconnect(&paho.Disconnect{ReasonCode: 0}); <-back.Done() })
+	require.False(t, ca.SessionPresent, "an expired session is not resumed")
+	time.Sleep(300 * time.Millisecond)
+	require.Zero(t, delivered.Load(), "nor are its commands delivered")
+	refusing.Store(false)
+	require.Eventually(t, func() bool { return receipts(t, env)[c].Outcome == bridge.OutcomeExpired },
+		10*time.Second, 20*time.Millisecond)
 }
 
 // A clean start discards a parked session: nothing is delivered, the

@@ -93,10 +93,17 @@ func (s *Store) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		stale, expired = s.claimLocked(cl, cur, curErr)
 	}
 	if ss := s.sessions[cl.ID]; ss != nil && ss.parked && s.server != nil {
-		if pk.Connect.Clean {
+		switch {
+		case ss.expired(time.Now().Unix()):
+			// Its expiry passed (the sweep has not ended it yet, or is
+			// still storing its messages' receipts): the client finds no
+			// session.
+			expired = s.discardMsgsLocked(ss, expired, func(*msgRef) bool { return true }, true, reasonSessionExpired)
+			s.dropLocked(ss, true) // (this connection keeps the claim on a bucket)
+		case pk.Connect.Clean:
 			expired = s.discardMsgsLocked(ss, expired, func(*msgRef) bool { return true }, false, "the session was discarded by a clean start")
 			s.dropLocked(ss, true)
-		} else {
+		default:
 			expired = append(expired, s.hydrateLocked(ss, cl.Net.Listener)...)
 		}
 	}

@@ -497,14 +497,21 @@ func (s *Store) sweep(now time.Time) {
 			continue
 		}
 		if ss.deadline > 0 && ss.deadline <= unix {
-			ds = s.discardMsgsLocked(ss, ds, func(*msgRef) bool { return true }, true, "the session expired")
+			if s.opts.DiscardedDurably != nil && len(ss.msgs) > 0 {
+				// It ends once every queued message's receipt is stored
+				// (discardDurably); until then a reconnect finds it gone
+				// (OnSessionEstablish).
+				due = s.dueLocked(ss, due, unix, true)
+				continue
+			}
+			ds = s.discardMsgsLocked(ss, ds, func(*msgRef) bool { return true }, true, reasonSessionExpired)
 			s.log.Debug().Str("client", ss.id).Msg("parked session expired")
 			s.endLocked(ss)
 			continue
 		}
 		if ss.soonest() <= unix {
 			if s.opts.DiscardedDurably != nil {
-				due = s.dueLocked(ss, due, unix)
+				due = s.dueLocked(ss, due, unix, false)
 			} else {
 				ds = s.discardMsgsLocked(ss, ds, expiredAt(unix), true, reasonExpiredOffline)
 			}
@@ -518,9 +525,10 @@ func (s *Store) sweep(now time.Time) {
 // dueDiscard is a queued message whose expiry passed while its session was
 // parked, waiting for Options.DiscardedDurably before it leaves the queue.
 type dueDiscard struct {
-	ss  *sess
-	ref msgRef
-	pk  packets.Packet
+	ss     *sess
+	ref    msgRef
+	pk     packets.Packet
+	reason string
 }
 
 // maxDurableDiscards bounds the durable discards of one sweep, and
@@ -531,21 +539,26 @@ const (
 	durableDiscardTimeout = 2 * time.Second
 )
 
-// dueLocked appends parked ss's expired messages (read from the backend)
-// to due, leaving them queued.
-func (s *Store) dueLocked(ss *sess, due []dueDiscard, now int64) []dueDiscard {
+// dueLocked appends parked ss's expired messages — all of them when the
+// session itself expired — (read from the backend) to due, leaving them
+// queued.
+func (s *Store) dueLocked(ss *sess, due []dueDiscard, now int64, sessionExpired bool) []dueDiscard {
+	reason := reasonExpiredOffline
+	if sessionExpired {
+		reason = reasonSessionExpired
+	}
 	for _, m := range ss.msgs {
 		if len(due) >= maxDurableDiscards {
 			return due
 		}
-		if !expiredAt(now)(&m) {
+		if !sessionExpired && !expiredAt(now)(&m) {
 			continue
 		}
 		rec, expiry, err := s.msgAtLocked(ss.id, &m)
 		if err != nil {
 			continue // unreadable: left to the session's end
 		}
-		due = append(due, dueDiscard{ss: ss, ref: m, pk: toPacket(&rec, expiry)})
+		due = append(due, dueDiscard{ss: ss, ref: m, pk: toPacket(&rec, expiry), reason: reason})
 	}
 	return due
 }
@@ -562,7 +575,7 @@ func (s *Store) discardDurably(due []dueDiscard) {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), durableDiscardTimeout)
-		err := s.opts.DiscardedDurably(ctx, d.ss.id, d.pk, true, reasonExpiredOffline)
+		err := s.opts.DiscardedDurably(ctx, d.ss.id, d.pk, true, d.reason)
 		cancel()
 		if err != nil {
 			s.log.Debug().Err(err).Str("client", d.ss.id).Uint16("packet_id", d.ref.pid).
@@ -589,8 +602,15 @@ func (s *Store) discardDurably(due []dueDiscard) {
 		ss.bytes -= int(ss.msgs[i].size)
 		s.queued--
 		ss.msgs = slices.Delete(ss.msgs, i, i+1)
+		if len(ss.msgs) == 0 && ss.expired(time.Now().Unix()) {
+			s.log.Debug().Str("client", ss.id).Msg("parked session expired")
+			s.endLocked(ss)
+		}
 	}
 }
+
+// expired reports whether parked ss's session expiry passed.
+func (ss *sess) expired(now int64) bool { return ss.deadline > 0 && ss.deadline <= now }
 
 // soonest is the earliest expiry of ss's queued messages (MaxInt64: none).
 func (ss *sess) soonest() int64 {
@@ -606,6 +626,10 @@ func (ss *sess) soonest() int64 {
 // reasonExpiredOffline is the reason given for a queued message whose
 // expiry passed while its session was parked.
 const reasonExpiredOffline = "expired while the device was offline"
+
+// reasonSessionExpired is the reason given for the queued messages of a
+// session that expired.
+const reasonSessionExpired = "the session expired"
 
 // expiredAt matches queued messages whose expiry is at or before now.
 func expiredAt(now int64) func(*msgRef) bool {
