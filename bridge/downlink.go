@@ -394,15 +394,23 @@ func inflightOf(cl *mqtt.Client) (n, bytes int) {
 // Discarded turns a queued message the session store gave up on into a
 // receipt, when it is a downlink message.
 func (h *Hook) Discarded(clientID string, pk packets.Packet, expired bool, reason string) {
+	if r, tr, ok := discardReceipt(clientID, pk, expired, reason); ok {
+		h.receipt(clientID, r, tr)
+	}
+}
+
+// discardReceipt is the receipt of a queued message the session store
+// discarded, if it is a downlink command (ok).
+func discardReceipt(clientID string, pk packets.Packet, expired bool, reason string) (*Receipt, downTrace, bool) {
 	d, ok := downlinkOf(pk.Origin, pk.TopicName)
 	if !ok {
-		return
+		return nil, downTrace{}, false
 	}
 	outcome := OutcomeDropped
 	if expired {
 		outcome = OutcomeExpired
 	}
-	h.receipt(clientID, &Receipt{MessageID: d.id, ClientID: clientID, Outcome: outcome, Topic: d.topic, Reason: reason}, d.tr)
+	return &Receipt{MessageID: d.id, ClientID: clientID, Outcome: outcome, Topic: d.topic, Reason: reason}, d.tr, true
 }
 
 // DiscardedDurably is Discarded for a message the session store keeps
@@ -411,20 +419,13 @@ func (h *Hook) Discarded(clientID string, pk packets.Packet, expired bool, reaso
 // (not a downlink command, receipts disabled); an error: not stored (the
 // core refuses writes, ctx ended), and the store offers it again later.
 func (h *Hook) DiscardedDurably(ctx context.Context, clientID string, pk packets.Packet, expired bool, reason string) error {
-	d, ok := downlinkOf(pk.Origin, pk.TopicName)
+	r, tr, ok := discardReceipt(clientID, pk, expired, reason)
 	if !ok {
 		return nil
 	}
-	outcome := OutcomeDropped
-	if expired {
-		outcome = OutcomeExpired
-	}
-	r := &Receipt{MessageID: d.id, ClientID: clientID, Outcome: outcome, Topic: d.topic, Reason: reason}
 	if !h.opts.DisableReceipts {
-		r.Time, r.Node = time.Now().UTC(), h.opts.Node
-		m := &core.Message{Topic: h.opts.ReceiptsTopic, ShardingKey: clientID, Tag: r.Outcome, Body: r.appendJSON(nil)}
 		done := make(chan error, 1)
-		h.core.ProduceAsync([]*core.Message{m}, func(_ []core.SendResult, err error) { done <- err })
+		h.core.ProduceAsync([]*core.Message{h.receiptMessage(clientID, r)}, func(_ []core.SendResult, err error) { done <- err })
 		var err error
 		select {
 		case err = <-done:
@@ -433,12 +434,12 @@ func (h *Hook) DiscardedDurably(ctx context.Context, clientID string, pk packets
 		}
 		if err != nil {
 			h.m.receiptFailures.Inc()
-			return fmt.Errorf("store the %s receipt of %s for %s: %w", outcome, d.id, clientID, err)
+			return fmt.Errorf("store the %s receipt of %s for %s: %w", r.Outcome, r.MessageID, clientID, err)
 		}
 		h.m.receipts.Inc()
 	}
 	h.m.downlink.WithLabelValues(r.Outcome).Inc()
-	h.traceReceipt(d.tr, r)
+	h.traceReceipt(tr, r)
 	return nil
 }
 
@@ -625,10 +626,16 @@ func (h *Hook) receipt(key string, r *Receipt, tr downTrace) {
 	if h.opts.DisableReceipts {
 		return
 	}
+	h.enqueue(h.receiptMessage(key, r))
+	h.traceReceipt(tr, r)
+}
+
+// receiptMessage stamps r (time, node) and encodes it as the message
+// stored in the receipts topic under key.
+func (h *Hook) receiptMessage(key string, r *Receipt) *core.Message {
 	r.Time = time.Now().UTC()
 	r.Node = h.opts.Node
-	h.enqueue(&core.Message{Topic: h.opts.ReceiptsTopic, ShardingKey: key, Tag: r.Outcome, Body: r.appendJSON(nil)})
-	h.traceReceipt(tr, r)
+	return &core.Message{Topic: h.opts.ReceiptsTopic, ShardingKey: key, Tag: r.Outcome, Body: r.appendJSON(nil)}
 }
 
 // appendJSON encodes r as encoding/json would.
