@@ -218,8 +218,8 @@ func (s *Store) installLocked(id string, items []jetstream.KeyValueEntry, park b
 		gone = int64(binary.BigEndian.Uint64(g.value))
 	}
 	s.parkSessLocked(ss, gone, expiryInterval(rec.ProtocolVersion, clientProps(rec), s.maxExpiry()))
-	if ss.deadline > 0 && ss.deadline <= now {
-		ds := s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, true, "the session expired")
+	if ss.expired(now) {
+		ds := s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, true, reasonSessionExpired)
 		s.dropLocked(ss, true)
 		return ds
 	}

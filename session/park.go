@@ -496,7 +496,7 @@ func (s *Store) sweep(now time.Time) {
 		if !ss.parked {
 			continue
 		}
-		if ss.deadline > 0 && ss.deadline <= unix {
+		if ss.expired(unix) {
 			if s.opts.DiscardedDurably != nil && len(ss.msgs) > 0 {
 				// It ends once every queued message's receipt is stored
 				// (discardDurably); until then a reconnect finds it gone
@@ -547,11 +547,12 @@ func (s *Store) dueLocked(ss *sess, due []dueDiscard, now int64, sessionExpired 
 	if sessionExpired {
 		reason = reasonSessionExpired
 	}
+	isDue := expiredAt(now)
 	for _, m := range ss.msgs {
 		if len(due) >= maxDurableDiscards {
 			return due
 		}
-		if !sessionExpired && !expiredAt(now)(&m) {
+		if !sessionExpired && !isDue(&m) {
 			continue
 		}
 		rec, expiry, err := s.msgAtLocked(ss.id, &m)
@@ -587,6 +588,7 @@ func (s *Store) discardDurably(due []dueDiscard) {
 	if len(done) == 0 {
 		return
 	}
+	now := time.Now().Unix()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range done {
@@ -598,11 +600,9 @@ func (s *Store) discardDurably(due []dueDiscard) {
 		if i < 0 {
 			continue
 		}
-		s.deleteLocked(ss.msgs[i].e, inflightKey(ss.id, ss.msgs[i].pid))
-		ss.bytes -= int(ss.msgs[i].size)
-		s.queued--
+		s.forgetMsgLocked(ss, &ss.msgs[i])
 		ss.msgs = slices.Delete(ss.msgs, i, i+1)
-		if len(ss.msgs) == 0 && ss.expired(time.Now().Unix()) {
+		if len(ss.msgs) == 0 && ss.expired(now) {
 			s.log.Debug().Str("client", ss.id).Msg("parked session expired")
 			s.endLocked(ss)
 		}
@@ -650,14 +650,20 @@ func (s *Store) discardMsgsLocked(ss *sess, ds []discard, match func(*msgRef) bo
 				ds = append(ds, discard{ss.id, toPacket(&rec, expiry), expired, reason})
 			}
 		}
-		s.deleteLocked(m.e, inflightKey(ss.id, m.pid))
-		ss.bytes -= int(m.size)
-		if ss.parked {
-			s.queued--
-		}
+		s.forgetMsgLocked(ss, &m)
 	}
 	ss.msgs = kept
 	return ds
+}
+
+// forgetMsgLocked deletes queued message m of ss from the backend and
+// from the counts; the caller takes it out of ss.msgs.
+func (s *Store) forgetMsgLocked(ss *sess, m *msgRef) {
+	s.deleteLocked(m.e, inflightKey(ss.id, m.pid))
+	ss.bytes -= int(m.size)
+	if ss.parked {
+		s.queued--
+	}
 }
 
 // msgAtLocked reads session id's queued message m.
