@@ -127,16 +127,13 @@ func TestParkedExpiry(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the session expired with its queue")
 }
 
-// A queued command that expires while its car is parked leaves the queue
-// only once its "expired" receipt is stored: while the core refuses the
-// receipt (a full disk until the store is reopened), the command stays
-// queued — expired, never delivered — and the receipt is tried again at
-// each sweep. (The refusal is simulated in front of the bridge's
-// DiscardedDurably; a real full disk is in the torture run.)
-func TestParkedExpiryReceiptIsNotLost(t *testing.T) {
+// startRefusingReceipts starts a gateway with sessions whose durable
+// discards go through a stand-in for a core that refuses writes while
+// refusing is set (it starts set); calls counts the attempts. (A real full
+// disk is in the torture run.)
+func startRefusingReceipts(t *testing.T) (env *gatewaytest.Env, refusing *atomic.Bool, calls *atomic.Int32) {
 	var envp atomic.Pointer[gatewaytest.Env]
-	var refusing atomic.Bool
-	var calls atomic.Int32
+	refusing, calls = new(atomic.Bool), new(atomic.Int32)
 	refusing.Store(true)
 	opts := fastParking
 	opts.DiscardedDurably = func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
@@ -146,8 +143,18 @@ func TestParkedExpiryReceiptIsNotLost(t *testing.T) {
 		}
 		return envp.Load().Bridge.DiscardedDurably(ctx, id, pk, expired, reason)
 	}
-	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: opts})
+	env = gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: opts})
 	envp.Store(env)
+	return env, refusing, calls
+}
+
+// A queued command that expires while its car is parked leaves the queue
+// only once its "expired" receipt is stored: while the core refuses the
+// receipt (a full disk until the store is reopened), the command stays
+// queued — expired, never delivered — and the receipt is tried again at
+// each sweep.
+func TestParkedExpiryReceiptIsNotLost(t *testing.T) {
+	env, refusing, calls := startRefusingReceipts(t)
 	c := dialV3(t, env.TCP, "car14", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
 	c.Disconnect(100)
 	waitParked(t, env, "car14")
@@ -170,20 +177,7 @@ func TestParkedExpiryReceiptIsNotLost(t *testing.T) {
 // until the receipts are stored; meanwhile it is gone for its client: a
 // reconnect gets no session and not the commands.
 func TestExpiredSessionWaitsForItsReceipts(t *testing.T) {
-	var envp atomic.Pointer[gatewaytest.Env]
-	var refusing atomic.Bool
-	var calls atomic.Int32
-	refusing.Store(true)
-	opts := fastParking
-	opts.DiscardedDurably = func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
-		calls.Add(1)
-		if refusing.Load() {
-			return errors.New("the core refuses writes")
-		}
-		return envp.Load().Bridge.DiscardedDurably(ctx, id, pk, expired, reason)
-	}
-	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: opts})
-	envp.Store(env)
+	env, refusing, calls := startRefusingReceipts(t)
 	connect := func() *paho.Client {
 		return dialV5With(t, env.TCP, &paho.Connect{ClientID: "car15", KeepAlive: 30, CleanStart: false,
 			Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(1))}}, nil)
