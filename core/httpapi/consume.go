@@ -82,7 +82,7 @@ func bodyJSON(b []byte) (text *string, b64 string) {
 	return nil, base64.StdEncoding.EncodeToString(b)
 }
 
-var errConsumeDisabled = newError(http.StatusNotImplemented, CodeConsumeDisabled, "consuming is not enabled on this server")
+var errConsumeDisabled = httperr.New(http.StatusNotImplemented, CodeConsumeDisabled, "consuming is not enabled on this server")
 
 // popMessages serves GET /api/v1/topics/{topic}/messages: a POP.
 func (a *api) popMessages(w http.ResponseWriter, r *http.Request) error {
@@ -117,48 +117,48 @@ func (a *api) popRequest(topic, rawQuery string) (pop.Request, error) {
 	req := pop.Request{Topic: topic}
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return req, badRequest("query: %v", err)
+		return req, httperr.BadRequest("query: %v", err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(q)) { // sorted: the same request, the same error
 		vals := q[name]
 		switch name {
 		case paramGroup, paramMax, paramWait, paramInvisible, paramOrderly, paramTags:
 		default:
-			return req, badRequest("unknown query parameter %q", name)
+			return req, httperr.BadRequest("unknown query parameter %q", name)
 		}
 		if len(vals) != 1 {
-			return req, badRequest("query parameter %s given %d times, want once", name, len(vals))
+			return req, httperr.BadRequest("query parameter %s given %d times, want once", name, len(vals))
 		}
 	}
 	req.Group = q.Get(paramGroup) // validated by Pop
 	if v := q.Get(paramMax); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > pop.MaxPopLimit {
-			return req, badRequest("max %q: want an integer from 1 to %d", v, pop.MaxPopLimit)
+			return req, httperr.BadRequest("max %q: want an integer from 1 to %d", v, pop.MaxPopLimit)
 		}
 		req.Max = n
 	}
 	if v := q.Get(paramWait); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return req, badRequest("wait %q: want a duration such as 5s", v)
+			return req, httperr.BadRequest("wait %q: want a duration such as 5s", v)
 		}
 		req.Wait = min(d, a.opts.MaxWait)
 	}
 	if v := q.Get(paramInvisible); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return req, badRequest("invisible %q: want a duration such as 60s", v)
+			return req, httperr.BadRequest("invisible %q: want a duration such as 60s", v)
 		}
 		if d <= 0 {
-			return req, newError(http.StatusBadRequest, CodeInvisibleTime, "invisible %v: must be positive", d)
+			return req, httperr.New(http.StatusBadRequest, CodeInvisibleTime, "invisible %v: must be positive", d)
 		}
 		req.Invisible = d // bounds checked by Pop
 	}
 	if v := q.Get(paramOrderly); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return req, badRequest("orderly %q: want true or false", v)
+			return req, httperr.BadRequest("orderly %q: want true or false", v)
 		}
 		req.Orderly = b
 	}
@@ -231,13 +231,13 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) error {
 	handles := req.Handles
 	switch {
 	case req.Handle != nil && req.Handles != nil:
-		return badRequest("give handle or handles, not both")
+		return httperr.BadRequest("give handle or handles, not both")
 	case req.Handle != nil:
 		handles = []string{*req.Handle}
 	case len(handles) == 0:
-		return badRequest("no handles: want {\"handles\":[…]} or {\"handle\":…}")
+		return httperr.BadRequest("no handles: want {\"handles\":[…]} or {\"handle\":…}")
 	case len(handles) > a.opts.MaxBatch:
-		return newError(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "more than %d handles", a.opts.MaxBatch)
+		return httperr.New(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "more than %d handles", a.opts.MaxBatch)
 	}
 	out := struct {
 		Results []ackResult `json:"results"`
@@ -275,11 +275,11 @@ func (a *api) changeInvisible(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Invisible == "" {
-		return badRequest("invisible missing: want a duration such as 30s")
+		return httperr.BadRequest("invisible missing: want a duration such as 30s")
 	}
 	d, err := time.ParseDuration(req.Invisible)
 	if err != nil {
-		return badRequest("invisible %q: want a duration such as 30s", req.Invisible)
+		return httperr.BadRequest("invisible %q: want a duration such as 30s", req.Invisible)
 	}
 	h, err := a.pop.ChangeInvisibleTime(r.Context(), req.Handle, d)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/delay"
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
 
@@ -20,7 +21,7 @@ type delayedPage struct {
 
 func (a *api) delayService() (*delay.Service, error) {
 	if a.opts.Delay == nil {
-		return nil, newError(http.StatusNotImplemented, CodeDelayDisabled, "this server runs without delayed delivery")
+		return nil, httperr.New(http.StatusNotImplemented, CodeDelayDisabled, "this server runs without delayed delivery")
 	}
 	return a.opts.Delay, nil
 }
@@ -28,7 +29,7 @@ func (a *api) delayService() (*delay.Service, error) {
 func pathID(r *http.Request) (core.MessageID, error) {
 	id, err := core.ParseMessageID(r.PathValue("id"))
 	if err != nil {
-		return id, newError(http.StatusBadRequest, CodeBadRequest, "message id: want 32 hex characters")
+		return id, httperr.New(http.StatusBadRequest, CodeBadRequest, "message id: want 32 hex characters")
 	}
 	return id, nil
 }
@@ -43,7 +44,7 @@ func (a *api) listDelayed(w http.ResponseWriter, r *http.Request) error {
 	req := delay.ListRequest{Topic: q.Get("topic")}
 	if v := q.Get("max"); v != "" {
 		if req.Max, err = strconv.Atoi(v); err != nil || req.Max < 1 {
-			return badRequest("max: want a positive number")
+			return httperr.BadRequest("max: want a positive number")
 		}
 	}
 	if v := q.Get("cursor"); v != "" {
@@ -51,7 +52,7 @@ func (a *api) listDelayed(w http.ResponseWriter, r *http.Request) error {
 		level, err1 := strconv.Atoi(l)
 		off, err2 := strconv.ParseInt(o, 10, 64)
 		if !ok || err1 != nil || err2 != nil || level < 0 || off < 0 {
-			return badRequest("cursor: want the next value of a previous page")
+			return httperr.BadRequest("cursor: want the next value of a previous page")
 		}
 		req.Cursor = delay.Cursor{Level: level, Offset: off}
 	}

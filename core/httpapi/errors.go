@@ -22,7 +22,7 @@ var ErrBadOptions = errors.New("httpapi: invalid options")
 // text beside them may.
 const (
 	// 400
-	CodeBadRequest     = "bad_request"            // a query parameter, header or field is malformed
+	CodeBadRequest     = httperr.CodeBadRequest   // a query parameter, header or field is malformed
 	CodeBadJSON        = httperr.CodeBadJSON      // the body is not JSON of the expected shape (syntax, unknown field, wrong type)
 	CodeInvalidTopic   = "invalid_topic"          // the topic name breaks core.ValidateTopic
 	CodeInvalidMessage = "invalid_message"        // the engine cannot store the message as given
@@ -65,14 +65,6 @@ const retryAfter = "5"
 
 // apiError is an error answered to the client as it is.
 type apiError = httperr.Error
-
-func newError(status int, code, format string, args ...any) *apiError {
-	return httperr.New(status, code, format, args...)
-}
-
-func badRequest(format string, args ...any) *apiError {
-	return newError(http.StatusBadRequest, CodeBadRequest, format, args...)
-}
 
 // sentinels maps the errors of core, pop and retry to statuses and codes,
 // first match wins. For 5xx the client gets msg, not the error's text

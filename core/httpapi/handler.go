@@ -84,7 +84,7 @@ func New(opts Options) (http.Handler, error) {
 	mux.Handle("DELETE "+pathDelayedID, a.serve(a.cancelDelayed))
 	mux.Handle(pathDelayedID, a.notAllowed("GET, DELETE"))
 	mux.Handle(prefix, a.serve(func(_ http.ResponseWriter, r *http.Request) error {
-		return newError(http.StatusNotFound, CodeNotFound, "no endpoint at %q", r.URL.Path)
+		return httperr.New(http.StatusNotFound, CodeNotFound, "no endpoint at %q", r.URL.Path)
 	}))
 	return mux, nil
 }
@@ -107,7 +107,7 @@ func (a *api) notAllowed(allow string) http.Handler {
 
 func errMethod(w http.ResponseWriter, r *http.Request, allow string) error {
 	w.Header().Set("Allow", allow)
-	return newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method %s not allowed here; use %s", r.Method, allow)
+	return httperr.New(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method %s not allowed here; use %s", r.Method, allow)
 }
 
 // errorBody is every error response.
@@ -184,7 +184,7 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return nil, err
 		}
-		return nil, badRequest("read request body: %v", err)
+		return nil, httperr.BadRequest("read request body: %v", err)
 	}
 	return buf.Bytes(), nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/query"
 	"github.com/ferrymq/ferrymq/core/trace"
 )
@@ -51,10 +52,10 @@ func (a *api) queryMessages(w http.ResponseWriter, r *http.Request) error {
 		switch name {
 		case "topic", "key", "client", "begin", "end", "max", "cursor":
 			if len(q[name]) != 1 {
-				return badRequest("query parameter %s given %d times, want once", name, len(q[name]))
+				return httperr.BadRequest("query parameter %s given %d times, want once", name, len(q[name]))
 			}
 		default:
-			return badRequest("unknown query parameter %q", name)
+			return httperr.BadRequest("unknown query parameter %q", name)
 		}
 	}
 	req := query.Request{Topic: q.Get("topic"), Key: q.Get("key"), ClientID: q.Get("client"), Cursor: q.Get("cursor")}
@@ -65,7 +66,7 @@ func (a *api) queryMessages(w http.ResponseWriter, r *http.Request) error {
 		if v := q.Get(p.name); v != "" {
 			t, err := parseTime(v)
 			if err != nil {
-				return badRequest("%s: %v", p.name, err)
+				return httperr.BadRequest("%s: %v", p.name, err)
 			}
 			*p.to = t
 		}
@@ -73,7 +74,7 @@ func (a *api) queryMessages(w http.ResponseWriter, r *http.Request) error {
 	if v := q.Get("max"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > query.MaxMax {
-			return badRequest("max: want 1 to %d", query.MaxMax)
+			return httperr.BadRequest("max: want 1 to %d", query.MaxMax)
 		}
 		req.Max = n
 	}

@@ -64,7 +64,7 @@ func (a *api) produce(w http.ResponseWriter, r *http.Request) error {
 	}
 	for name := range r.Header {
 		if strings.HasPrefix(strings.ToLower(name), headerPrefix) {
-			return badRequest("header %s applies only to raw bodies; put key, tag, keys and properties in the JSON", name)
+			return httperr.BadRequest("header %s applies only to raw bodies; put key, tag, keys and properties in the JSON", name)
 		}
 	}
 	body, err := a.readBody(w, r)
@@ -133,7 +133,7 @@ func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, b
 		for dec.More() {
 			i := len(msgs)
 			if i == a.opts.MaxBatch {
-				return nil, true, newError(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "batch of more than %d messages", a.opts.MaxBatch)
+				return nil, true, httperr.New(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "batch of more than %d messages", a.opts.MaxBatch)
 			}
 			at := fmt.Sprintf("message %d: ", i)
 			if err := dec.Decode(&raw); err != nil {
@@ -152,7 +152,7 @@ func (a *api) decodeMessages(topic string, body []byte) (msgs []*core.Message, b
 			return nil, true, err
 		}
 		if len(msgs) == 0 {
-			return nil, true, badRequest("empty batch: want at least one message")
+			return nil, true, httperr.BadRequest("empty batch: want at least one message")
 		}
 		return msgs, true, nil
 	default:
@@ -184,30 +184,30 @@ func (m *produceMessage) message(topic, at string) (*core.Message, error) {
 	}
 	switch {
 	case m.Body != nil && m.BodyBase64 != nil:
-		return nil, badRequest("%sgive body or body_base64, not both", at)
+		return nil, httperr.BadRequest("%sgive body or body_base64, not both", at)
 	case m.Body != nil:
 		msg.Body = []byte(*m.Body)
 	case m.BodyBase64 != nil:
 		b, err := base64.StdEncoding.DecodeString(*m.BodyBase64)
 		if err != nil {
-			return nil, badRequest("%sbody_base64: %v", at, err)
+			return nil, httperr.BadRequest("%sbody_base64: %v", at, err)
 		}
 		msg.Body = b
 	}
 	if m.DeliverAt != nil && m.Delay != nil {
-		return nil, badRequest("%sgive deliver_at or delay, not both", at)
+		return nil, httperr.BadRequest("%sgive deliver_at or delay, not both", at)
 	}
 	if m.DeliverAt != nil {
 		t, err := parseTime(*m.DeliverAt)
 		if err != nil {
-			return nil, badRequest("%sdeliver_at: %v", at, err)
+			return nil, httperr.BadRequest("%sdeliver_at: %v", at, err)
 		}
 		msg.DeliverAt = t
 	}
 	if m.Delay != nil {
 		t, err := parseDelay(*m.Delay)
 		if err != nil {
-			return nil, badRequest("%sdelay: %v", at, err)
+			return nil, httperr.BadRequest("%sdelay: %v", at, err)
 		}
 		msg.DeliverAt = t
 	}
@@ -248,7 +248,7 @@ func headerMessage(topic string, h http.Header) (*core.Message, error) {
 		vals := h[name]
 		for _, v := range vals {
 			if !utf8.ValidString(v) {
-				return nil, badRequest("header %s: not valid UTF-8", name)
+				return nil, httperr.BadRequest("header %s: not valid UTF-8", name)
 			}
 		}
 		if lower == headerKeys {
@@ -262,7 +262,7 @@ func headerMessage(topic string, h http.Header) (*core.Message, error) {
 			continue
 		}
 		if len(vals) != 1 {
-			return nil, badRequest("header %s given %d times, want once", name, len(vals))
+			return nil, httperr.BadRequest("header %s given %d times, want once", name, len(vals))
 		}
 		v := vals[0]
 		switch {
@@ -272,7 +272,7 @@ func headerMessage(topic string, h http.Header) (*core.Message, error) {
 			msg.Tag = v
 		case lower == headerDeliverAt, lower == headerDelay:
 			if !msg.DeliverAt.IsZero() {
-				return nil, badRequest("give header %s or %s, not both", headerDeliverAt, headerDelay)
+				return nil, httperr.BadRequest("give header %s or %s, not both", headerDeliverAt, headerDelay)
 			}
 			parse := parseTime
 			if lower == headerDelay {
@@ -280,20 +280,20 @@ func headerMessage(topic string, h http.Header) (*core.Message, error) {
 			}
 			t, err := parse(v)
 			if err != nil {
-				return nil, badRequest("header %s: %v", name, err)
+				return nil, httperr.BadRequest("header %s: %v", name, err)
 			}
 			msg.DeliverAt = t
 		case strings.HasPrefix(lower, headerProp):
 			prop := lower[len(headerProp):]
 			if prop == "" {
-				return nil, badRequest("header %s: property name missing", name)
+				return nil, httperr.BadRequest("header %s: property name missing", name)
 			}
 			if msg.Properties == nil {
 				msg.Properties = map[string]string{}
 			}
 			msg.Properties[prop] = v
 		default:
-			return nil, badRequest("unknown header %s", name)
+			return nil, httperr.BadRequest("unknown header %s", name)
 		}
 	}
 	return msg, nil

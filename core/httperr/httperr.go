@@ -25,6 +25,7 @@ import (
 
 // Error codes this package answers with.
 const (
+	CodeBadRequest   = "bad_request"    // a query parameter, path value, header or field is malformed
 	CodeBadJSON      = "bad_json"       // the body is not JSON of the expected shape (syntax, unknown field, wrong type)
 	CodeBodyTooLarge = "body_too_large" // the request body exceeds the API's limit
 	CodeCanceled     = "canceled"       // the request was canceled
@@ -55,6 +56,11 @@ func (e *Error) LogErr() error {
 // New returns an Error whose message is format's, on one line.
 func New(status int, code, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Msg: OneLine(fmt.Sprintf(format, args...))}
+}
+
+// BadRequest is a 400 bad_request with format's message.
+func BadRequest(format string, args ...any) *Error {
+	return New(http.StatusBadRequest, CodeBadRequest, format, args...)
 }
 
 // BadJSON is a 400 bad_json with msg after "bad JSON: ".

@@ -136,7 +136,7 @@ func New(opts Options) (http.Handler, error) {
 		mux.Handle(p, a.notAllowed(strings.Join(allow, ", ")))
 	}
 	mux.Handle("/", a.serve(func(_ http.ResponseWriter, r *http.Request) error {
-		return newError(http.StatusNotFound, CodeNotFound, "no endpoint at %q", r.URL.Path)
+		return httperr.New(http.StatusNotFound, CodeNotFound, "no endpoint at %q", r.URL.Path)
 	}))
 	return mux, nil
 }
@@ -154,7 +154,7 @@ func (a *api) serve(h handlerFunc) http.Handler {
 func (a *api) notAllowed(allow string) http.Handler {
 	return a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Allow", allow)
-		return newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method %s not allowed here; use %s", r.Method, allow)
+		return httperr.New(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method %s not allowed here; use %s", r.Method, allow)
 	})
 }
 
@@ -165,10 +165,10 @@ func (a *api) write(h handlerFunc) handlerFunc {
 		switch {
 		case a.opts.AllowWrites:
 		case a.opts.Authorize == nil:
-			return newError(http.StatusForbidden, CodeWritesDisabled, "the admin API is read-only on this server")
+			return httperr.New(http.StatusForbidden, CodeWritesDisabled, "the admin API is read-only on this server")
 		case !a.opts.Authorize(r):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ferrymq"`)
-			return newError(http.StatusUnauthorized, CodeUnauthorized, "changes need a token: Authorization: Bearer <token>")
+			return httperr.New(http.StatusUnauthorized, CodeUnauthorized, "changes need a token: Authorization: Bearer <token>")
 		}
 		return h(w, r)
 	}
@@ -225,7 +225,7 @@ func (a *api) writeJSON(w http.ResponseWriter, r *http.Request, status int, v an
 func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, badRequest("query: %v", err)
+		return nil, httperr.BadRequest("query: %v", err)
 	}
 	names := make([]string, 0, len(q))
 	for name := range q {
@@ -234,10 +234,10 @@ func queryParams(r *http.Request, allowed ...string) (url.Values, error) {
 	sort.Strings(names) // the same request, the same error
 	for _, name := range names {
 		if !slices.Contains(allowed, name) {
-			return nil, badRequest("unknown query parameter %q", name)
+			return nil, httperr.BadRequest("unknown query parameter %q", name)
 		}
 		if len(q[name]) != 1 {
-			return nil, badRequest("query parameter %s given %d times, want once", name, len(q[name]))
+			return nil, httperr.BadRequest("query parameter %s given %d times, want once", name, len(q[name]))
 		}
 	}
 	return q, nil
@@ -250,7 +250,7 @@ func (a *api) pageParams(q url.Values) (int, string, error) {
 	if v := q.Get("max"); v != "" {
 		m, err := strconv.ParseInt(v, 10, 64)
 		if (err != nil && !errors.Is(err, strconv.ErrRange)) || m < 1 {
-			return 0, "", badRequest("max %q: want a positive integer", v)
+			return 0, "", httperr.BadRequest("max %q: want a positive integer", v)
 		}
 		n = int(min(m, int64(a.opts.MaxPage))) // out of range: +Inf, cut
 	}
@@ -280,7 +280,7 @@ func parseBool(q url.Values, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, badRequest("%s %q: want true or false", name, v)
+		return false, httperr.BadRequest("%s %q: want true or false", name, v)
 	}
 	return b, nil
 }
@@ -299,7 +299,7 @@ func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK 
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return err
 		}
-		return badRequest("read request body: %v", err)
+		return httperr.BadRequest("read request body: %v", err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		if emptyOK {

@@ -12,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/session"
 )
 
@@ -229,7 +230,7 @@ func (a *api) getClient(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 	}
-	return newError(http.StatusNotFound, CodeClientNotFound, "no client %q connected or stored", id)
+	return httperr.New(http.StatusNotFound, CodeClientNotFound, "no client %q connected or stored", id)
 }
 
 type kickResult struct {
@@ -248,7 +249,7 @@ func (a *api) kickClient(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	cl, ok := s.Clients.Get(id)
 	if !ok || !connected(cl) {
-		return newError(http.StatusNotFound, CodeClientNotFound, "no client %q connected", id)
+		return httperr.New(http.StatusNotFound, CodeClientNotFound, "no client %q connected", id)
 	}
 	_ = s.DisconnectClient(cl, packets.ErrAdministrativeAction) // returns the code it sent
 	a.audit(r).Str(fieldClient, id).Msg("client disconnected")
@@ -278,9 +279,9 @@ func (a *api) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	n, err := ss.Delete(id, "the session was deleted by an operator")
 	switch {
 	case errors.Is(err, session.ErrNotParked):
-		return newError(http.StatusNotFound, CodeSessionNotFound, "no session %q stored", id)
+		return httperr.New(http.StatusNotFound, CodeSessionNotFound, "no session %q stored", id)
 	case errors.Is(err, session.ErrHeld):
-		return newError(http.StatusConflict, CodeSessionHeld,
+		return httperr.New(http.StatusConflict, CodeSessionHeld,
 			"session %q is held by the MQTT server (connected, disconnected under a second ago, or with a will pending): kick the client, then delete", id)
 	case err != nil:
 		return err

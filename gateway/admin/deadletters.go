@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/retry"
 )
 
@@ -83,7 +84,7 @@ func parseQueueCursor(s string) (int, int64, error) {
 	q, err1 := strconv.Atoi(qs)
 	off, err2 := strconv.ParseInt(os, 10, 64)
 	if !ok || err1 != nil || err2 != nil || q < 0 || off < 0 {
-		return 0, 0, badRequest("cursor: want the next value of a previous page")
+		return 0, 0, httperr.BadRequest("cursor: want the next value of a previous page")
 	}
 	return q, off, nil
 }
@@ -201,7 +202,7 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 	n := DefaultRedrive
 	if req.Max != nil {
 		if *req.Max < 1 {
-			return badRequest("max %d: want a positive number", *req.Max)
+			return httperr.BadRequest("max %d: want a positive number", *req.Max)
 		}
 		n = min(*req.Max, MaxRedrive)
 	}

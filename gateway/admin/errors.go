@@ -15,10 +15,10 @@ import (
 // codes shared with core/httpapi mean the same there.
 const (
 	// 400
-	CodeBadRequest   = "bad_request"       // a query parameter, path value or field is malformed
-	CodeBadJSON      = httperr.CodeBadJSON // the body is not JSON of the expected shape
-	CodeInvalidTopic = "invalid_topic"     // the topic name breaks core.ValidateTopic
-	CodeInvalidGroup = "invalid_group"     // the group name breaks retry.ValidateGroup
+	CodeBadRequest   = httperr.CodeBadRequest // a query parameter, path value or field is malformed
+	CodeBadJSON      = httperr.CodeBadJSON    // the body is not JSON of the expected shape
+	CodeInvalidTopic = "invalid_topic"        // the topic name breaks core.ValidateTopic
+	CodeInvalidGroup = "invalid_group"        // the group name breaks retry.ValidateGroup
 	// 401, 403
 	CodeUnauthorized   = "unauthorized"    // a write without a valid token (WWW-Authenticate: Bearer)
 	CodeWritesDisabled = "writes_disabled" // the API is read-only on this server
@@ -55,16 +55,8 @@ const (
 // apiError is an error answered to the client as it is.
 type apiError = httperr.Error
 
-func newError(status int, code, format string, args ...any) *apiError {
-	return httperr.New(status, code, format, args...)
-}
-
-func badRequest(format string, args ...any) *apiError {
-	return newError(http.StatusBadRequest, CodeBadRequest, format, args...)
-}
-
 func disabled(code, what string) *apiError {
-	return newError(http.StatusNotImplemented, code, "this server runs without %s", what)
+	return httperr.New(http.StatusNotImplemented, code, "this server runs without %s", what)
 }
 
 // sentinels maps the errors of core, group and retry to statuses and

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/retry"
 )
 
@@ -134,7 +135,7 @@ func (a *api) getGroup(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if gi == nil {
-		return newError(http.StatusNotFound, CodeGroupNotFound, "group %s has no live members", name)
+		return httperr.New(http.StatusNotFound, CodeGroupNotFound, "group %s has no live members", name)
 	}
 	out := toGroup(*gi)
 	members := []string{""}
@@ -200,7 +201,7 @@ func (a *api) resetGroup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Topic == "" {
-		return badRequest("topic missing")
+		return httperr.BadRequest("topic missing")
 	}
 	if isSystem(req.Topic) {
 		err = core.ValidateSystemTopic(req.Topic) // the group's retry topic
@@ -216,11 +217,11 @@ func (a *api) resetGroup(w http.ResponseWriter, r *http.Request) error {
 	case "latest":
 		to.Latest = true
 	case "":
-		return badRequest(`to missing: want "earliest", "latest" or an RFC 3339 time`)
+		return httperr.BadRequest(`to missing: want "earliest", "latest" or an RFC 3339 time`)
 	default:
 		t, err := time.Parse(time.RFC3339, req.To)
 		if err != nil {
-			return badRequest(`to: want "earliest", "latest" or an RFC 3339 time such as 2030-01-02T15:04:05Z`)
+			return httperr.BadRequest(`to: want "earliest", "latest" or an RFC 3339 time such as 2030-01-02T15:04:05Z`)
 		}
 		to.Time = t
 	}

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferrymq/ferrymq/core/httperr"
 )
 
 // retainedMsg is a retained MQTT message.
@@ -106,11 +108,11 @@ func pathRetainedTopic(r *http.Request) (string, error) {
 	t := r.PathValue("topic")
 	switch {
 	case t == "":
-		return "", badRequest("topic missing: /api/v1/retained/{topic}")
+		return "", httperr.BadRequest("topic missing: /api/v1/retained/{topic}")
 	case strings.ContainsAny(t, "+#\x00"):
-		return "", badRequest("topic %q: a topic name, without wildcards", t)
+		return "", httperr.BadRequest("topic %q: a topic name, without wildcards", t)
 	case !utf8.ValidString(t), len(t) > 65535:
-		return "", badRequest("topic: not an MQTT topic name")
+		return "", httperr.BadRequest("topic: not an MQTT topic name")
 	}
 	return t, nil
 }
@@ -130,7 +132,7 @@ func (a *api) getRetained(w http.ResponseWriter, r *http.Request) error {
 	}
 	pk, ok := s.Topics.Retained.Get(topic)
 	if !ok {
-		return newError(http.StatusNotFound, CodeRetainedNotFound, "no retained message on %q", topic)
+		return httperr.New(http.StatusNotFound, CodeRetainedNotFound, "no retained message on %q", topic)
 	}
 	a.writeJSON(w, r, http.StatusOK, toRetained(pk))
 	return nil
@@ -155,7 +157,7 @@ func (a *api) clearRetained(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if _, ok := s.Topics.Retained.Get(topic); !ok {
-		return newError(http.StatusNotFound, CodeRetainedNotFound, "no retained message on %q", topic)
+		return httperr.New(http.StatusNotFound, CodeRetainedNotFound, "no retained message on %q", topic)
 	}
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/httperr"
 )
 
 // topicInfo describes a topic.
@@ -134,12 +135,12 @@ func (a *api) createTopic(w http.ResponseWriter, r *http.Request) error {
 		return err // system topics belong to the engine
 	}
 	if req.Queues < 0 || req.Queues > MaxQueues {
-		return badRequest("queues %d: want 1 to %d (0 or none: the engine's default)", req.Queues, MaxQueues)
+		return httperr.BadRequest("queues %d: want 1 to %d (0 or none: the engine's default)", req.Queues, MaxQueues)
 	}
 	status := http.StatusCreated
 	if old, err := b.Topic(r.Context(), req.Name); err == nil {
 		if req.Queues != 0 && old.Queues != req.Queues {
-			return newError(http.StatusConflict, CodeTopicExists, "topic %s exists with %d queues, not %d", req.Name, old.Queues, req.Queues)
+			return httperr.New(http.StatusConflict, CodeTopicExists, "topic %s exists with %d queues, not %d", req.Name, old.Queues, req.Queues)
 		}
 		status = http.StatusOK
 		req.Queues = old.Queues
@@ -197,7 +198,7 @@ func (a *api) deleteTopic(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := core.ValidateTopic(name); err != nil {
-		return newError(http.StatusBadRequest, CodeInvalidTopic, "%s: system topics cannot be deleted", name)
+		return httperr.New(http.StatusBadRequest, CodeInvalidTopic, "%s: system topics cannot be deleted", name)
 	}
 	if err := b.DeleteTopic(r.Context(), name); err != nil {
 		return err
