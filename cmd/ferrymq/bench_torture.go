@@ -416,14 +416,7 @@ func (o *tortureOptions) settle(ctx context.Context, admin *client.Client, be *t
 // progress logs a line every 5 s.
 func (o *tortureOptions) progress(ctx context.Context, log *zerolog.Logger, started time.Time, devices []*tortureDevice,
 	be *tortureBackends, srv *tortureServer, counters *tortureCounters) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, 5*time.Second, func() {
 		pub, acked := 0, 0
 		for _, d := range devices {
 			d.mu.Lock()
@@ -441,6 +434,20 @@ func (o *tortureOptions) progress(ctx context.Context, log *zerolog.Logger, star
 			Int("commands", len(cmds)).Int("receipts", len(rcpts)).Int("kills", len(srv.killTimes())).
 			Int64("disconnects", counters.disconnects.Load()).Int64("reconnects", counters.reconnects.Load()).
 			Int("server_pid", srv.running()).Msg("progress")
+	})
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
 	}
 }
 

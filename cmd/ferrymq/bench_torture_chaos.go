@@ -348,14 +348,7 @@ func (c *tortureChaos) slowSubscriber(ctx context.Context) {
 
 // sampleRSS reads the server's memory every 250 ms.
 func (c *tortureChaos) sampleRSS(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, 250*time.Millisecond, func() {
 		if pid := c.srv.running(); pid != 0 {
 			if s, err := readRSS(pid); err == nil {
 				c.mu.Lock()
@@ -363,7 +356,7 @@ func (c *tortureChaos) sampleRSS(ctx context.Context) {
 				c.mu.Unlock()
 			}
 		}
-	}
+	})
 }
 
 // scrapedMetrics are the server counters the report sums over the
@@ -382,25 +375,18 @@ var scrapedMetrics = []string{
 // scrapeMetrics reads the server's /metrics every second.
 func (c *tortureChaos) scrapeMetrics(ctx context.Context, url string) {
 	hc := &http.Client{Timeout: 2 * time.Second}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return
+	}
+	every(ctx, time.Second, func() {
 		pid := c.srv.running()
 		if pid == 0 {
-			continue
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
 			return
 		}
 		res, err := hc.Do(req)
 		if err != nil {
-			continue
+			return
 		}
 		vals := map[string]float64{}
 		sc := bufio.NewScanner(res.Body)
@@ -423,7 +409,7 @@ func (c *tortureChaos) scrapeMetrics(ctx context.Context, url string) {
 		}
 		c.metrics[pid] = vals
 		c.metMu.Unlock()
-	}
+	})
 }
 
 func (c *tortureChaos) metricTotals() map[string]float64 {
