@@ -253,8 +253,8 @@ type deliveryShard struct {
 }
 
 type deliveryPart struct {
-	seen []uint64 // bitset of positions
-	next uint64   // highest position delivered + 1
+	seen mqttbench.Seen // positions delivered
+	next uint64         // highest position delivered + 1
 }
 
 // add records a delivery and reports whether it is the first of its
@@ -271,15 +271,10 @@ func (s *deliverySet) add(part int, pos uint64) bool {
 		p = &deliveryPart{}
 		sh.parts[part] = p
 	}
-	word, bit := pos/64, uint64(1)<<(pos%64)
-	if word >= uint64(len(p.seen)) {
-		p.seen = append(p.seen, make([]uint64, int(word)+1-len(p.seen)+len(p.seen)/2)...)
-	}
-	if p.seen[word]&bit != 0 {
+	if !p.seen.Add(pos) {
 		s.duplicates.Add(1)
 		return false
 	}
-	p.seen[word] |= bit
 	if pos+1 < p.next {
 		s.outOfOrder.Add(1)
 	} else {

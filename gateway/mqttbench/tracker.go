@@ -21,13 +21,13 @@ type tracker struct {
 	received, duplicates, foreign atomic.Int64
 
 	mu   sync.Mutex
-	seen [][]uint64 // per publisher: bitset of sequence numbers received
+	seen []Seen // per publisher: the sequence numbers received
 	hist *Histogram
 	last int64 // unix ns of the last new message
 }
 
 func newTracker(runStart time.Time, sent []*atomic.Int64) *tracker {
-	return &tracker{runStart: runStart.UnixNano(), sent: sent, seen: make([][]uint64, len(sent)), hist: NewHistogram()}
+	return &tracker{runStart: runStart.UnixNano(), sent: sent, seen: make([]Seen, len(sent)), hist: NewHistogram()}
 }
 
 // observe records one payload received at now (unix ns).
@@ -40,16 +40,9 @@ func (t *tracker) observe(payload []byte, now int64) {
 		t.foreign.Add(1)
 		return
 	}
-	word, bit := s.Seq/64, uint64(1)<<(s.Seq%64)
 	t.mu.Lock()
-	set := t.seen[s.Publisher]
-	if int(word) >= len(set) {
-		set = append(set, make([]uint64, int(word)+1-len(set)+len(set)/2)...)
-		t.seen[s.Publisher] = set
-	}
-	dup := set[word]&bit != 0
+	dup := !t.seen[s.Publisher].Add(uint64(s.Seq))
 	if !dup {
-		set[word] |= bit
 		t.hist.Record(time.Duration(max(0, now-s.SentUnixNano)))
 		t.last = max(t.last, now)
 	}
