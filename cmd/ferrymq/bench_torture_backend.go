@@ -16,6 +16,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/consumer"
 	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/gateway/mqttbench"
 )
 
 // The backends of the torture run, each on its own connection to the core
@@ -38,12 +39,12 @@ type consumerLog struct {
 
 	mu         sync.Mutex
 	deliveries []deliveryObs
-	got        map[int][]uint64 // queue → bitset of offsets delivered
-	other      int              // deliveries from other topics (the group's retry topic)
+	got        map[int]mqttbench.Seen // queue → offsets delivered
+	other      int                    // deliveries from other topics (the group's retry topic)
 }
 
 func newConsumerLog(name string, orderly, mustCover bool) *consumerLog {
-	return &consumerLog{name: name, orderly: orderly, mustCover: mustCover, got: map[int][]uint64{}}
+	return &consumerLog{name: name, orderly: orderly, mustCover: mustCover, got: map[int]mqttbench.Seen{}}
 }
 
 func (l *consumerLog) add(m *core.StoredMessage) {
@@ -54,13 +55,9 @@ func (l *consumerLog) add(m *core.StoredMessage) {
 		return
 	}
 	l.deliveries = append(l.deliveries, deliveryObs{Queue: m.Queue, Offset: m.QueueOffset, ID: m.ID.String()})
-	bs := l.got[m.Queue]
-	w := int(m.QueueOffset / 64)
-	for len(bs) <= w {
-		bs = append(bs, 0)
-	}
-	bs[w] |= 1 << (m.QueueOffset % 64)
-	l.got[m.Queue] = bs
+	got := l.got[m.Queue]
+	got.Add(uint64(m.QueueOffset))
+	l.got[m.Queue] = got
 }
 
 // missing counts offsets of ranges this consumer has not had.
@@ -69,10 +66,9 @@ func (l *consumerLog) missing(ranges []core.QueueRange) int64 {
 	defer l.mu.Unlock()
 	var n int64
 	for q, r := range ranges {
-		bs := l.got[q]
+		got := l.got[q]
 		for off := r.Min; off < r.Max; off++ {
-			w := int(off / 64)
-			if w >= len(bs) || bs[w]&(1<<(off%64)) == 0 {
+			if !got.Has(uint64(off)) {
 				n++
 			}
 		}

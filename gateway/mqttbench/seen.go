@@ -17,3 +17,9 @@ func (s *Seen) Add(n uint64) bool {
 	(*s)[word] |= bit
 	return true
 }
+
+// Has reports whether n is marked.
+func (s Seen) Has(n uint64) bool {
+	word := n / 64
+	return word < uint64(len(s)) && s[word]&(1<<(n%64)) != 0
+}

@@ -94,3 +94,14 @@ func TestErrorSet(t *testing.T) {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+func TestSeen(t *testing.T) {
+	var s Seen
+	require.True(t, s.Add(0))
+	require.True(t, s.Add(200))
+	require.False(t, s.Add(200), "a second time")
+	require.True(t, s.Has(0))
+	require.True(t, s.Has(200))
+	require.False(t, s.Has(1))
+	require.False(t, s.Has(1<<20), "past the end")
+}
