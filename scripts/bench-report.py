@@ -109,35 +109,12 @@ def pubsub_cols(per="published"):
     ]
 
 
-def scen_fanin0():
-    return dict(
-        title="QoS 0 fan-in",
-        headline=("delivered/s", lambda r: mqtt(r).get("per_sec"), True, lambda v: f"{v:,.0f}/s"),
-        cols=pubsub_cols(),
-    )
-
-
-def scen_fanin1():
-    return dict(
-        title="QoS 1 fan-in",
-        headline=("acknowledged/s", lambda r: r["result"]["acked_per_sec"], True, lambda v: f"{v:,.0f}/s"),
-        cols=pubsub_cols(),
-    )
-
-
-def scen_fanout():
-    return dict(
-        title="Fan-out 1 → N",
-        headline=("deliveries/s", lambda r: mqtt(r).get("per_sec"), True, lambda v: f"{v:,.0f}/s"),
-        cols=pubsub_cols("delivered"),
-    )
-
-
-def scen_p2p():
-    return dict(
-        title="Point-to-point (pairs)",
-        headline=("delivered/s", lambda r: mqtt(r).get("per_sec"), True, lambda v: f"{v:,.0f}/s"),
-        cols=pubsub_cols(),
+def scen_pubsub(title, name, value, per="published"):
+    """A publish/subscribe scenario whose headline is a rate."""
+    return lambda: dict(
+        title=title,
+        headline=(name, value, True, lambda v: f"{v:,.0f}/s"),
+        cols=pubsub_cols(per),
     )
 
 
@@ -217,10 +194,10 @@ def scen_ordered():
 SCENARIOS = {
     "idle-mem": scen_idle,
     "connect": scen_connect,
-    "fanin-qos0": scen_fanin0,
-    "fanin-qos1": scen_fanin1,
-    "fanout": scen_fanout,
-    "p2p": scen_p2p,
+    "fanin-qos0": scen_pubsub("QoS 0 fan-in", "delivered/s", lambda r: mqtt(r).get("per_sec")),
+    "fanin-qos1": scen_pubsub("QoS 1 fan-in", "acknowledged/s", lambda r: r["result"]["acked_per_sec"]),
+    "fanout": scen_pubsub("Fan-out 1 → N", "deliveries/s", lambda r: mqtt(r).get("per_sec"), "delivered"),
+    "p2p": scen_pubsub("Point-to-point (pairs)", "delivered/s", lambda r: mqtt(r).get("per_sec")),
     "latency": scen_latency,
     "slow": scen_slow,
     "ordered": scen_ordered,
