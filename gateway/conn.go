@@ -231,42 +231,76 @@ func (c *conn) Write(p []byte) (int, error) {
 			out[3] = v3ConnackCode(p[3])
 		}
 	}
-	if v := c.version.Load(); v > 0 && v < 5 {
+	w := scanWrite(out)
+	if v := c.version.Load(); v > 0 && v < 5 && w.disconnectAt >= 0 {
 		// MQTT 3.1.1 has no server DISCONNECT (§3.14: "the final Control
 		// Packet sent from the Client to the Server"); mochi sends one on a
 		// session takeover and at shutdown. An MQTT 3 client sees the close.
-		if at := disconnectAt(out); at >= 0 {
-			if at > 0 {
-				if n, err := c.write(out[:at]); err != nil {
-					return n, err
-				}
+		if w.disconnectAt > 0 {
+			if n, err := c.write(out[:w.disconnectAt]); err != nil {
+				return n, err
 			}
-			c.final.Store(true)
-			return len(p), nil
 		}
+		c.final.Store(true)
+		return len(p), nil
 	}
 	n, err := c.write(out)
 	if err != nil {
 		return n, err
 	}
-	c.noteLocked(out)
+	c.note(w)
 	return len(p), nil
 }
 
-// disconnectAt returns the offset of the first DISCONNECT packet among the
-// whole packets of p, or -1.
-func disconnectAt(p []byte) int {
+// note records what a written write held. c.wmu must be held.
+func (c *conn) note(w writeScan) {
+	if w.established {
+		c.established.Store(true)
+	}
+	if w.final {
+		c.final.Store(true)
+	}
+}
+
+// writeScan is what one write holds, by scanWrite.
+type writeScan struct {
+	established  bool // a CONNACK accepting the connection
+	final        bool // a packet after which the connection ends
+	disconnectAt int  // offset of the first DISCONNECT, or -1
+}
+
+// scanWrite walks the packets of one write — mochi and the bridge write
+// whole packets — up to the first that ends the connection: DISCONNECT,
+// or a CONNACK with a non-zero code, after which the server closes
+// [MQTT-3.2.2-5] (3.1.1) [MQTT-3.2.2-7] (5). It stops at a length it
+// cannot read.
+func scanWrite(p []byte) writeScan {
+	w := writeScan{disconnectAt: -1}
 	for off := 0; off+1 < len(p); {
-		if p[off]>>4 == packets.Disconnect {
-			return off
-		}
 		rem, lenBytes, ok := remainingLength(p[off+1:])
 		if !ok {
-			return -1
+			return w
+		}
+		body := p[off+1+lenBytes:]
+		if len(body) > rem {
+			body = body[:rem]
+		}
+		switch p[off] >> 4 {
+		case packets.Connack:
+			if len(body) >= 2 {
+				if body[1] != 0 {
+					w.final = true
+					return w
+				}
+				w.established = true
+			}
+		case packets.Disconnect:
+			w.final, w.disconnectAt = true, off
+			return w
 		}
 		off += 1 + lenBytes + rem
 	}
-	return -1
+	return w
 }
 
 func (c *conn) write(p []byte) (int, error) {
@@ -276,42 +310,6 @@ func (c *conn) write(p []byte) (int, error) {
 		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	}
 	return c.Conn.Write(p)
-}
-
-// noteLocked walks the packets of one write — mochi and the bridge write
-// whole packets — and records a CONNACK that accepts the connection, and a
-// packet after which the connection ends: DISCONNECT, or a CONNACK with a
-// non-zero code, after which the server closes [MQTT-3.2.2-5] (3.1.1)
-// [MQTT-3.2.2-7] (5). c.wmu must be held.
-func (c *conn) noteLocked(p []byte) {
-	for len(p) > 1 {
-		rem, lenBytes, ok := remainingLength(p[1:])
-		if !ok {
-			return
-		}
-		body := p[1+lenBytes:]
-		if len(body) > rem {
-			body = body[:rem]
-		}
-		switch p[0] >> 4 {
-		case packets.Connack:
-			if len(body) >= 2 {
-				if body[1] == 0 {
-					c.established.Store(true)
-				} else {
-					c.final.Store(true)
-					return
-				}
-			}
-		case packets.Disconnect:
-			c.final.Store(true)
-			return
-		}
-		if 1+lenBytes+rem >= len(p) {
-			return
-		}
-		p = p[1+lenBytes+rem:]
-	}
 }
 
 // remainingLength decodes the Variable Byte Integer at the start of b: the

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// noteLocked reads the packets of each write: a CONNACK with code 0
+// scanWrite reads the packets of each write: a CONNACK with code 0
 // establishes the connection; DISCONNECT, or a CONNACK with any other code,
 // ends it [MQTT-3.14.4-1] [MQTT-3.2.2-5] [MQTT-3.2.2-7].
 func TestNoteWrites(t *testing.T) {
@@ -34,7 +34,7 @@ func TestNoteWrites(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &conn{}
 			for _, w := range tc.writes {
-				c.noteLocked(w)
+				c.note(scanWrite(w))
 			}
 			require.Equal(t, tc.established, c.established.Load(), "established")
 			require.Equal(t, tc.final, c.final.Load(), "final")
@@ -42,14 +42,16 @@ func TestNoteWrites(t *testing.T) {
 	}
 }
 
-// FuzzNoteWrites: noteLocked never panics, whatever a write holds.
+// FuzzNoteWrites: scanWrite never panics, whatever a write holds, and a
+// DISCONNECT it finds is inside the write.
 func FuzzNoteWrites(f *testing.F) {
 	f.Add([]byte{0x20, 2, 0, 0})
 	f.Add([]byte{0x30, 5, 0, 1, 'a', 'x', 'y', 0xE0, 0})
 	f.Add([]byte{0x20, 0xFF, 0xFF, 0xFF, 0x7F})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c := &conn{}
-		c.noteLocked(b)
+		if at := scanWrite(b).disconnectAt; at >= len(b) {
+			t.Fatalf("DISCONNECT at %d of %d bytes", at, len(b))
+		}
 	})
 }
 
