@@ -15,6 +15,7 @@ import (
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -384,7 +385,7 @@ func printedAddrs(t *testing.T, p *process, keys ...string) map[string]string {
 func printedAddrsWithin(t *testing.T, p *process, within time.Duration, keys ...string) map[string]string {
 	t.Helper()
 	got := map[string]string{}
-	require.Eventually(t, func() bool {
+	printed := func() bool {
 		for _, l := range nonEmptyLines(p.out.String()) {
 			for _, k := range keys {
 				if rest, ok := strings.CutPrefix(l, k+" "); ok {
@@ -393,7 +394,13 @@ func printedAddrsWithin(t *testing.T, p *process, within time.Duration, keys ...
 			}
 		}
 		return len(got) == len(keys)
-	}, within, 10*time.Millisecond, "%s printed %v", p.cmd.Args[1], keys)
+	}
+	if !assert.Eventually(t, printed, within, 10*time.Millisecond, "%s printed %v", p.cmd.Args[1], keys) {
+		// What the process said, for the next one to read.
+		logs := nonEmptyLines(p.errOut.String())
+		t.Fatalf("%s printed:\n%s\nlast log lines:\n%s", p.cmd.Args[1], p.out.String(),
+			strings.Join(logs[max(0, len(logs)-30):], "\n"))
+	}
 	return got
 }
 
