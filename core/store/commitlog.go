@@ -23,13 +23,12 @@ type commitLog struct {
 	fs       vfs.FS
 	dir      string
 	segBytes int64
-	maxRec   int
 
 	mu   sync.RWMutex // guards segs and each segment's size
 	segs []*segment   // ascending by base; the last one is active
 }
 
-func openCommitLog(fsys vfs.FS, dir string, segBytes int64, maxRec int) (*commitLog, error) {
+func openCommitLog(fsys vfs.FS, dir string, segBytes int64) (*commitLog, error) {
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create commit log dir: %w", err)
 	}
@@ -37,7 +36,7 @@ func openCommitLog(fsys vfs.FS, dir string, segBytes int64, maxRec int) (*commit
 	if err != nil {
 		return nil, fmt.Errorf("list commit log: %w", err)
 	}
-	cl := &commitLog{fs: fsys, dir: dir, segBytes: segBytes, maxRec: maxRec}
+	cl := &commitLog{fs: fsys, dir: dir, segBytes: segBytes}
 	for _, name := range names {
 		base, ok := parseOffsetName(name)
 		if !ok {
@@ -145,13 +144,19 @@ func (cl *commitLog) view(off int64, n int, limit int64, fn func([]byte) error) 
 		return fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, n, off, limit)
 	}
 	cl.mu.RLock()
-	if i := cl.findLocked(off); i >= 0 {
-		s := cl.segs[i]
-		if pos := off - s.base; s.mem != nil && off+int64(n) <= s.end() && pos+int64(n) <= int64(len(s.mem)) {
-			err := viewMapped(s.mem[pos:pos+int64(n)], fn)
-			cl.mu.RUnlock()
-			return err
-		}
+	i := cl.findLocked(off)
+	if i < 0 {
+		cl.mu.RUnlock()
+		return fmt.Errorf("%w: offset %d not in the log", core.ErrMessageNotFound, off)
+	}
+	if sg := cl.segs[i]; off+int64(n) > sg.end() {
+		cl.mu.RUnlock()
+		// Checked before anything is allocated: n may come from a message ID.
+		return fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, n, off, segmentName(sg.base))
+	} else if pos := off - sg.base; sg.mem != nil && pos+int64(n) <= int64(len(sg.mem)) {
+		err := viewMapped(sg.mem[pos:pos+int64(n)], fn)
+		cl.mu.RUnlock()
+		return err
 	}
 	cl.mu.RUnlock()
 	buf := make([]byte, n)

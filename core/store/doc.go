@@ -15,7 +15,9 @@
 //
 //	LOCK                                   flock held while open
 //	abort                                  present while open: its presence at Open means a crash
-//	store.meta, topics.meta, offsets.meta  metadata (JSON in a checksummed envelope, see meta.go)
+//	store.meta, topics.meta, offsets.meta  metadata (JSON in a checksummed envelope, see meta.go);
+//	                                       store.meta fixes the format version and the
+//	                                       consume-queue file size at creation
 //	checkpoint                             log offset up to which consume queues and indexes are durable
 //	commitlog/<20-digit base offset>       segments, at most SegmentBytes each
 //	consumequeue/<topic>/<queue>/<20-digit first queue offset>  consume-queue files
@@ -26,9 +28,9 @@
 //	off  size  field
 //	0    4     magic 0x464D5152 ("FMQR")
 //	4    1     version (1)
-//	5    1     flags (0; reserved for delayed and transactional kinds)
-//	6    2     reserved (0)
-//	8    4     record length L in bytes, header included; recordMinLen ≤ L ≤ limit
+//	5    1     flags (0 in version 1)
+//	6    2     reserved (0 in version 1)
+//	8    4     record length L in bytes, header included; recordMinLen ≤ L ≤ recordMaxLen
 //	12   4     CRC-32C (Castagnoli) of bytes [0,12) followed by [16,L)
 //	16   8     commit-log offset of this record (self-check for resync)
 //	24   8     queue offset
@@ -45,10 +47,34 @@
 //	     2+n   keys: u16 block length, then (u16 len, key)*
 //	     4+n   body: u32 length, bytes
 //
-// Decoders validate magic, then version, then length bounds, then the CRC,
-// and check every inner length against the record before slicing: a length
-// field of 0x7FFFFFFF is refused without allocating. The field offsets and
-// constants in record.go are part of the format.
+// Decoders validate magic, then version, then flags and reserved bytes, then
+// length bounds, then the CRC, and check every inner length against the
+// record before slicing: a length field of 0x7FFFFFFF is refused without
+// allocating. The field offsets and constants in record.go are part of the
+// format.
+//
+// # Limits: the format's, not the run's
+//
+// A stored record is bounded by the format (recordMaxLen, 1 GiB, and its
+// segment), never by Options. Options.MaxMessageBytes bounds new produces
+// only (core.ErrMessageTooLarge); recovery, reads and Get accept whatever
+// the format allows, so lowering the limit between runs — after a clean
+// close or a crash — keeps every stored message served. Likewise
+// SegmentBytes shapes new segments only, key-index files carry their own
+// sizes in their headers, and the consume-queue file size is fixed in
+// store.meta when the store is created.
+//
+// # How the format evolves
+//
+// store.meta names the directory's format (storeFormat, 1). A change an
+// older binary could not read — a record kind in the flag bits, a field in
+// the reserved bytes, another consume-queue entry — raises it, and Open in
+// an older binary then refuses the directory with ErrNewerFormat rather
+// than taking new records for damage and cutting them off. Within a format
+// each field has one meaning: flags or reserved bytes that version 1 does
+// not define make a record invalid, like a bad checksum. Additions older
+// binaries may ignore go into the JSON metadata, whose unknown keys are
+// ignored.
 //
 // A record never spans segments. Segments abut: each new segment starts at
 // the offset where the previous one ended, and its file name is that offset.

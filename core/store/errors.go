@@ -14,6 +14,10 @@ var (
 	// ErrBadMetadata is returned by Open when a metadata file (topics,
 	// checkpoint, offsets) fails its checksum or cannot be parsed.
 	ErrBadMetadata = errors.New("store: metadata file damaged")
+	// ErrNewerFormat is returned by Open when store.meta names a format
+	// newer than this binary reads: the directory was written by a later
+	// ferrymq, and nothing in it is touched.
+	ErrNewerFormat = errors.New("store: data directory has a newer format")
 )
 
 // Internal decoding outcomes, both wrapped into core.ErrCorrupt before they

@@ -22,8 +22,6 @@ import (
 // testdata/fuzz/FuzzDecodeMeta: valid inputs, truncated ones, absurd lengths,
 // bad checksums, nothing at all.
 
-const fuzzMaxLen = 4 << 20
-
 // FuzzDecodeRecord feeds arbitrary bytes to the record decoder. It must never
 // panic; checkRecord and decodeRecord must agree; and whatever decodes must
 // re-encode to a record that decodes to the same message.
@@ -53,25 +51,16 @@ func FuzzDecodeRecord(f *testing.F) {
 
 func fuzzRecord(t *testing.T, b []byte) {
 	t.Helper()
-	// The other bound: a smaller limit only ever rejects more.
-	_, smallErr := checkRecord(b, recordMinLen+16)
-
-	meta, cerr := checkRecord(b, fuzzMaxLen)
-	m, err := decodeRecord(b, fuzzMaxLen, 0xABCDEF)
+	meta, cerr := checkRecord(b)
+	m, err := decodeRecord(b, 0xABCDEF)
 	if (cerr == nil) != (err == nil) {
 		t.Fatalf("checkRecord: %v, decodeRecord: %v", cerr, err)
 	}
 	if err != nil {
-		if smallErr == nil {
-			t.Fatalf("rejected with limit %d (%v) but accepted with limit %d", fuzzMaxLen, err, recordMinLen+16)
-		}
 		if !errors.Is(err, errBadRecord) && !errors.Is(err, errShort) {
 			t.Fatalf("error wraps neither errBadRecord nor errShort: %v", err)
 		}
 		return
-	}
-	if smallErr == nil && meta.size > recordMinLen+16 {
-		t.Fatalf("record of %d bytes accepted with limit %d", meta.size, recordMinLen+16)
 	}
 
 	// What checkRecord reports agrees with the decoded message.
@@ -107,10 +96,10 @@ func fuzzRecord(t *testing.T, b []byte) {
 	}
 	rec := appendRecord(nil, &in, n)
 	sealRecord(rec, m.CommitLogOffset, m.QueueOffset, m.StoredAt.UnixNano(), m.Queue)
-	if _, err := checkRecord(rec, fuzzMaxLen); err != nil {
+	if _, err := checkRecord(rec); err != nil {
 		t.Fatalf("re-encoded record rejected: %v", err)
 	}
-	m2, err := decodeRecord(rec, fuzzMaxLen, 0xABCDEF)
+	m2, err := decodeRecord(rec, 0xABCDEF)
 	if err != nil {
 		t.Fatalf("re-encoded record does not decode: %v", err)
 	}
@@ -143,7 +132,7 @@ func TestFuzzSeeds(t *testing.T) {
 			require.NoError(t, err, "%s/%s", target, e.Name())
 			b := []byte(s)
 			if target == "FuzzDecodeRecord" {
-				_, err = decodeRecord(b, fuzzMaxLen, 1)
+				_, err = decodeRecord(b, 1)
 			} else {
 				// A valid envelope holds one kind of document: it is
 				// valid if it decodes as any of them.

@@ -41,7 +41,10 @@ type Options struct {
 	// 4 KiB. A record never spans segments, so it must also hold the
 	// largest record.
 	SegmentBytes int64
-	// MaxMessageBytes bounds a whole stored record; default 4 MiB.
+	// MaxMessageBytes bounds the whole record of a new produce; default
+	// 4 MiB, at most 1 GiB (the format's limit). It is checked at produce
+	// only: records already stored are read and recovered whatever it is
+	// now, so it may be lowered or raised between runs.
 	MaxMessageBytes int
 	// MaxPropertiesBytes bounds properties plus index keys of a message;
 	// default 32 KiB, at most 64 KiB.
@@ -54,7 +57,10 @@ type Options struct {
 	DisableAutoCreate bool
 
 	// ConsumeQueueFileEntries is the number of 20-byte entries per
-	// consume-queue file; default 300,000 (6 MB files).
+	// consume-queue file; default 300,000 (6 MB files). It is fixed when the
+	// store is created (recorded in store.meta): a different value on a
+	// later Open is logged and ignored, since the files already written
+	// were laid out with the first one.
 	ConsumeQueueFileEntries int
 	// IndexSlots and IndexEntries size each key-index file; defaults 1 Mi
 	// slots and 2 Mi entries (68 MiB files).
@@ -135,8 +141,8 @@ func (o Options) validate() error {
 	if o.SegmentBytes < 4<<10 {
 		bad("segment bytes %d: at least 4096", o.SegmentBytes)
 	}
-	if o.MaxMessageBytes < recordMinLen || o.MaxMessageBytes > recordAbsoluteMax {
-		bad("max message bytes %d: want %d to %d", o.MaxMessageBytes, recordMinLen, recordAbsoluteMax)
+	if o.MaxMessageBytes < recordMinLen || o.MaxMessageBytes > recordMaxLen {
+		bad("max message bytes %d: want %d to %d", o.MaxMessageBytes, recordMinLen, recordMaxLen)
 	}
 	if int64(o.MaxMessageBytes) > o.SegmentBytes {
 		bad("max message bytes %d larger than segment bytes %d", o.MaxMessageBytes, o.SegmentBytes)

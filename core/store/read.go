@@ -173,7 +173,7 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 	}
 	for _, w := range wants {
 		var m *core.StoredMessage
-		if w.e.size < recordMinLen || int(w.e.size) > s.opts.MaxMessageBytes {
+		if w.e.size < recordMinLen || int(w.e.size) > recordMaxLen {
 			err := fmt.Errorf("%w: consume queue entry of %d bytes", errBadRecord, w.e.size)
 			return s.partial(res, w.qoff, &core.CorruptError{Topic: req.Topic, Queue: req.Queue, QueueOffset: w.qoff, Err: err})
 		}
@@ -217,7 +217,7 @@ func (s *Store) partial(res core.ReadResult, stop int64, err error) (core.ReadRe
 }
 
 func (s *Store) decodeAt(rec []byte, off int64) (*core.StoredMessage, error) {
-	m, err := decodeRecord(rec, s.opts.MaxMessageBytes, s.id)
+	m, err := decodeRecord(rec, s.id)
 	if err != nil {
 		return nil, err
 	}
@@ -236,17 +236,23 @@ func (s *Store) Get(ctx context.Context, id core.MessageID) (*core.StoredMessage
 		return nil, fmt.Errorf("%w: %s is not an ID of this store", core.ErrMessageNotFound, id)
 	}
 	off, size := id.Offset(), id.Size()
-	if size < recordMinLen || size > s.opts.MaxMessageBytes || off < 0 {
+	if size < recordMinLen || size > recordMaxLen || off < 0 {
 		return nil, fmt.Errorf("%w: %s", core.ErrMessageNotFound, id)
 	}
-	buf := make([]byte, size)
-	if err := s.cl.readAt(buf, off, s.confirmed.Load()); err != nil {
-		return nil, fmt.Errorf("get %s: %w", id, err)
-	}
-	m, err := s.decodeAt(buf, off)
-	if err != nil {
+	var m *core.StoredMessage
+	err := s.cl.view(off, size, s.confirmed.Load(), func(rec []byte) error {
+		var derr error
+		if m, derr = s.decodeAt(rec, off); derr != nil {
+			return fmt.Errorf("%w: %w", core.ErrCorrupt, derr)
+		}
+		m.Body = append([]byte(nil), m.Body...) // rec may be a mapping
+		return nil
+	})
+	if errors.Is(err, core.ErrCorrupt) {
 		s.log.Error().Err(err).Str("id", id.String()).Msg("corrupt message not served")
-		return nil, fmt.Errorf("get %s: %w: %w", id, core.ErrCorrupt, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", id, err)
 	}
 	if s.deletedAt(m.Topic, off) {
 		return nil, fmt.Errorf("%w: %s: its topic %s was deleted", core.ErrMessageNotFound, id, m.Topic)

@@ -22,9 +22,17 @@ const (
 	// length prefixes of the variable fields and a 1-byte topic.
 	recordMinLen = recordHeaderLen + 1 + 1 + 2 + 2 + 2 + 2 + 4
 
-	// recordAbsoluteMax bounds any record length field, whatever the
-	// configured message limit: a length above it is corruption.
-	recordAbsoluteMax = 1 << 30
+	// recordMaxLen bounds every record on disk. It is the format's limit,
+	// not a setting: Options.MaxMessageBytes (at most this) only bounds new
+	// produces, so lowering it never makes stored records unreadable. A
+	// length field above it is damage.
+	recordMaxLen = 1 << 30
+
+	// recordFlagsV1 and recordReservedV1 are the only values version 1
+	// writes; a record with anything else set is damaged (a future kind of
+	// record comes with a new store format, see storeFormat).
+	recordFlagsV1    byte   = 0
+	recordReservedV1 uint16 = 0
 )
 
 // Header field offsets.
@@ -84,8 +92,8 @@ func encodedLen(m *core.Message, maxPropsBytes int) (int, error) {
 		return 0, fmt.Errorf("%w: properties %d + keys %d bytes, limit %d", core.ErrPropertiesTooLarge, props, keys, maxPropsBytes)
 	}
 	n := recordMinLen - 1 + len(m.Topic) + len(m.ShardingKey) + len(m.Tag) + props + keys + len(m.Body)
-	if n > recordAbsoluteMax {
-		return 0, fmt.Errorf("%w: %d bytes", core.ErrMessageTooLarge, n)
+	if n > recordMaxLen {
+		return 0, fmt.Errorf("%w: %d bytes, the format's limit is %d", core.ErrMessageTooLarge, n, recordMaxLen)
 	}
 	return n, nil
 }
@@ -105,8 +113,8 @@ func appendRecord(dst []byte, m *core.Message, n int) []byte {
 	be := binary.BigEndian
 	be.PutUint32(b[offMagic:], recordMagic)
 	b[offVersion] = recordVersion
-	b[offFlags] = 0
-	be.PutUint16(b[offReserved:], 0)
+	b[offFlags] = recordFlagsV1
+	be.PutUint16(b[offReserved:], recordReservedV1)
 	be.PutUint32(b[offLength:], uint32(n))
 	born := m.BornAt
 	if born.IsZero() {
@@ -169,11 +177,12 @@ func sealRecord(rec []byte, clOffset, queueOffset int64, storedAt int64, queue i
 	be.PutUint32(rec[offCRC:], recordCRC(rec))
 }
 
-// recordLen validates the fixed prefix of a record (magic, version, length
-// bounds, in that order) and returns its length. b must hold at least
-// offCRC bytes. It never trusts the length before bounding it, so a length
-// of 0x7FFFFFFF costs nothing.
-func recordLen(b []byte, maxLen int) (int, error) {
+// recordLen validates the fixed prefix of a record (magic, version, flags
+// and reserved bytes, length bounds, in that order) and returns its length.
+// b must hold at least offCRC bytes. It never trusts the length before
+// bounding it, so a length of 0x7FFFFFFF costs nothing. The bound is the
+// format's (recordMaxLen), never a runtime option: see recordMaxLen.
+func recordLen(b []byte) (int, error) {
 	if len(b) < offCRC {
 		return 0, fmt.Errorf("%w: %d bytes, need %d for a header", errShort, len(b), offCRC)
 	}
@@ -184,9 +193,12 @@ func recordLen(b []byte, maxLen int) (int, error) {
 	if v := b[offVersion]; v != recordVersion {
 		return 0, fmt.Errorf("%w: unknown version %d", errBadRecord, v)
 	}
+	if f, r := b[offFlags], be.Uint16(b[offReserved:]); f != recordFlagsV1 || r != recordReservedV1 {
+		return 0, fmt.Errorf("%w: flags %#02x, reserved %#04x: version %d sets neither", errBadRecord, f, r, recordVersion)
+	}
 	n := int(be.Uint32(b[offLength:]))
-	if n < recordMinLen || n > maxLen || n > recordAbsoluteMax {
-		return 0, fmt.Errorf("%w: length %d outside [%d, %d]", errBadRecord, n, recordMinLen, maxLen)
+	if n < recordMinLen || n > recordMaxLen {
+		return 0, fmt.Errorf("%w: length %d outside [%d, %d]", errBadRecord, n, recordMinLen, recordMaxLen)
 	}
 	return n, nil
 }
@@ -208,9 +220,9 @@ type recordMeta struct {
 
 // checkRecord validates a whole record (prefix, CRC, field bounds) and
 // returns its metadata. rec must be exactly one record.
-func checkRecord(rec []byte, maxLen int) (recordMeta, error) {
+func checkRecord(rec []byte) (recordMeta, error) {
 	var meta recordMeta
-	n, err := recordLen(rec, maxLen)
+	n, err := recordLen(rec)
 	if err != nil {
 		return meta, err
 	}
@@ -262,8 +274,8 @@ func checkRecord(rec []byte, maxLen int) (recordMeta, error) {
 
 // decodeRecord validates rec and decodes it into a StoredMessage. The body
 // aliases rec; strings are copied.
-func decodeRecord(rec []byte, maxLen int, storeID uint32) (*core.StoredMessage, error) {
-	meta, err := checkRecord(rec, maxLen)
+func decodeRecord(rec []byte, storeID uint32) (*core.StoredMessage, error) {
+	meta, err := checkRecord(rec)
 	if err != nil {
 		return nil, err
 	}

@@ -117,7 +117,7 @@ func (r rawRecord) bytes() []byte {
 func TestRawRecordIsValid(t *testing.T) {
 	// The builder's defaults make a record the real encoder agrees with.
 	rec := newRaw().bytes()
-	m, err := decodeRecord(rec, fuzzMaxLen, 1)
+	m, err := decodeRecord(rec, 1)
 	require.NoError(t, err)
 	require.Equal(t, "orders", m.Topic)
 	require.Equal(t, "dev-1", m.ShardingKey)
@@ -155,7 +155,11 @@ func TestMalformedRecords(t *testing.T) {
 		{"length 0x7FFFFFFF", patch(offLength, 0x7FFFFFFF), errBadRecord},
 		{"length 0xFFFFFFFF", patch(offLength, 0xFFFFFFFF), errBadRecord},
 		{"length 0x7FFFFFFF in 16 bytes", patch(offLength, 0x7FFFFFFF)[:16], errBadRecord},
-		{"length above the limit", mod(func(r *rawRecord) { r.body = make([]byte, fuzzMaxLen) }), errBadRecord},
+		{"length above the format's limit", patch(offLength, recordMaxLen+1), errBadRecord},
+		// Flags and reserved bytes with the checksum repaired: only their
+		// own check can refuse them.
+		{"flags set", resealed(valid, func(b []byte) { b[offFlags] = 0x01 }), errBadRecord},
+		{"reserved set", resealed(valid, func(b []byte) { b[offReserved+1] = 0x40 }), errBadRecord},
 		{"length below minimum", patch(offLength, recordMinLen-1), errBadRecord},
 		{"length zero", patch(offLength, 0), errBadRecord},
 		{"truncated by one byte", valid[:len(valid)-1], errShort},
@@ -189,12 +193,14 @@ func TestMalformedRecords(t *testing.T) {
 		{"empty index key", mod(func(r *rawRecord) { r.keys = keyBlock("order-1", "") }), errBadRecord},
 		{"index key overruns its block", mod(func(r *rawRecord) { r.keys = append(keyBlock("order-1"), 0, 3, 'x') }), errBadRecord},
 	}
+	_, err := checkRecord(resealed(valid, func([]byte) {}))
+	require.NoError(t, err, "resealing an unchanged record keeps it valid")
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			require.NotPanics(t, func() {
-				_, err := checkRecord(c.rec, fuzzMaxLen)
+				_, err := checkRecord(c.rec)
 				require.ErrorIs(t, err, c.want)
-				m, err := decodeRecord(c.rec, fuzzMaxLen, 1)
+				m, err := decodeRecord(c.rec, 1)
 				require.ErrorIs(t, err, c.want)
 				require.Nil(t, m)
 			})
@@ -210,26 +216,24 @@ func TestHugeLengthCostsNothing(t *testing.T) {
 	binary.BigEndian.PutUint32(b[offMagic:], recordMagic)
 	b[offVersion] = recordVersion
 	binary.BigEndian.PutUint32(b[offLength:], 0x7FFFFFFF)
-	for _, maxLen := range []int{fuzzMaxLen, recordAbsoluteMax} {
-		_, err := checkRecord(b, maxLen)
-		require.ErrorIs(t, err, errBadRecord)
-	}
+	_, err := checkRecord(b)
+	require.ErrorIs(t, err, errBadRecord)
 
 	// The error itself is allocated (fmt.Errorf): a handful of small
 	// objects, never a buffer of the claimed size.
-	allocs := testing.AllocsPerRun(100, func() { _, _ = checkRecord(b, recordAbsoluteMax) })
+	allocs := testing.AllocsPerRun(100, func() { _, _ = checkRecord(b) })
 	require.LessOrEqual(t, allocs, 8.0)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range 100 {
-		_, _ = checkRecord(b, recordAbsoluteMax)
-		_, _ = decodeRecord(b, recordAbsoluteMax, 1)
+		_, _ = checkRecord(b)
+		_, _ = decodeRecord(b, 1)
 	}
 	runtime.ReadMemStats(&after)
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(256<<10), "bytes allocated by 200 rejections")
 
 	// The length prefix alone is enough: recordLen needs only 12 bytes.
-	n, err := recordLen(b[:offCRC], fuzzMaxLen)
+	n, err := recordLen(b[:offCRC])
 	require.ErrorIs(t, err, errBadRecord)
 	require.Zero(t, n)
 }
@@ -267,10 +271,10 @@ func TestRecordRoundTrip(t *testing.T) {
 		// A record followed by more bytes (the next record) decodes alone.
 		withNext := append(append([]byte(nil), rec...), newRaw().bytes()...)
 		for _, b := range [][]byte{rec, withNext} {
-			meta, err := checkRecord(b, fuzzMaxLen)
+			meta, err := checkRecord(b)
 			require.NoError(t, err)
 			require.Equal(t, n, meta.size)
-			m, err := decodeRecord(b, fuzzMaxLen, 0x123456)
+			m, err := decodeRecord(b, 0x123456)
 			require.NoError(t, err)
 			require.Equal(t, in.Topic, m.Topic)
 			require.Equal(t, in.ShardingKey, m.ShardingKey)
@@ -305,8 +309,16 @@ func TestRecordRoundTrip(t *testing.T) {
 
 		// Every single-byte truncation is refused as short, never decoded.
 		for cut := 0; cut < n; cut += max(1, n/512) {
-			_, err := checkRecord(rec[:cut], fuzzMaxLen)
+			_, err := checkRecord(rec[:cut])
 			require.ErrorIs(t, err, errShort, "cut at %d of %d", cut, n)
 		}
 	}
+}
+
+// resealed returns a copy of rec changed by fn, with its checksum recomputed.
+func resealed(rec []byte, fn func([]byte)) []byte {
+	b := append([]byte(nil), rec...)
+	fn(b)
+	binary.BigEndian.PutUint32(b[offCRC:], recordCRC(b))
+	return b
 }

@@ -106,7 +106,7 @@ func (s *Store) recover(unclean bool) error {
 func (s *Store) replay(from int64) (int64, error) {
 	segs := s.cl.segmentList()
 	end := from
-	buf := make([]byte, max(8<<20, 2*s.opts.MaxMessageBytes))
+	buf := make([]byte, replayWindow)
 	var disp []dispatchReq
 	flush := func() error {
 		if len(disp) == 0 {
@@ -134,12 +134,21 @@ func (s *Store) replay(from int64) (int64, error) {
 			p := int64(0)
 			for p < n {
 				rec := win[p:]
-				meta, err := checkRecord(rec, s.opts.MaxMessageBytes)
+				meta, err := checkRecord(rec)
 				if err == nil && meta.clOffset != pos+p {
 					err = fmt.Errorf("%w: record at %d claims offset %d", errBadRecord, pos+p, meta.clOffset)
 				}
 				if errors.Is(err, errShort) && pos+n < segEnd {
-					break // the record continues past this window: read on from it
+					if p > 0 {
+						break // the record continues past this window: read on from it
+					}
+					// A record longer than the whole window: widen the
+					// window to its length if the segment can hold it (a
+					// longer claim is damage, handled below).
+					if l, lerr := recordLen(rec); lerr == nil && pos+int64(l) <= segEnd {
+						buf = make([]byte, l)
+						break
+					}
 				}
 				if err != nil {
 					// Torn tail, or corruption in the middle?
@@ -218,8 +227,7 @@ func (s *Store) replayReq(meta recordMeta) (dispatchReq, bool) {
 // log is damaged.
 func (s *Store) resync(from, segEnd int64) (int64, bool, error) {
 	const win = 4 << 20
-	maxRec := int64(s.opts.MaxMessageBytes)
-	buf := make([]byte, win+maxRec)
+	buf := make([]byte, win+replayTail)
 	for pos := from; pos < segEnd; pos += win {
 		n := min(int64(len(buf)), segEnd-pos)
 		b := buf[:n]
@@ -230,13 +238,51 @@ func (s *Store) resync(from, segEnd int64) (int64, bool, error) {
 			if b[i] != byte(recordMagic>>24) {
 				continue
 			}
-			meta, err := checkRecord(b[i:], s.opts.MaxMessageBytes)
+			meta, err := checkRecord(b[i:])
+			if errors.Is(err, errShort) {
+				// A candidate running past what was read: read it whole,
+				// if the segment holds as much as it claims.
+				meta, err = s.checkAt(pos+i, segEnd)
+			}
 			if err == nil && meta.clOffset == pos+i {
 				return pos + i, true, nil
 			}
 		}
 	}
 	return 0, false, nil
+}
+
+// Recovery reads the log in windows of replayWindow bytes, widened for a
+// record longer than that; resync reads replayTail bytes past its window so
+// that most candidate records near a window's end need no second read.
+const (
+	replayWindow = 8 << 20
+	replayTail   = 64 << 10
+)
+
+// checkAt reads and checks the record at off, which must end by segEnd. The
+// length is bounded by the header check and by the segment before anything
+// is allocated for it.
+func (s *Store) checkAt(off, segEnd int64) (recordMeta, error) {
+	var hdr [offCRC]byte
+	if segEnd-off < offCRC {
+		return recordMeta{}, fmt.Errorf("%w: %d bytes left in the segment", errShort, segEnd-off)
+	}
+	if err := s.cl.readAt(hdr[:], off, segEnd); err != nil {
+		return recordMeta{}, err
+	}
+	n, err := recordLen(hdr[:])
+	if err != nil {
+		return recordMeta{}, err
+	}
+	if off+int64(n) > segEnd {
+		return recordMeta{}, fmt.Errorf("%w: record of %d bytes at %d, the segment ends at %d", errShort, n, off, segEnd)
+	}
+	rec := make([]byte, n)
+	if err := s.cl.readAt(rec, off, segEnd); err != nil {
+		return recordMeta{}, err
+	}
+	return checkRecord(rec)
 }
 
 // raiseMin moves a queue's first readable offset up past entries whose

@@ -27,7 +27,9 @@ type Store struct {
 	fs   vfs.FS
 	log  zerolog.Logger
 	id   uint32
-	lock *dirLock
+	// cqFileEntries is entries per consume-queue file, as store.meta fixed it.
+	cqFileEntries int
+	lock          *dirLock
 
 	cl  *commitLog
 	idx *keyIndex
@@ -175,9 +177,24 @@ const (
 	maxKeyIndexHops = 10_000
 )
 
+// storeFormat is the version of the data directory's format as a whole
+// (records, consume queues, index files, metadata). A change an older
+// binary could not read raises it; Open refuses a directory whose
+// store.meta names a format newer than this one (ErrNewerFormat) instead of
+// taking records it cannot parse for damage. It is part of the format.
+const storeFormat = 1
+
 type storeMeta struct {
 	ID      uint32    `json:"id"`
 	Created time.Time `json:"created"`
+	// Format is storeFormat of the binary that created the directory;
+	// absent (0) in stores created before it was written, which are format 1.
+	Format int `json:"format,omitempty"`
+	// CQFileEntries is the entries per consume-queue file, fixed at creation
+	// (Options.ConsumeQueueFileEntries then): every file already written is
+	// laid out with it. Absent in older stores: the option in force when it
+	// was first written down is taken.
+	CQFileEntries int `json:"cq_file_entries,omitempty"`
 }
 
 type topicMeta struct {
@@ -250,15 +267,33 @@ func (s *Store) open() error {
 	if err != nil {
 		return err
 	}
+	dirty := false
 	if !found {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
-		meta = storeMeta{ID: binary.BigEndian.Uint32(b[:]) & 0xFFFFFF, Created: s.opts.Now().UTC()}
+		meta = storeMeta{ID: binary.BigEndian.Uint32(b[:]) & 0xFFFFFF, Created: s.opts.Now().UTC(), Format: storeFormat}
+		dirty = true
+	}
+	if meta.Format > storeFormat {
+		return fmt.Errorf("%w: store.meta says format %d, this binary reads up to %d", ErrNewerFormat, meta.Format, storeFormat)
+	}
+	switch {
+	case meta.CQFileEntries == 0:
+		meta.CQFileEntries = s.opts.ConsumeQueueFileEntries
+		dirty = true
+	case meta.CQFileEntries < 16:
+		return fmt.Errorf("%w: store.meta: %d entries per consume-queue file", ErrBadMetadata, meta.CQFileEntries)
+	case meta.CQFileEntries != s.opts.ConsumeQueueFileEntries:
+		s.log.Warn().Int("configured", s.opts.ConsumeQueueFileEntries).Int("kept", meta.CQFileEntries).
+			Msg("consume queue file entries are fixed at creation; the configured value is ignored")
+	}
+	if dirty {
 		if err := writeMeta(s.fs, s.dir, fileStoreMeta, meta); err != nil {
 			return err
 		}
 	}
 	s.id = meta.ID
+	s.cqFileEntries = meta.CQFileEntries
 
 	unclean := false
 	if _, err := s.fs.Stat(filepath.Join(s.dir, fileAbort)); err == nil {
@@ -275,7 +310,7 @@ func (s *Store) open() error {
 		return fmt.Errorf("sync data dir: %w", err)
 	}
 
-	s.cl, err = openCommitLog(s.fs, filepath.Join(s.dir, dirCommitLog), s.opts.SegmentBytes, s.opts.MaxMessageBytes)
+	s.cl, err = openCommitLog(s.fs, filepath.Join(s.dir, dirCommitLog), s.opts.SegmentBytes)
 	if err != nil {
 		return err
 	}
@@ -317,7 +352,7 @@ func (s *Store) openTopic(tm topicMeta) (*topic, error) {
 	}
 	t := &topic{name: tm.Name, created: tm.Created, next: make([]int64, tm.Queues)}
 	for q := 0; q < tm.Queues; q++ {
-		cq, err := openConsumeQueue(s.fs, queueDir(s.dir, tm.Name, q), s.opts.ConsumeQueueFileEntries)
+		cq, err := openConsumeQueue(s.fs, queueDir(s.dir, tm.Name, q), s.cqFileEntries)
 		if err != nil {
 			for _, c := range t.queues {
 				_ = c.close()
@@ -401,7 +436,8 @@ func (s *Store) prepare(m *core.Message) (prepared, error) {
 		return p, err
 	}
 	if n > s.opts.MaxMessageBytes {
-		return p, fmt.Errorf("%w: %d bytes stored, limit %d", core.ErrMessageTooLarge, n, s.opts.MaxMessageBytes)
+		// The limit of new produces only; what is stored stays readable.
+		return p, fmt.Errorf("%w: %d bytes stored, limit %d (store.max_message_bytes)", core.ErrMessageTooLarge, n, s.opts.MaxMessageBytes)
 	}
 	t, err := s.topic(m.Topic, !s.opts.DisableAutoCreate, 0)
 	if err != nil {
