@@ -3,7 +3,9 @@
 // slot each, advanced by one goroutine of the caller's.
 //
 // An item sits in the slot of its deadline's tick. When the wheel reaches
-// that slot the caller's function decides what the item's deadline is now:
+// that slot the caller's function is given the deadline the item was added
+// with (so it can tell a stale entry) and decides what the item's deadline
+// is now:
 // a connection that was active since is simply put back at its new
 // deadline, so a busy connection is touched once per keepalive period, not
 // once per packet; an item whose deadline lies more than one turn of the
@@ -25,10 +27,15 @@ type Wheel[T any] struct {
 	tick  int64 // nanoseconds per slot
 	mask  int64
 	mu    sync.Mutex
-	slots [][]T
+	slots [][]entry[T]
 	next  int64 // the tick number Advance looks at next
 	n     int
-	spare []T
+	spare []entry[T]
+}
+
+type entry[T any] struct {
+	item     T
+	deadline int64
 }
 
 // New returns a wheel of slots slots (rounded up to a power of two) of tick
@@ -38,7 +45,7 @@ func New[T any](tick time.Duration, slots int, now time.Time) *Wheel[T] {
 	for size < slots {
 		size <<= 1
 	}
-	w := &Wheel[T]{tick: int64(tick), mask: int64(size - 1), slots: make([][]T, size)}
+	w := &Wheel[T]{tick: int64(tick), mask: int64(size - 1), slots: make([][]entry[T], size)}
 	w.next = now.UnixNano() / w.tick
 	return w
 }
@@ -52,7 +59,7 @@ func (w *Wheel[T]) Add(item T, deadline int64) {
 		t = w.next
 	}
 	s := &w.slots[t&w.mask]
-	*s = append(*s, item)
+	*s = append(*s, entry[T]{item, deadline})
 	w.n++
 	w.mu.Unlock()
 }
@@ -64,10 +71,11 @@ func (w *Wheel[T]) Len() int {
 	return w.n
 }
 
-// Advance runs fn for every item in the slots up to now. fn returns the
-// item's deadline now: one after now puts it back, anything else (0) drops
-// it. It returns the number of items fn saw.
-func (w *Wheel[T]) Advance(now time.Time, fn func(item T, now int64) (deadline int64)) int {
+// Advance runs fn for every item in the slots up to now, with the deadline
+// it was added with. fn returns the item's deadline now: one after now puts
+// it back, anything else (0) drops it. It returns the number of items fn
+// saw.
+func (w *Wheel[T]) Advance(now time.Time, fn func(item T, added, now int64) (deadline int64)) int {
 	nowNS := now.UnixNano()
 	end := nowNS / w.tick
 	seen := 0
@@ -87,11 +95,10 @@ func (w *Wheel[T]) Advance(now time.Time, fn func(item T, now int64) (deadline i
 
 		for i, it := range items {
 			seen++
-			if d := fn(it, nowNS); d > nowNS {
-				w.Add(it, d)
+			if d := fn(it.item, it.deadline, nowNS); d > nowNS {
+				w.Add(it.item, d)
 			}
-			var zero T
-			items[i] = zero
+			items[i] = entry[T]{}
 		}
 		w.mu.Lock()
 		if w.spare == nil && cap(items) <= 1024 {

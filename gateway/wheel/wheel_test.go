@@ -24,7 +24,7 @@ func TestItemsFireAtTheirDeadline(t *testing.T) {
 		w.Add(x, x.deadline)
 	}
 	require.Equal(t, 4, w.Len())
-	fire := func(x *timer, now int64) int64 {
+	fire := func(x *timer, _, now int64) int64 {
 		if x.deadline > now {
 			return x.deadline // not yet: back in the wheel
 		}
@@ -61,7 +61,7 @@ func TestAdvanceCatchesUpAfterAPause(t *testing.T) {
 	for i := range 100 {
 		w.Add(i, start.Add(time.Duration(i)*50*time.Millisecond).UnixNano())
 	}
-	n := w.Advance(start.Add(10*time.Second), func(int, int64) int64 { return 0 })
+	n := w.Advance(start.Add(10*time.Second), func(int, int64, int64) int64 { return 0 })
 	require.Equal(t, 100, n, "every slot between the last advance and now is run")
 	require.Zero(t, w.Len())
 }
@@ -75,5 +75,5 @@ func BenchmarkAddAdvance(b *testing.B) {
 		w.Add(i, start.Add(time.Duration(i%4000)*time.Second).UnixNano())
 		i++
 	}
-	w.Advance(start.Add(5000*time.Second), func(int, int64) int64 { return 0 })
+	w.Advance(start.Add(5000*time.Second), func(int, int64, int64) int64 { return 0 })
 }

@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// end ends the connection, once: an MQTT 5 client past its CONNACK is told
+// why in a DISCONNECT (code; Success sends none) [MQTT-4.13.1-1], the
+// session is detached (a clean one ends, a persistent one goes offline),
+// the will is published unless the client said goodbye or was taken over
+// [MQTT-3.1.2-8] [MQTT-3.1.2-10], and the presence hook is told. It runs on
+// the connection's turn.
+func (c *conn) end(code ReasonCode, why string, cause error) {
+	if c.state == stClosed {
+		return
+	}
+	wasConnected := c.state == stConnected
+	c.state = stClosed
+	e := c.e
+	if wasConnected && c.version == 5 && code != Success {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ReasonCode: byte(code)}
+		if !c.noProblem && cause != nil && code != SessionTakenOver && code != ServerShuttingDown {
+			pk.Properties.ReasonString = cause.Error()
+		}
+		c.queuePacket(&pk)
+	}
+	c.closed.Store(true)
+	c.partial = nil
+	c.aliases = nil
+
+	c.upMu.Lock()
+	c.up = nil // completions still on their way find no slot to ack
+	c.upMu.Unlock()
+
+	if wasConnected {
+		e.m.connected.Add(-1)
+		e.detach(c, why)
+	}
+	if c.release != nil && !c.released {
+		c.released = true
+		c.release()
+	}
+	e.removeConn(c)
+
+	// What was queued (a CONNACK that refuses, a DISCONNECT) goes out, then
+	// the connection lingers until the client has read it.
+	c.flush()
+	c.wmu.Lock()
+	terminal := c.terminal || c.stuckSince > 0
+	c.wmu.Unlock()
+	if terminal || c.backlogged() {
+		c.linger()
+	} else {
+		c.t.close()
+	}
+	if wasConnected {
+		if p := e.opts.Hooks.Presence; p != nil {
+			if c.takenOver.Load() {
+				p.Disconnected(c.client, reasonTakenOver, nil, true)
+			} else {
+				p.Disconnected(c.client, why, cause, false)
+			}
+		}
+	}
+	e.log.Debug().Str(logClient, c.id()).Str(logRemote, c.remote).Str("reason", why).AnErr("cause", cause).Msg("connection closed")
+}
+
+func (c *conn) backlogged() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.backlogBytes > 0
+}
+
+// linger closes a connection that wrote a last packet without resetting
+// it: the write side is shut once the socket took what was queued, then
+// what the client still sends is read and discarded until it closes, 2 s
+// pass or 1 MiB arrived [MQTT-4.13.2-1]. Closing at once would make the
+// kernel answer the client's next bytes with a reset, and a client still
+// writing would fail before it read our last packet.
+func (c *conn) linger() {
+	c.lingering = true
+	c.e.lingerStart(c)
+}
+
+// detach takes c off its session.
+func (e *Engine) detach(c *conn, why string) {
+	s := c.sess
+	if s == nil {
+		return
+	}
+	takenOver := c.takenOver.Load()
+	e.mu.Lock()
+	s.mu.Lock()
+	if s.conn == c {
+		s.conn = nil
+		s.online.Store(false)
+	}
+	mine := !takenOver && s.conn == nil && !s.ended
+	var will *willSpec
+	sendWill := false
+	if mine {
+		if w := s.will; w != nil && (!c.cleanEnd || c.willToo) {
+			will, sendWill = w, true
+		}
+		if !sendWill {
+			s.will = nil
+		}
+		if !s.persistent() {
+			e.endLocked(s, "the session ended with its connection")
+			if e.sessions[s.id] == s {
+				delete(e.sessions, s.id)
+			}
+		} else {
+			s.offline = time.Now().UnixNano()
+			e.storeOffline(s)
+			if sendWill && will.delay > 0 {
+				// Sent after the delay unless the client is back first
+				// [MQTT-3.1.3-9]; the session's end sends it too.
+				d := min(time.Duration(will.delay)*time.Second, time.Duration(s.expiry)*time.Second)
+				s.willAt = s.offline + int64(d)
+				sendWill = false
+			} else {
+				s.will = nil
+			}
+			e.watchSession(s)
+		}
+	}
+	s.mu.Unlock()
+	e.mu.Unlock()
+	if sendWill {
+		e.publishWill(s, will)
+	}
+}
+
+// publishWill publishes a will as a message of its client.
+func (e *Engine) publishWill(s *session, w *willSpec) {
+	if w == nil {
+		return
+	}
+	m := *w.m
+	m.Created = time.Now().UnixNano()
+	if w.expiry > 0 {
+		m.Expiry = time.Now().Unix() + int64(w.expiry)
+	}
+	s.mu.Lock()
+	var cl *Client
+	if s.conn == nil {
+		cl = &Client{id: s.id, username: s.username, protocol: s.protocol}
+	}
+	s.mu.Unlock()
+	if cl == nil {
+		return // the client is back: no will [MQTT-3.1.3-9]
+	}
+	e.m.wills.Add(1)
+	e.publishAs(cl, &m)
+}
+
+// expire ends an offline session whose expiry passed; a will still waiting
+// goes out now [MQTT-3.1.2-8].
+func (e *Engine) expire(s *session) {
+	e.mu.Lock()
+	s.mu.Lock()
+	if s.conn != nil || s.ended {
+		s.mu.Unlock()
+		e.mu.Unlock()
+		return
+	}
+	w := s.will
+	s.will, s.willAt = nil, 0
+	e.endLocked(s, "the session expired")
+	if e.sessions[s.id] == s {
+		delete(e.sessions, s.id)
+	}
+	s.mu.Unlock()
+	e.mu.Unlock()
+	e.m.expired.Add(1)
+	if w != nil {
+		e.publishWill(s, w)
+	}
+}
+
+// handleDisconnect: the client leaves. MQTT 5 may change the session
+// expiry (not from 0 [MQTT-3.14.2-2]) and ask for its will (0x04).
+func (c *conn) handleDisconnect(first byte, body []byte) error {
+	if first&0x0F != 0 {
+		return malformed("[MQTT-3.14.1-1]", "DISCONNECT flags set")
+	}
+	c.cleanEnd = true
+	if c.version == 5 && len(body) > 0 {
+		var pk packets.Packet
+		pk.ProtocolVersion = 5
+		if err := decodeHeader(&pk, first, len(body)); err != nil {
+			return err
+		}
+		if err := pk.DisconnectDecode(ownBody(body)); err != nil {
+			return decodeError(packets.Disconnect, err)
+		}
+		c.willToo = pk.ReasonCode == byte(DisconnectWithWill)
+		if pk.Properties.SessionExpiryIntervalFlag {
+			s := c.sess
+			s.mu.Lock()
+			was := s.expiry
+			if was == 0 && pk.Properties.SessionExpiryInterval > 0 {
+				s.mu.Unlock()
+				c.cleanEnd = false // a protocol error: the will goes out
+				return violation("[MQTT-3.14.2-2]", "session expiry set at DISCONNECT after 0 at CONNECT")
+			}
+			s.expiry = min(pk.Properties.SessionExpiryInterval, uint32(c.e.opts.MaxSessionExpiry/time.Second))
+			if s.expiry == 0 && was > 0 {
+				c.e.storeDelete(s)
+			} else if s.expiry > 0 {
+				c.e.storeClient(s)
+			}
+			s.mu.Unlock()
+		}
+	} else if c.version < 5 && len(body) != 0 {
+		return malformed("[MQTT-3.14.1-1]", "MQTT 3 DISCONNECT with a body")
+	}
+	c.end(Success, reasonNormal, errors.New("client disconnected"))
+	return nil
+}

@@ -1,0 +1,387 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
+)
+
+// handleConnect handles the first packet: checks it against both specs,
+// authenticates, takes over or resumes the session, and answers CONNACK.
+func (c *conn) handleConnect(first byte, body []byte) error {
+	if first&0x0F != 0 {
+		return malformed("[MQTT-2.1.3-1]", "reserved flags of CONNECT set")
+	}
+	name, level, ok := protocolOf(body)
+	if !ok {
+		return malformed("[MQTT-3.1.2-1]", "CONNECT too short for a protocol name and level")
+	}
+	switch {
+	case name != "MQTT" && name != "MQIsdp":
+		// Another protocol: close without a CONNACK [MQTT-3.1.2-1].
+		return violation("[MQTT-3.1.2-1]", "protocol name %q", name)
+	case (name == "MQTT" && level != 4 && level != 5) || (name == "MQIsdp" && level != 3):
+		// Answered in the 3.1.1 form every client understands, then closed
+		// [MQTT-3.1.2-2].
+		c.version = 4
+		c.refuse(UnsupportedProtocol, "protocol level not supported")
+		return nil
+	}
+	c.version = level
+	var pk packets.Packet
+	pk.ProtocolVersion = level
+	if err := decodeHeader(&pk, first, len(body)); err != nil {
+		return err
+	}
+	if err := pk.ConnectDecode(ownBody(body)); err != nil {
+		if level == 5 {
+			c.refuse(MalformedPacket, err.Error())
+			return nil
+		}
+		return decodeError(packets.Connect, err)
+	}
+	if err := c.checkConnect(&pk); err != nil {
+		var pe *protocolError
+		if level == 5 && errors.As(err, &pe) && pe.code != MalformedPacket {
+			c.refuse(pe.code, pe.msg)
+			return nil
+		}
+		return err
+	}
+	return c.connect(&pk)
+}
+
+// protocolOf reads the protocol name and level at the start of a CONNECT.
+func protocolOf(body []byte) (string, byte, bool) {
+	if len(body) < 2 {
+		return "", 0, false
+	}
+	n := int(body[0])<<8 | int(body[1])
+	if len(body) < 2+n+1 {
+		return "", 0, false
+	}
+	return string(body[2 : 2+n]), body[2+n], true
+}
+
+// checkConnect checks what mochi's decoder leaves to us.
+func (c *conn) checkConnect(pk *packets.Packet) error {
+	cp := &pk.Connect
+	if pk.ReservedBit != 0 {
+		return malformed("[MQTT-3.1.2-3]", "CONNECT reserved flag set")
+	}
+	if !cp.WillFlag && (cp.WillQos != 0 || cp.WillRetain) {
+		return malformed("[MQTT-3.1.2-11]", "will QoS or retain without a will") // [MQTT-3.1.2-13] too
+	}
+	if cp.WillQos > 2 {
+		return malformed("[MQTT-3.1.2-12]", "will QoS 3")
+	}
+	if pk.ProtocolVersion < 5 && cp.PasswordFlag && !cp.UsernameFlag {
+		return malformed("[MQTT-3.1.2-22]", "password without a user name")
+	}
+	if cp.WillFlag {
+		if err := validTopicName(cp.WillTopic); err != nil {
+			return &protocolError{code: TopicNameInvalid, spec: "[MQTT-3.1.3-11]", msg: "will topic: " + err.Error()}
+		}
+		if pk.ProtocolVersion == 5 {
+			wp := &cp.WillProperties
+			if wp.PayloadFormatFlag && wp.PayloadFormat > 1 {
+				return violation("[MQTT-3.1.3-?]", "will payload format %d", wp.PayloadFormat)
+			}
+			if wp.PayloadFormat == 1 && !utf8Valid(cp.WillPayload) {
+				return &protocolError{code: PayloadFormatInvalid, spec: "[MQTT-3.1.3-?]", msg: "will payload is not UTF-8"}
+			}
+			if wp.ResponseTopic != "" && validTopicName(wp.ResponseTopic) != nil {
+				return violation("[MQTT-3.1.2-?]", "will response topic %q is not a topic name", wp.ResponseTopic)
+			}
+		}
+	}
+	if pk.ProtocolVersion == 5 {
+		p := &pk.Properties
+		if p.AuthenticationMethod != "" {
+			// Enhanced authentication is not offered [MQTT-4.12.0-1].
+			return &protocolError{code: BadAuthenticationMethod, msg: "authentication method " + p.AuthenticationMethod + " not supported"}
+		}
+		if len(p.AuthenticationData) > 0 {
+			return violation("[MQTT-3.1.2-?]", "authentication data without a method")
+		}
+		if p.RequestProblemInfoFlag && p.RequestProblemInfo > 1 {
+			return violation("[MQTT-3.1.2-?]", "request problem information %d", p.RequestProblemInfo)
+		}
+		if p.RequestResponseInfo > 1 {
+			return violation("[MQTT-3.1.2-?]", "request response information %d", p.RequestResponseInfo)
+		}
+	}
+	return nil
+}
+
+// connect authenticates and establishes the session.
+func (c *conn) connect(pk *packets.Packet) error {
+	e := c.e
+	cp := &pk.Connect
+	v5 := pk.ProtocolVersion == 5
+	id := cp.ClientIdentifier
+	assigned := false
+	if id == "" {
+		switch {
+		case pk.ProtocolVersion == 3 || (pk.ProtocolVersion == 4 && !cp.Clean):
+			c.refuse(ClientIDNotValid, "an empty client ID needs a clean session") // [MQTT-3.1.3-8]
+			return nil
+		default:
+			id, assigned = e.assignID(), true // [MQTT-3.1.3-6] [MQTT-3.2.2-16]
+		}
+	}
+	if e.opts.MaxClients > 0 && int(e.m.connected.Load()) >= e.opts.MaxClients {
+		c.refuse(ServerBusy, "too many clients")
+		return nil
+	}
+	expiry := uint32(0)
+	maxExpiry := uint32(e.opts.MaxSessionExpiry / time.Second)
+	switch {
+	case v5:
+		expiry = min(pk.Properties.SessionExpiryInterval, maxExpiry)
+	case !cp.Clean:
+		expiry = maxExpiry // an MQTT 3 persistent session lives as long as we let it
+	}
+	info := &ConnectInfo{
+		ClientID: id, Assigned: assigned, Username: string(cp.Username), Password: cp.Password,
+		Protocol: pk.ProtocolVersion, Clean: cp.Clean, Keepalive: cp.Keepalive, SessionExpiry: expiry,
+		Listener: c.ln.name, Remote: c.remote, TLS: c.t.tlsState(),
+	}
+	if v5 {
+		for _, u := range pk.Properties.User {
+			info.User = append(info.User, UserProperty{Key: u.Key, Value: u.Val})
+		}
+	}
+	var will *willSpec
+	if cp.WillFlag {
+		will = &willSpec{m: &Message{Topic: cp.WillTopic, Payload: cp.WillPayload, QoS: cp.WillQos, Retain: cp.WillRetain, Origin: id}}
+		if v5 {
+			wp := &cp.WillProperties
+			will.m.Props = propsOf(wp)
+			will.expiry = min(wp.MessageExpiryInterval, uint32(e.opts.MaxMessageExpiry/time.Second))
+			will.delay = wp.WillDelayInterval
+		}
+		info.Will = will.m
+	}
+
+	ident := Identity{Username: info.Username}
+	if e.opts.Hooks.Auth != nil {
+		ctx, cancel := context.WithTimeout(e.ctx, e.opts.ConnectTimeout)
+		var err error
+		ident, err = e.opts.Hooks.Auth.Authenticate(ctx, info)
+		cancel()
+		if err != nil {
+			code, why := BadUsernameOrPassword, err.Error()
+			var r *Refusal
+			if errors.As(err, &r) {
+				code, why = r.Code, r.Reason
+			}
+			e.m.authFailures.Add(1)
+			e.log.Info().Err(err).Str(logClient, id).Str(logRemote, c.remote).Msg("connect refused")
+			c.refuse(code, why)
+			return nil
+		}
+	}
+	if c.state == stClosed {
+		return nil // killed while authenticating (shutdown)
+	}
+	cl := &Client{
+		id: id, username: ident.Username, listener: c.ln.name, remote: c.remote, protocol: pk.ProtocolVersion,
+		clean: cp.Clean, keepalive: cp.Keepalive, since: time.Now().UnixNano(), authState: ident.State,
+		tls: info.TLS, cn: c,
+	}
+
+	// Keepalive [MQTT-3.1.2-24]: MQTT 5 clients asking for more than the
+	// cap, or for none, are told the cap (Server Keep Alive
+	// [MQTT-3.2.2-21]); MQTT 3 clients are held to it.
+	ka := cp.Keepalive
+	serverKA := false
+	if ka == 0 || ka > e.opts.MaxKeepalive {
+		ka = e.opts.MaxKeepalive
+		serverKA = v5
+	}
+	cl.keepalive = ka
+	if v5 {
+		p := &pk.Properties
+		c.maxOut = p.MaximumPacketSize
+		c.recvMax = p.ReceiveMaximum
+		c.noProblem = p.RequestProblemInfoFlag && p.RequestProblemInfo == 0
+	}
+
+	s, present, refused := e.establish(c, cl, cp.Clean, expiry, will, e.opts.Hooks.Auth != nil)
+	if refused {
+		e.log.Info().Str(logClient, id).Str(logRemote, c.remote).Msg("connect refused: the client ID's session belongs to another identity")
+		c.refuse(BadUsernameOrPassword, "client ID held by another identity")
+		return nil
+	}
+	c.client, c.sess = cl, s
+	c.state = stConnected
+	e.m.connects.Add(1)
+	e.m.connected.Add(1)
+
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, SessionPresent: present}
+	if v5 {
+		ap := &ack.Properties
+		ap.ReceiveMaximum = e.opts.ReceiveMaximum
+		ap.MaximumPacketSize = uint32(e.opts.MaxPacketBytes)
+		ap.TopicAliasMaximum = e.opts.TopicAliasMaximum
+		if assigned {
+			ap.AssignedClientID = id
+		}
+		if serverKA {
+			ap.ServerKeepAlive, ap.ServerKeepAliveFlag = ka, true
+		}
+		if pk.Properties.SessionExpiryInterval > expiry {
+			ap.SessionExpiryInterval, ap.SessionExpiryIntervalFlag = expiry, true
+		}
+	}
+	c.queuePacket(&ack)
+	c.kaNanos.Store(int64(ka) * int64(time.Second) * 3 / 2)
+	c.watch()
+	cl.tls = nil // kept for authentication only
+
+	// What the session had on its way goes out after the CONNACK.
+	s.mu.Lock()
+	if s.conn == c {
+		e.resumeLocked(s)
+	}
+	s.mu.Unlock()
+	if p := e.opts.Hooks.Presence; p != nil {
+		p.Connected(cl, present)
+	}
+	return nil
+}
+
+// refuse answers CONNACK with code (the MQTT 3 return code it maps to on
+// MQTT 3) and ends the connection [MQTT-3.2.2-5] [MQTT-3.2.2-6].
+func (c *conn) refuse(code ReasonCode, why string) {
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}}
+	if c.version == 5 {
+		ack.ReasonCode = byte(code)
+		if !c.noProblem {
+			ack.Properties.ReasonString = why
+		}
+	} else {
+		ack.ReasonCode = v3Connack(code)
+	}
+	c.queuePacket(&ack)
+	c.e.m.refused.Add(1)
+	c.end(0, reasonRefused, &Refusal{Code: code, Reason: why})
+}
+
+// establish attaches c to the session of cl's client ID: a clean start
+// ends what was there, otherwise it is resumed (present). A connection
+// already on the session is taken over: it gets DISCONNECT 0x8E (MQTT 5),
+// sends no will, and its presence ends with takenOver [MQTT-3.1.4-3].
+// With authentication on, a session owned by another username is not
+// given away (refused).
+func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will *willSpec, owned bool) (s *session, present, refused bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s = e.sessions[cl.id]
+	if s != nil {
+		s.mu.Lock()
+		if owned && s.username != cl.username {
+			s.mu.Unlock()
+			return nil, false, true
+		}
+		if old := s.conn; old != nil {
+			old.takenOver.Store(true)
+			s.conn = nil
+			s.online.Store(false)
+			old.kill(SessionTakenOver, reasonTakenOver, nil)
+			e.m.takeovers.Add(1)
+		}
+		// A will waiting for its delay is not sent once the client is back
+		// [MQTT-3.1.3-9].
+		s.will, s.willAt = nil, 0
+		if clean {
+			e.endLocked(s, "a clean start discarded the session")
+			s.mu.Unlock()
+			delete(e.sessions, cl.id)
+			s = nil
+		} else {
+			present = true
+		}
+	}
+	if s == nil {
+		s = &session{id: cl.id, e: e}
+		s.mu.Lock()
+		e.sessions[cl.id] = s
+	}
+	s.generation++
+	s.conn = c
+	s.online.Store(true)
+	s.offline = 0
+	s.username = cl.username
+	s.protocol = cl.protocol
+	s.expiry = expiry
+	s.will = will
+	if s.persistent() {
+		e.storeClient(s)
+	}
+	s.mu.Unlock()
+	return s, present, false
+}
+
+var idSeq atomic.Uint64
+
+// assignID makes up a client ID for a client that sent none.
+func (e *Engine) assignID() string {
+	n := idSeq.Add(1)
+	return "ferrymq-" + e.idPrefix + "-" + itoa(n)
+}
+
+func itoa(n uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// validTopicName checks a topic name a client publishes to: not empty, no
+// wildcards [MQTT-3.3.2-2], no NUL (mochi checked UTF-8).
+func validTopicName(t string) error {
+	switch {
+	case t == "":
+		return errors.New("empty")
+	case strings.ContainsAny(t, "+#"):
+		return errors.New("wildcards in a topic name")
+	case strings.IndexByte(t, 0) >= 0:
+		return errors.New("NUL in a topic name")
+	}
+	return nil
+}
+
+// internalTopic reports whether a client may not publish to t: the
+// engine's $SYS (any case) and the gateway's own namespace.
+func internalTopic(t string) bool {
+	return (len(t) >= 4 && strings.EqualFold(t[:4], "$SYS")) || strings.HasPrefix(t, mqtttopic.Internal)
+}
+
+func propsOf(p *packets.Properties) *Props {
+	if !p.PayloadFormatFlag && p.ContentType == "" && p.ResponseTopic == "" && len(p.CorrelationData) == 0 && len(p.User) == 0 {
+		return nil
+	}
+	out := &Props{PayloadFormat: p.PayloadFormat, PayloadFormatSet: p.PayloadFormatFlag, ContentType: p.ContentType,
+		ResponseTopic: p.ResponseTopic, CorrelationData: p.CorrelationData}
+	if len(p.User) > 0 {
+		out.User = make([]UserProperty, len(p.User))
+		for i, u := range p.User {
+			out.User[i] = UserProperty{Key: u.Key, Value: u.Val}
+		}
+	}
+	return out
+}

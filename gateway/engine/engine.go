@@ -1,0 +1,485 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lesismal/nbio"
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
+	"github.com/ferrymq/ferrymq/gateway/topictree"
+	"github.com/ferrymq/ferrymq/gateway/wheel"
+)
+
+// Log field names.
+const (
+	logClient   = "client"
+	logRemote   = "remote"
+	logListener = "listener"
+)
+
+// timed is what the engine's wheel holds: connections and offline sessions.
+type timed interface{ tick(added, now int64) int64 }
+
+// Engine is ferrymq's MQTT server: listeners on an event loop, connections
+// handled in turns on a bounded pool, sessions, subscriptions, retained
+// messages and wills, and the hooks. See the package doc.
+type Engine struct {
+	opts     Options
+	log      zerolog.Logger
+	idPrefix string
+
+	nb    *nbio.Engine
+	pool  *pool
+	wheel *wheel.Wheel[timed]
+	lns   []*listener
+
+	subs     topictree.Tree[*session]
+	retained retainedTree
+
+	mu       sync.Mutex // guards sessions
+	sessions map[string]*session
+
+	connsMu sync.Mutex
+	conns   map[*conn]struct{}
+	nbConns sync.Map // *nbio.Conn → *conn
+
+	m metrics
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started atomic.Bool
+	closing atomic.Bool
+	once    sync.Once
+}
+
+// New builds an engine and binds its listeners; nothing is served until
+// Start.
+func New(o Options) (*Engine, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	e := &Engine{
+		opts:     o,
+		log:      o.Logger.With().Str("component", "mqtt").Logger(),
+		idPrefix: hex.EncodeToString(b[:]),
+		sessions: map[string]*session{},
+		conns:    map[*conn]struct{}{},
+	}
+	quietNBIO(e.log)
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.pool = newPool(o.Workers, func(r any) {
+		e.m.panics.Add(1)
+		e.log.Error().Str("panic", fmt.Sprint(r)).Msg("recovered panic in engine work")
+	})
+	e.wheel = wheel.New[timed](250*time.Millisecond, 16384, time.Now())
+	e.nb = nbio.NewEngine(nbio.Config{
+		Name:               "ferrymq-mqtt",
+		NPoller:            o.Pollers,
+		EpollMod:           nbio.EPOLLET,
+		ReadBufferSize:     4096, // unused: reads happen in the connections' turns
+		MaxWriteBufferSize: 0,
+	})
+	e.nb.OnRead(func(nc *nbio.Conn) {
+		if c := e.connOf(nc); c != nil {
+			c.onReadable()
+		}
+	})
+	e.nb.OnClose(func(nc *nbio.Conn, err error) {
+		if c := e.connOf(nc); c != nil {
+			c.transportClosed(err)
+		}
+	})
+	e.nb.OnWrittenSize(func(nc *nbio.Conn, _ []byte, n int) {
+		if c := e.connOf(nc); c != nil {
+			c.noteWritten(n)
+		}
+	})
+	for i := range o.Listeners {
+		l, err := e.listen(&o.Listeners[i])
+		if err != nil {
+			for _, l := range e.lns {
+				_ = l.ln.Close()
+			}
+			return nil, err
+		}
+		e.lns = append(e.lns, l)
+	}
+	return e, nil
+}
+
+// Start restores stored sessions, then serves the listeners.
+func (e *Engine) Start() error {
+	if !e.started.CompareAndSwap(false, true) {
+		return ErrStarted
+	}
+	if st := e.opts.Hooks.Sessions; st != nil {
+		if err := e.restore(st); err != nil {
+			return fmt.Errorf("engine: restore sessions: %w", err)
+		}
+	}
+	if err := e.nb.Start(); err != nil {
+		return fmt.Errorf("engine: start event loop: %w", err)
+	}
+	e.wg.Go(e.tickLoop)
+	for _, l := range e.lns {
+		e.wg.Go(func() { l.serve() })
+		e.log.Info().Str(logListener, l.cfg.Name).Str("addr", l.ln.Addr().String()).Msg("mqtt listening")
+	}
+	return nil
+}
+
+// Addr returns the bound address of the named listener, or nil.
+func (e *Engine) Addr(name string) net.Addr {
+	for _, l := range e.lns {
+		if l.cfg.Name == name {
+			return l.ln.Addr()
+		}
+	}
+	return nil
+}
+
+// tickLoop advances the timing wheel: keepalives, connect and write
+// timeouts, lingering closes, session expiry and delayed wills.
+func (e *Engine) tickLoop() {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case now := <-t.C:
+			e.wheel.Advance(now, func(it timed, added, now int64) int64 { return it.tick(added, now) })
+		}
+	}
+}
+
+// Shutdown stops accepting, ends every connection (MQTT 5: DISCONNECT
+// 0x8B; wills are published as for any connection the server closes
+// [MQTT-3.1.2-8]), waits for the work those started, and stops. It
+// returns ctx's error if that takes too long.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	var err error
+	e.once.Do(func() {
+		e.closing.Store(true)
+		for _, l := range e.lns {
+			_ = l.ln.Close()
+		}
+		e.connsMu.Lock()
+		all := make([]*conn, 0, len(e.conns))
+		for c := range e.conns {
+			all = append(all, c)
+		}
+		e.connsMu.Unlock()
+		for _, c := range all {
+			c.kill(ServerShuttingDown, reasonShutdown, nil)
+		}
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+	wait:
+		for e.connCount() > 0 {
+			select {
+			case <-ctx.Done():
+				err = fmt.Errorf("engine shutdown: %w", ctx.Err())
+				e.forceCloseAll()
+				break wait
+			case <-tick.C:
+			}
+		}
+		e.cancel()
+		e.wg.Wait()
+		e.pool.close()
+		e.nb.Stop()
+	})
+	return err
+}
+
+func (e *Engine) connOf(nc *nbio.Conn) *conn {
+	if v, ok := e.nbConns.Load(nc); ok {
+		return v.(*conn)
+	}
+	return nil
+}
+
+func (e *Engine) connCount() int {
+	e.connsMu.Lock()
+	defer e.connsMu.Unlock()
+	return len(e.conns)
+}
+
+func (e *Engine) forceCloseAll() {
+	e.connsMu.Lock()
+	defer e.connsMu.Unlock()
+	for c := range e.conns {
+		c.t.close()
+		delete(e.conns, c)
+	}
+}
+
+func (e *Engine) addConn(c *conn) {
+	e.connsMu.Lock()
+	e.conns[c] = struct{}{}
+	e.connsMu.Unlock()
+}
+
+// removeConn forgets c once it is closed for good (after any lingering).
+func (e *Engine) removeConn(c *conn) {
+	if c.lingering {
+		return // lingerDone removes it
+	}
+	e.connsMu.Lock()
+	delete(e.conns, c)
+	e.connsMu.Unlock()
+}
+
+// watchSession puts an offline session in the wheel (its lock is held).
+func (e *Engine) watchSession(s *session) {
+	if s.offline == 0 {
+		return
+	}
+	at := s.nextDeadlineLocked()
+	if s.wheelAt != 0 && s.wheelAt <= at {
+		return
+	}
+	s.wheelAt = at
+	e.wheel.Add(s, at)
+}
+
+// Publish publishes a message from the server (the bridge's downlink, the
+// router's deliveries): retained if asked, then delivered to every
+// matching subscription. fromRouter keeps it from being routed back.
+func (e *Engine) Publish(m *Message, fromRouter bool) error {
+	if e.closing.Load() {
+		return ErrClosed
+	}
+	if err := validTopicName(m.Topic); err != nil {
+		return fmt.Errorf("engine: publish to %q: %w", m.Topic, err)
+	}
+	if m.Created == 0 {
+		m.Created = time.Now().UnixNano()
+	}
+	e.publish(m, fromRouter)
+	return nil
+}
+
+// Send delivers m to one client (point-to-point), whether or not it
+// subscribed: at once if it is connected, queued in its session if it is
+// offline (QoS 1/2), ErrNoSession if this engine has no session of that
+// ID. Delivery outcomes of a message with a Ref go to the Delivery hook.
+func (e *Engine) Send(clientID string, m *Message) error {
+	if e.closing.Load() {
+		return ErrClosed
+	}
+	e.mu.Lock()
+	s := e.sessions[clientID]
+	e.mu.Unlock()
+	if s == nil {
+		return ErrNoSession
+	}
+	if m.Created == 0 {
+		m.Created = time.Now().UnixNano()
+	}
+	if m.QoS == 0 && !s.online.Load() {
+		return ErrNotConnected
+	}
+	e.deliver(s, m, m.QoS, m.Retain, nil)
+	return nil
+}
+
+// Connected reports whether clientID has a connection here.
+func (e *Engine) Connected(clientID string) bool {
+	e.mu.Lock()
+	s := e.sessions[clientID]
+	e.mu.Unlock()
+	return s != nil && s.online.Load()
+}
+
+// HasSession reports whether clientID has a session here, online or
+// offline.
+func (e *Engine) HasSession(clientID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sessions[clientID] != nil
+}
+
+// Window returns how many QoS 1/2 messages clientID has in flight and
+// queued, and its window (the client's Receive Maximum, bounded).
+func (e *Engine) Window(clientID string) (inflight, queued, window int, ok bool) {
+	e.mu.Lock()
+	s := e.sessions[clientID]
+	e.mu.Unlock()
+	if s == nil {
+		return 0, 0, 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inflight), len(s.queue), s.windowLocked(e), true
+}
+
+// Disconnect ends clientID's connection with code (MQTT 5 clients get it
+// in a DISCONNECT); the session stays as its expiry says.
+func (e *Engine) Disconnect(clientID string, code ReasonCode, why string) error {
+	e.mu.Lock()
+	s := e.sessions[clientID]
+	e.mu.Unlock()
+	if s == nil {
+		return ErrNotConnected
+	}
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c == nil {
+		return ErrNotConnected
+	}
+	c.kill(code, reasonKicked, fmt.Errorf("%s", why))
+	return nil
+}
+
+// DeleteSession ends clientID's session: its connection is closed, and
+// what was queued for it is discarded.
+func (e *Engine) DeleteSession(clientID string) bool {
+	e.mu.Lock()
+	s := e.sessions[clientID]
+	if s == nil {
+		e.mu.Unlock()
+		return false
+	}
+	s.mu.Lock()
+	c := s.conn
+	s.conn = nil
+	s.online.Store(false)
+	e.endLocked(s, "the session was deleted")
+	if !s.persistent() {
+		e.storeDelete(s)
+	}
+	delete(e.sessions, clientID)
+	s.mu.Unlock()
+	e.mu.Unlock()
+	if c != nil {
+		c.takenOver.Store(true) // no will, no second end of the session
+		c.kill(AdministrativeAction, reasonKicked, fmt.Errorf("session deleted"))
+	}
+	return true
+}
+
+// ClientInfo describes one session for the admin API.
+type ClientInfo struct {
+	ID            string
+	Username      string
+	Protocol      byte
+	Connected     bool
+	Listener      string
+	Remote        string
+	Since         time.Time // connected at, or offline since
+	Keepalive     uint16
+	Clean         bool
+	SessionExpiry uint32
+	Subscriptions []StoredSubscription
+	Inflight      int
+	Queued        int
+}
+
+// Clients lists the sessions (online and offline), in no order.
+func (e *Engine) Clients() []ClientInfo {
+	e.mu.Lock()
+	list := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		list = append(list, s)
+	}
+	e.mu.Unlock()
+	out := make([]ClientInfo, 0, len(list))
+	for _, s := range list {
+		out = append(out, s.info())
+	}
+	return out
+}
+
+// Client returns one session's description.
+func (e *Engine) Client(clientID string) (ClientInfo, bool) {
+	e.mu.Lock()
+	s := e.sessions[clientID]
+	e.mu.Unlock()
+	if s == nil {
+		return ClientInfo{}, false
+	}
+	return s.info(), true
+}
+
+func (s *session) info() ClientInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ci := ClientInfo{ID: s.id, Username: s.username, Protocol: s.protocol, SessionExpiry: s.expiry,
+		Inflight: len(s.inflight), Queued: len(s.queue)}
+	if c := s.conn; c != nil && c.client != nil {
+		ci.Connected, ci.Listener, ci.Remote = true, c.client.listener, c.client.remote
+		ci.Since, ci.Keepalive, ci.Clean = time.Unix(0, c.client.since), c.client.keepalive, c.client.clean
+	} else if s.offline > 0 {
+		ci.Since = time.Unix(0, s.offline)
+	}
+	for _, sub := range s.subs {
+		ci.Subscriptions = append(ci.Subscriptions, StoredSubscription{Filter: sub.filter, Options: sub.o})
+	}
+	return ci
+}
+
+// Retained returns the retained messages whose topic matches filter.
+func (e *Engine) Retained(filter string) []*Message {
+	var out []*Message
+	if filter == "" {
+		e.retained.each(func(m *Message) { out = append(out, m) })
+		return out
+	}
+	e.retained.match(filter, func(m *Message) { out = append(out, m) })
+	return out
+}
+
+// ClearRetained deletes the retained message of topic.
+func (e *Engine) ClearRetained(topic string) bool {
+	return e.retained.set(&Message{Topic: topic}) && func() bool { e.storeRetained(&Message{Topic: topic}); return true }()
+}
+
+// SetRetained stores m as retained without delivering it (a retained
+// message shared by another node's store).
+func (e *Engine) SetRetained(m *Message) { e.retained.set(m) }
+
+// Subscribers counts the subscriptions matching topic (diagnostics).
+func (e *Engine) Subscribers(topic string) int {
+	ms := matchSet{}
+	e.subs.Match(topic, &ms)
+	return len(ms.list)
+}
+
+// Stats are the engine's figures.
+type Stats struct {
+	Connected     int64
+	Sessions      int
+	Subscriptions int
+	Retained      int
+	Goroutines    int // the pool's
+	Counters      map[string]uint64
+}
+
+// Stats returns the current figures.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	n := len(e.sessions)
+	e.mu.Unlock()
+	e.retained.mu.RLock()
+	r := e.retained.count
+	e.retained.mu.RUnlock()
+	return Stats{Connected: e.m.connected.Load(), Sessions: n, Subscriptions: e.subs.Len(), Retained: r,
+		Goroutines: e.pool.goroutines(), Counters: e.m.snapshot()}
+}
+
+var _ = mqtttopic.Internal

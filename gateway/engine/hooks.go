@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"context"
+	"crypto/tls"
+	"time"
+)
+
+// The engine's hooks: one small interface per concern. Every one is
+// optional; a nil hook means the default the doc names. Hooks are called on
+// the engine's work pool, one connection's calls in the order of its
+// packets; a hook that blocks holds one worker (the pool has many), never
+// a poller. No hook is ever handed a malformed packet: the engine refuses
+// those itself.
+type Hooks struct {
+	// Auth decides every CONNECT. Nil: every client is let in with the
+	// username it sent.
+	Auth Authenticator
+	// ACL decides what each client may publish, subscribe to and read.
+	// Nil: everything.
+	ACL Authorizer
+	// Limits admits sockets and paces clients. Nil: no limits.
+	Limits Limiter
+	// Sessions persists the sessions that outlive their connection. Nil:
+	// they live in memory until they expire or the process ends.
+	Sessions SessionStore
+	// Uplink sees every PUBLISH and decides when it is acknowledged. Nil:
+	// every publish is delivered to subscribers and acknowledged at once.
+	Uplink Uplink
+	// Presence hears connections come and go. Nil: nobody.
+	Presence Presence
+	// Delivery hears what became of messages published with a Ref. Nil:
+	// nobody.
+	Delivery Delivery
+	// Router carries publishes between nodes. Nil: one node.
+	Router Router
+}
+
+// ConnectInfo is what a CONNECT says, and where it came from.
+type ConnectInfo struct {
+	ClientID string
+	// Assigned is set when the client sent an empty client ID and the
+	// engine made one up.
+	Assigned bool
+	Username string
+	Password []byte
+	// Protocol is 3 (MQTT 3.1), 4 (3.1.1) or 5.
+	Protocol  byte
+	Clean     bool
+	Keepalive uint16
+	// SessionExpiry is the MQTT 5 session expiry interval asked for (MQTT
+	// 3: 0 for a clean session, the engine's maximum otherwise).
+	SessionExpiry uint32
+	Listener      string
+	// Remote is the client's address: the PROXY protocol header's source
+	// when the listener takes one, else the socket's peer.
+	Remote string
+	// TLS is the connection's TLS state (client certificates with mTLS);
+	// nil on plain TCP and WebSocket.
+	TLS *tls.ConnectionState
+	// Will is the will the client asked for, nil if none.
+	Will *Message
+	// User are the CONNECT's MQTT 5 user properties.
+	User []UserProperty
+}
+
+// Identity is what authentication decided a client is.
+type Identity struct {
+	// Username is the client's username from now on: what ACL templates
+	// and session ownership use (for HMAC or mTLS it need not be the
+	// CONNECT's).
+	Username string
+	// State is the hook's own per-connection state, kept in the Client
+	// (Client.AuthState) so that no hook needs a map of its own.
+	State any
+	// Expires, if set, disconnects the client when it passes (a JWT's exp).
+	Expires time.Time
+}
+
+// Authenticator decides a CONNECT.
+type Authenticator interface {
+	// Authenticate returns the client's identity, or an error: a *Refusal
+	// says which CONNACK code the client gets, anything else is "bad user
+	// name or password" (0x86; 4 on MQTT 3). It may block.
+	Authenticate(ctx context.Context, c *ConnectInfo) (Identity, error)
+}
+
+// Authorizer decides topics. It is called for every publish, every
+// subscription filter, and every delivery, so it should be fast.
+type Authorizer interface {
+	// CanPublish reports whether c may publish to topic (wills too).
+	CanPublish(c *Client, topic string) bool
+	// CanSubscribe reports whether c may subscribe to filter (plain, or
+	// the filter of a "$share/…" subscription, which is passed whole).
+	CanSubscribe(c *Client, filter string) bool
+	// CanRead reports whether the session of clientID, owned by username,
+	// may receive a message on topic; c is its connection, or nil while
+	// the session is offline.
+	CanRead(c *Client, clientID, username, topic string) bool
+}
+
+// Limiter admits sockets and paces clients.
+type Limiter interface {
+	// Admit decides a new socket before a byte is read from it; release is
+	// called once when it closes.
+	Admit(remote string) (release func(), err error)
+	// AllowPublish paces c's publishes of size payload bytes: ok, or how
+	// long c should wait first. The engine refuses the publish (MQTT 5:
+	// 0x96) or, for MQTT 3, stops reading from c for wait (its own
+	// backpressure) and drops the publish; Strike says whether c used up
+	// its patience (then it is disconnected).
+	AllowPublish(c *Client, size int) (ok bool, wait time.Duration, strike bool)
+	// AllowSubscription reports whether c may hold one more subscription
+	// (it holds held) to filter; false answers "quota exceeded".
+	AllowSubscription(c *Client, filter string, held int) bool
+}
+
+// Refusal refuses a CONNECT with a reason code.
+type Refusal struct {
+	Code   ReasonCode
+	Reason string
+}
+
+func (r *Refusal) Error() string { return "refused: " + r.Code.String() + ": " + r.Reason }
+
+// Decision is what Uplink.Publish decided.
+type Decision uint8
+
+const (
+	// Deliver: deliver the message to subscribers now and acknowledge it.
+	Deliver Decision = iota
+	// Defer: the hook took the message; it calls done exactly once, and
+	// only then does the engine acknowledge it and (on success) deliver
+	// it. Acknowledgements are written in the order the client sent the
+	// publishes [MQTT-4.6.0-2].
+	Defer
+	// Consume: the hook took the message and nobody else gets it; it is
+	// acknowledged now (a delayed publish, say, delivered later).
+	Consume
+	// Refuse: acknowledge with Result.Code (MQTT 5) or disconnect (MQTT
+	// 3, QoS 1/2); the message goes nowhere.
+	Refuse
+)
+
+// Result ends a deferred publish.
+type Result struct {
+	// Code is 0 for success or a reason code ≥ 0x80 for the PUBACK/PUBREC
+	// (MQTT 5); an MQTT 3 client gets no ack and is disconnected.
+	Code   ReasonCode
+	Reason string
+	// Disconnect, with a code, ends the connection instead (a message the
+	// core cannot take: DISCONNECT 0x95).
+	Disconnect ReasonCode
+	// Hold: acknowledged, but not delivered to subscribers (the hook will
+	// publish it later).
+	Hold bool
+}
+
+// Uplink decides each PUBLISH a client sends, after the engine validated
+// it, resolved its topic alias and checked the ACL.
+type Uplink interface {
+	// Publish decides m (m.Origin is c's client ID). done is valid with
+	// Defer only (nil for QoS 0, which has no acknowledgement: Defer then
+	// means "deliver when done is called", which the hook still must).
+	// For Refuse, the returned Result says the code.
+	Publish(c *Client, m *Message, done func(Result)) (Decision, Result)
+}
+
+// Presence hears connections.
+type Presence interface {
+	// Connected is called once the CONNACK is written.
+	Connected(c *Client, sessionPresent bool)
+	// Disconnected is called once per Connected, when the connection has
+	// ended; takenOver says a new connection of the same client ID
+	// replaced it (cause is nil then).
+	Disconnected(c *Client, reason string, cause error, takenOver bool)
+}
+
+// Delivery hears what became of messages that carry a Ref.
+type Delivery interface {
+	// Delivered: clientID acknowledged the message (PUBACK, PUBCOMP), or
+	// for QoS 0 it was written.
+	Delivered(clientID string, m *Message)
+	// Discarded: the message will never reach clientID; expired says its
+	// expiry passed, reason says why otherwise.
+	Discarded(clientID string, m *Message, expired bool, reason string)
+}
+
+// Router carries publishes between nodes and tells them what this node's
+// sessions want.
+type Router interface {
+	// Routed is called for every message delivered on this node (after
+	// local delivery); the router forwards it to other nodes that want it.
+	// Messages the router itself injected (Engine.Inject with FromRouter)
+	// are not passed back.
+	Routed(m *Message)
+	// Subscribed and Unsubscribed track the filters of the sessions on
+	// this node (online and offline), one call per session and filter.
+	Subscribed(clientID, filter string)
+	Unsubscribed(clientID, filter string)
+}

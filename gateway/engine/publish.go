@@ -1,0 +1,418 @@
+package engine
+
+import (
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// Inbound PUBLISH: checked, its topic alias resolved, authorized, paced,
+// handed to the Uplink hook, acknowledged in the order the client sent it
+// [MQTT-4.6.0-2] once the hook says so, and delivered.
+
+// upSlot is one inbound publish from its arrival until its ack is written.
+type upSlot struct {
+	pid     uint16
+	qos     byte
+	m       *Message
+	deliver bool // deliver to subscribers on success (Defer, Deliver)
+	done    bool
+	res     Result
+}
+
+func (c *conn) handlePublish(first byte, body []byte) error {
+	var pk packets.Packet
+	pk.ProtocolVersion = c.version
+	if err := decodeHeader(&pk, first, len(body)); err != nil {
+		return err
+	}
+	if err := pk.PublishDecode(ownBody(body)); err != nil {
+		return decodeError(packets.Publish, err)
+	}
+	qos := pk.FixedHeader.Qos
+	if qos > 0 && pk.PacketID == 0 {
+		return violation("[MQTT-2.2.1-3]", "QoS %d PUBLISH with packet identifier 0", qos)
+	}
+	topic := pk.TopicName
+	v5 := c.version == 5
+	if v5 {
+		p := &pk.Properties
+		if len(p.SubscriptionIdentifier) > 0 {
+			return violation("[MQTT-3.3.4-6]", "a client's PUBLISH carries a subscription identifier")
+		}
+		if p.TopicAliasFlag || p.TopicAlias > 0 {
+			alias := p.TopicAlias
+			if alias == 0 || alias > c.e.opts.TopicAliasMaximum {
+				return &protocolError{code: TopicAliasInvalid, spec: "[MQTT-3.3.2-8] [MQTT-3.3.2-9]", msg: "topic alias out of range"}
+			}
+			if topic == "" {
+				if int(alias) > len(c.aliases) || c.aliases[alias-1] == "" {
+					return violation("[MQTT-3.3.2-?]", "topic alias %d was never set", alias)
+				}
+				topic = c.aliases[alias-1]
+			} else {
+				if len(c.aliases) < int(alias) {
+					c.aliases = append(c.aliases, make([]string, int(alias)-len(c.aliases))...)
+				}
+				c.aliases[alias-1] = topic // [MQTT-3.3.2-12]
+			}
+		}
+		if p.ResponseTopic != "" && validTopicName(p.ResponseTopic) != nil {
+			return violation("[MQTT-3.3.2-14]", "response topic %q is not a topic name", p.ResponseTopic)
+		}
+		if p.PayloadFormatFlag && p.PayloadFormat > 1 {
+			return violation("[MQTT-3.3.2-?]", "payload format indicator %d", p.PayloadFormat)
+		}
+	}
+	if topic == "" {
+		return violation("[MQTT-3.3.2-1]", "PUBLISH without a topic name")
+	}
+	if err := validTopicName(topic); err != nil {
+		return &protocolError{code: TopicNameInvalid, spec: "[MQTT-3.3.2-2]", msg: err.Error()}
+	}
+
+	if qos > 0 {
+		// Receive Maximum [MQTT-3.3.4-7]: one more than we announced is a
+		// protocol error (MQTT 5); MQTT 3 clients are paced instead.
+		if v5 && c.upPending >= int(c.e.opts.ReceiveMaximum) && !c.duplicateQoS2(pk.PacketID) {
+			return &protocolError{code: ReceiveMaximumExceeded, spec: "[MQTT-3.3.4-7]", msg: "more QoS 1/2 publishes in flight than Receive Maximum"}
+		}
+		if qos == 2 && c.duplicateQoS2(pk.PacketID) {
+			// A resend of a QoS 2 publish we have: not delivered twice
+			// [MQTT-4.3.3-10]. If its PUBREC went out, it goes out again.
+			if c.answeredQoS2(pk.PacketID) {
+				c.queueBytes(appendAck(nil, packets.Pubrec, pk.PacketID, Success, v5), false)
+			}
+			c.e.m.duplicates.Add(1)
+			return nil
+		}
+	}
+	c.e.m.published.Add(1)
+
+	now := time.Now()
+	m := &Message{Topic: topic, Payload: pk.Payload, QoS: qos, Retain: pk.FixedHeader.Retain, Origin: c.client.id, Created: now.UnixNano()}
+	if v5 {
+		p := &pk.Properties
+		m.Props = propsOf(p)
+		if p.MessageExpiryInterval > 0 {
+			m.Expiry = now.Unix() + int64(min(p.MessageExpiryInterval, uint32(c.e.opts.MaxMessageExpiry/time.Second)))
+		}
+		if p.PayloadFormatFlag && p.PayloadFormat == 1 && !utf8.Valid(m.Payload) {
+			return c.refusePublish(qos, pk.PacketID, PayloadFormatInvalid, "payload is not UTF-8")
+		}
+	}
+
+	if internalTopic(topic) {
+		return c.refusePublish(qos, pk.PacketID, NotAuthorized, "topic reserved for the server")
+	}
+	if acl := c.e.opts.Hooks.ACL; acl != nil && !acl.CanPublish(c.client, topic) {
+		return c.refusePublish(qos, pk.PacketID, NotAuthorized, "not authorized")
+	}
+	if lim := c.e.opts.Hooks.Limits; lim != nil {
+		if ok, wait, strike := lim.AllowPublish(c.client, len(m.Payload)); !ok {
+			c.e.m.paced.Add(1)
+			if v5 {
+				return c.refusePublish(qos, pk.PacketID, MessageRateTooHigh, "message rate too high")
+			}
+			if strike {
+				c.end(Success, reasonKicked, errors.New("publish rate exceeded"))
+				return nil
+			}
+			// MQTT 3 cannot be told: stop reading from it for a while (its
+			// own TCP backpressure) and drop this one.
+			c.resumeAt.Store(now.Add(wait).UnixNano())
+			c.pause()
+			c.watch()
+			return nil
+		}
+	}
+
+	if qos > 0 {
+		c.upPending++
+		if qos == 2 {
+			c.noteQoS2(pk.PacketID)
+		}
+	}
+	slot := &upSlot{pid: pk.PacketID, qos: qos, m: m, deliver: true}
+	dec, res := Deliver, Result{}
+	var done func(Result)
+	if up := c.e.opts.Hooks.Uplink; up != nil {
+		done = func(r Result) { c.complete(slot, r) }
+		dec, res = up.Publish(c.client, m, done)
+	}
+	switch dec {
+	case Deliver:
+		if qos == 0 {
+			c.e.publish(m, false)
+			return nil
+		}
+		slot.done = true
+	case Defer:
+	case Consume:
+		slot.done, slot.deliver = true, false
+	case Refuse:
+		slot.done, slot.deliver, slot.res = true, false, res
+		if slot.res.Code < 0x80 {
+			slot.res.Code = UnspecifiedError
+		}
+	}
+	if qos == 0 && slot.done {
+		if slot.deliver {
+			c.e.publish(m, false)
+		}
+		return nil
+	}
+	c.upMu.Lock()
+	c.up = append(c.up, slot)
+	ready := slot.done && len(c.up) == 1
+	c.upMu.Unlock()
+	if ready {
+		c.drainAcks()
+	}
+	if c.version < 5 && c.upPending >= int(c.e.opts.ReceiveMaximum) {
+		c.pause() // resumed by drainAcks
+	}
+	return nil
+}
+
+// refusePublish answers a refused publish: MQTT 5 gets the reason code in
+// its PUBACK or PUBREC; an MQTT 3 client publishing at QoS 1/2 cannot be
+// told and is disconnected; QoS 0 is dropped.
+func (c *conn) refusePublish(qos byte, pid uint16, code ReasonCode, why string) error {
+	c.e.m.refusedPublishes.Add(1)
+	switch {
+	case qos == 0:
+		return nil
+	case c.version == 5:
+		if qos == 2 {
+			c.queueAck(packets.Pubrec, pid, code, why)
+		} else {
+			c.queueAck(packets.Puback, pid, code, why)
+		}
+		return nil
+	default:
+		c.end(Success, reasonProtocol, errors.New("publish refused: "+why))
+		return nil
+	}
+}
+
+// queueAck queues an ack with a reason code and (unless the client asked
+// for none) a reason string.
+func (c *conn) queueAck(typ byte, pid uint16, code ReasonCode, why string) {
+	if c.version != 5 || why == "" || c.noProblem {
+		c.queueBytes(appendAck(nil, typ, pid, code, c.version == 5), false)
+		return
+	}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: typ}, PacketID: pid, ReasonCode: byte(code)}
+	pk.Properties.ReasonString = why
+	c.queuePacket(&pk)
+}
+
+// complete is Result's way back: called once per deferred publish, from any
+// goroutine; the acks are written by the connection's turn.
+func (c *conn) complete(slot *upSlot, r Result) {
+	c.upMu.Lock()
+	if slot.done {
+		c.upMu.Unlock()
+		return
+	}
+	slot.done, slot.res = true, r
+	head := len(c.up) > 0 && c.up[0] == slot
+	c.upMu.Unlock()
+	if head {
+		c.schedule(wAcks)
+	}
+}
+
+// drainAcks writes the acks of completed publishes from the head of the
+// queue, in order, and delivers them.
+func (c *conn) drainAcks() {
+	for {
+		c.upMu.Lock()
+		if len(c.up) == 0 || !c.up[0].done {
+			if len(c.up) == 0 {
+				c.up = nil
+			}
+			c.upMu.Unlock()
+			break
+		}
+		slot := c.up[0]
+		c.up[0] = nil
+		c.up = c.up[1:]
+		c.upMu.Unlock()
+		if c.state == stClosed {
+			continue
+		}
+		r := slot.res
+		if r.Disconnect != 0 {
+			c.end(r.Disconnect, reasonCore, errors.New(r.Reason))
+			return
+		}
+		v5 := c.version == 5
+		if r.Code >= 0x80 {
+			if slot.qos > 0 && !v5 {
+				c.end(Success, reasonCore, errors.New("publish refused: "+r.Reason))
+				return
+			}
+			if slot.qos == 1 {
+				c.queueAck(packets.Puback, slot.pid, r.Code, r.Reason)
+				c.upPending--
+			} else if slot.qos == 2 {
+				c.queueAck(packets.Pubrec, slot.pid, r.Code, r.Reason) // the flow ends here [MQTT-4.3.3-4]
+				c.forgetQoS2(slot.pid)
+				c.upPending--
+			}
+			continue
+		}
+		switch slot.qos {
+		case 1:
+			c.queueBytes(appendAck(nil, packets.Puback, slot.pid, Success, v5), false)
+			c.upPending--
+		case 2:
+			c.answerQoS2(slot.pid)
+			c.queueBytes(appendAck(nil, packets.Pubrec, slot.pid, Success, v5), false)
+		}
+		if slot.deliver && !r.Hold {
+			c.e.publish(slot.m, false)
+		}
+	}
+	if c.paused && c.resumeAt.Load() == 0 && c.upPending < int(c.e.opts.ReceiveMaximum) {
+		c.resume()
+	}
+}
+
+// Inbound QoS 2 packet IDs live in the session (they outlive the
+// connection: a PUBREL may come on the next one) [MQTT-4.3.3-8]; answered
+// is set once the PUBREC went out. gen says which connection received it,
+// for the Receive Maximum count of that connection.
+type inQoS2 struct {
+	pid      uint16
+	answered bool
+	gen      uint64
+}
+
+func (c *conn) noteQoS2(pid uint16) {
+	s := c.sess
+	s.mu.Lock()
+	s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, gen: s.generation})
+	s.mu.Unlock()
+}
+
+func (c *conn) duplicateQoS2(pid uint16) bool {
+	s := c.sess
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.inQoS2 {
+		if q.pid == pid {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *conn) answeredQoS2(pid uint16) bool {
+	s := c.sess
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.inQoS2 {
+		if q.pid == pid {
+			return q.answered
+		}
+	}
+	return false
+}
+
+func (c *conn) answerQoS2(pid uint16) {
+	s := c.sess
+	s.mu.Lock()
+	for i := range s.inQoS2 {
+		if s.inQoS2[i].pid == pid {
+			s.inQoS2[i].answered = true
+			break
+		}
+	}
+	c.e.storeInbound(s, pid, true)
+	s.mu.Unlock()
+}
+
+func (c *conn) forgetQoS2(pid uint16) {
+	s := c.sess
+	s.mu.Lock()
+	for i := range s.inQoS2 {
+		if s.inQoS2[i].pid == pid {
+			s.inQoS2 = append(s.inQoS2[:i], s.inQoS2[i+1:]...)
+			break
+		}
+	}
+	if len(s.inQoS2) == 0 {
+		s.inQoS2 = nil
+	}
+	s.mu.Unlock()
+}
+
+// releaseInbound handles a PUBREL: the ID leaves the session; it reports
+// whether it was there. One received on this connection gives its Receive
+// Maximum slot back.
+func (c *conn) releaseInbound(pid uint16) bool {
+	s := c.sess
+	s.mu.Lock()
+	found, mine := false, false
+	for i, q := range s.inQoS2 {
+		if q.pid == pid && q.answered {
+			found, mine = true, q.gen == s.generation
+			s.inQoS2 = append(s.inQoS2[:i], s.inQoS2[i+1:]...)
+			c.e.storeInbound(s, pid, false)
+			break
+		}
+	}
+	if len(s.inQoS2) == 0 {
+		s.inQoS2 = nil
+	}
+	s.mu.Unlock()
+	if mine {
+		c.upPending--
+		if c.paused && c.resumeAt.Load() == 0 && c.upPending < int(c.e.opts.ReceiveMaximum) {
+			c.resume()
+		}
+	}
+	return found
+}
+
+// publish delivers a message that is now the engine's: retained if asked
+// [MQTT-3.3.1-5] (an empty one clears the topic [MQTT-3.3.1-6]), then
+// distributed.
+func (e *Engine) publish(m *Message, fromRouter bool) {
+	if m.Retain {
+		e.retain(m)
+	}
+	e.distribute(m, fromRouter)
+}
+
+// publishAs runs a message of cl's that did not come in a PUBLISH (a will)
+// through the same checks and the Uplink hook, without acks.
+func (e *Engine) publishAs(cl *Client, m *Message) {
+	if internalTopic(m.Topic) {
+		return
+	}
+	if acl := e.opts.Hooks.ACL; acl != nil && cl != nil && !acl.CanPublish(cl, m.Topic) {
+		e.log.Warn().Str(logClient, m.Origin).Msg("will refused by the ACL: not published")
+		return
+	}
+	up := e.opts.Hooks.Uplink
+	if up == nil {
+		e.publish(m, false)
+		return
+	}
+	dec, _ := up.Publish(cl, m, func(r Result) {
+		if r.Code < 0x80 && r.Disconnect == 0 && !r.Hold {
+			e.publish(m, false)
+		}
+	})
+	if dec == Deliver {
+		e.publish(m, false)
+	}
+}
+
+func utf8Valid(b []byte) bool { return utf8.Valid(b) }

@@ -1,0 +1,355 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferrymq/ferrymq/gateway/topictree"
+)
+
+// session is the state of a client ID that outlives a single packet: its
+// subscriptions, the messages on their way to it, the QoS 2 publishes it
+// sent that await their PUBREL, and its will. A clean session ends with
+// its connection; a persistent one stays (offline) until its expiry.
+//
+// Memory matters here (a million of them): everything a session does not
+// use is nil, and a subscriber's outbound state exists only while it has
+// messages in flight.
+type session struct {
+	id     string
+	e      *Engine
+	online atomic.Bool // conn != nil, for readers that must not take mu (shared-group choice)
+
+	mu         sync.Mutex // guards everything below
+	conn       *conn      // nil while offline
+	username   string
+	protocol   byte
+	expiry     uint32 // session expiry interval, seconds; 0: ends with its connection
+	subs       []sessSub
+	inflight   []*outMsg          // sent (or to be resent), in send order
+	queue      []*outMsg          // waiting for room in the window, in order
+	byPID      map[uint16]*outMsg // both of the above by packet ID
+	queueBytes int
+	nextPID    uint16
+	inQoS2     []inQoS2 // inbound QoS 2 publishes received, until their PUBREL
+	will       *willSpec
+	willAt     int64 // unix ns the will is due (delayed will pending); 0 none
+	offline    int64 // unix ns the session went offline; 0 online
+	ended      bool
+	wheelAt    int64  // deadline of s's live entry in the wheel; 0 none
+	generation uint64 // counts connections, to tell a stale one
+}
+
+// willSpec is a session's will: the message, its delay and its expiry
+// interval (made absolute when it is published).
+type willSpec struct {
+	m      *Message
+	delay  uint32
+	expiry uint32
+}
+
+type sessSub struct {
+	filter string
+	o      topictree.Options
+}
+
+// outMsg is one message on its way to a session.
+type outMsg struct {
+	pid      uint16
+	m        *Message // QoS and retain as this receiver gets them
+	subIDs   []uint32
+	sent     bool // written at least once (resends carry DUP)
+	released bool // PUBREC received, PUBREL sent: awaiting PUBCOMP
+}
+
+func (s *session) persistent() bool { return s.expiry > 0 }
+
+func (s *session) findSub(filter string) int {
+	for i := range s.subs {
+		if s.subs[i].filter == filter {
+			return i
+		}
+	}
+	return -1
+}
+
+// window is how many messages may be in flight to the connected client:
+// its Receive Maximum [MQTT-3.3.4-9] and the engine's bound.
+func (s *session) windowLocked(e *Engine) int {
+	w := e.opts.MaxInflight
+	if c := s.conn; c != nil && c.recvMax > 0 && int(c.recvMax) < w {
+		w = int(c.recvMax)
+	}
+	return w
+}
+
+// allocPIDLocked returns a packet ID no message of s uses [MQTT-2.2.1-3].
+func (s *session) allocPIDLocked() (uint16, bool) {
+	if len(s.byPID) >= 65535 {
+		return 0, false
+	}
+	for {
+		s.nextPID++
+		if s.nextPID == 0 {
+			s.nextPID = 1
+		}
+		if _, used := s.byPID[s.nextPID]; !used {
+			return s.nextPID, true
+		}
+	}
+}
+
+// deliver hands m to session s with QoS qos (already min(message,
+// subscription)) and retain flag; subIDs are the subscription identifiers
+// that matched. It never blocks on the client: QoS 0 is dropped when the
+// connection's write queue is full, QoS 1/2 waits in the session, bounded.
+func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs []uint32) {
+	now := time.Now()
+	if m.expired(now.Unix()) {
+		e.discard(s.id, m, true, "")
+		return
+	}
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	c := s.conn
+	if qos == 0 {
+		s.mu.Unlock()
+		if c == nil {
+			e.m.droppedOffline.Add(1)
+			e.discard(s.id, m, false, "QoS 0 is not queued for an offline client")
+			return
+		}
+		c.sendQoS0(m, retain, subIDs)
+		return
+	}
+	mm := m.withFlags(qos, retain)
+	if len(s.queue)+len(s.inflight) >= e.opts.MaxQueued+s.windowLocked(e) || s.queueBytes+len(m.Payload) > e.opts.MaxQueuedBytes {
+		s.mu.Unlock()
+		e.m.droppedQueueFull.Add(1)
+		e.discard(s.id, m, false, "the client's queue is full")
+		return
+	}
+	pid, ok := s.allocPIDLocked()
+	if !ok {
+		s.mu.Unlock()
+		e.discard(s.id, m, false, "no packet identifier free")
+		return
+	}
+	om := &outMsg{pid: pid, m: mm, subIDs: subIDs}
+	if s.byPID == nil {
+		s.byPID = make(map[uint16]*outMsg)
+	}
+	s.byPID[pid] = om
+	if c != nil && len(s.queue) == 0 && len(s.inflight) < s.windowLocked(e) {
+		s.inflight = append(s.inflight, om)
+		e.storeMessage(s, om)
+		c.sendOut(om)
+	} else {
+		s.queue = append(s.queue, om)
+		s.queueBytes += len(m.Payload)
+		e.storeMessage(s, om)
+	}
+	s.mu.Unlock()
+}
+
+// fillWindowLocked moves queued messages into the window while there is
+// room; expired ones are discarded [MQTT-3.3.2-5].
+func (e *Engine) fillWindowLocked(s *session) {
+	c := s.conn
+	if c == nil {
+		return
+	}
+	now := time.Now().Unix()
+	w := s.windowLocked(e)
+	for len(s.queue) > 0 && len(s.inflight) < w {
+		om := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.queueBytes -= len(om.m.Payload)
+		if om.m.expired(now) {
+			delete(s.byPID, om.pid)
+			e.forgetMessage(s, om.pid)
+			e.discardAsync(s.id, om.m, true, "")
+			continue
+		}
+		s.inflight = append(s.inflight, om)
+		c.sendOut(om)
+	}
+	if len(s.queue) == 0 {
+		s.queue = nil
+	}
+	if len(s.byPID) == 0 {
+		s.byPID = nil
+		s.inflight = s.inflight[:0:0]
+	}
+}
+
+// acked ends the message with packet ID pid: PUBACK for QoS 1, PUBCOMP for
+// QoS 2. A PUBREC moves it on to the release step instead (rec).
+func (e *Engine) acked(s *session, pid uint16, typ byte, code ReasonCode) (found bool) {
+	s.mu.Lock()
+	om := s.byPID[pid]
+	if om == nil || !om.sent {
+		s.mu.Unlock()
+		return false
+	}
+	switch typ {
+	case packets.Puback:
+		if om.m.QoS != 1 {
+			s.mu.Unlock()
+			return false
+		}
+	case packets.Pubrec:
+		if om.m.QoS != 2 {
+			s.mu.Unlock()
+			return false
+		}
+		if code < 0x80 {
+			om.released = true
+			e.storeReleased(s, pid)
+			s.mu.Unlock()
+			return true
+		}
+		// A PUBREC with an error ends the flow [MQTT-4.3.3-4].
+	case packets.Pubcomp:
+		if om.m.QoS != 2 || !om.released {
+			s.mu.Unlock()
+			return false
+		}
+	}
+	e.removeInflightLocked(s, om)
+	e.fillWindowLocked(s)
+	s.mu.Unlock()
+	if om.m.Ref != "" && e.opts.Hooks.Delivery != nil {
+		if code < 0x80 {
+			e.opts.Hooks.Delivery.Delivered(s.id, om.m)
+		} else {
+			e.opts.Hooks.Delivery.Discarded(s.id, om.m, false, "the client refused it: "+code.String())
+		}
+	}
+	return true
+}
+
+func (e *Engine) removeInflightLocked(s *session, om *outMsg) {
+	delete(s.byPID, om.pid)
+	for i, x := range s.inflight {
+		if x == om {
+			copy(s.inflight[i:], s.inflight[i+1:])
+			s.inflight[len(s.inflight)-1] = nil
+			s.inflight = s.inflight[:len(s.inflight)-1]
+			break
+		}
+	}
+	e.forgetMessage(s, om.pid)
+}
+
+// resumeLocked sends what a resumed session has on its way to its new
+// connection: unacknowledged PUBLISHes again with DUP, PUBRELs for those
+// past PUBREC, in their original order [MQTT-4.4.0-1], then the queue.
+func (e *Engine) resumeLocked(s *session) {
+	c := s.conn
+	for _, om := range s.inflight {
+		if om.released {
+			c.queueBytes(appendAck(nil, packets.Pubrel, om.pid, Success, c.version == 5), false)
+			continue
+		}
+		c.sendOut(om)
+	}
+	e.fillWindowLocked(s)
+}
+
+// discard tells the Delivery hook a message with a Ref will never reach
+// clientID.
+func (e *Engine) discard(clientID string, m *Message, expired bool, reason string) {
+	if m.Ref != "" && e.opts.Hooks.Delivery != nil {
+		e.opts.Hooks.Delivery.Discarded(clientID, m, expired, reason)
+	}
+}
+
+// discardAsync is discard from under a session's lock: the hook runs on
+// the pool.
+func (e *Engine) discardAsync(clientID string, m *Message, expired bool, reason string) {
+	if m.Ref != "" && e.opts.Hooks.Delivery != nil {
+		e.pool.submit(funcJob(func() { e.opts.Hooks.Delivery.Discarded(clientID, m, expired, reason) }))
+	}
+}
+
+// endLocked ends s for good: its subscriptions leave the tree, its queued
+// messages are discarded. The caller removes it from Engine.sessions.
+func (e *Engine) endLocked(s *session, reason string) {
+	if s.ended {
+		return
+	}
+	s.ended = true
+	for _, sub := range s.subs {
+		e.subs.Remove(sub.filter, s)
+		if e.opts.Hooks.Router != nil {
+			e.opts.Hooks.Router.Unsubscribed(s.id, sub.filter)
+		}
+	}
+	s.subs = nil
+	for _, om := range s.inflight {
+		e.discardAsync(s.id, om.m, false, reason)
+	}
+	for _, om := range s.queue {
+		e.discardAsync(s.id, om.m, false, reason)
+	}
+	s.inflight, s.queue, s.byPID, s.queueBytes = nil, nil, nil, 0
+	s.will = nil
+	if s.persistent() && e.opts.Hooks.Sessions != nil {
+		e.opts.Hooks.Sessions.Delete(s.id)
+	}
+}
+
+// nextDeadlineLocked is when an offline session must be looked at: its
+// expiry or its delayed will.
+func (s *session) nextDeadlineLocked() int64 {
+	at := s.offline + int64(s.expiry)*int64(time.Second)
+	if s.willAt > 0 && s.willAt < at {
+		at = s.willAt
+	}
+	return at
+}
+
+// tick is the wheel's call for an offline session: its delayed will, then
+// its expiry.
+func (s *session) tick(added, now int64) int64 {
+	e := s.e
+	s.mu.Lock()
+	if s.wheelAt != added {
+		s.mu.Unlock()
+		return 0 // replaced by an earlier entry
+	}
+	if s.ended || s.offline == 0 {
+		s.wheelAt = 0
+		s.mu.Unlock()
+		return 0
+	}
+	if s.willAt > 0 && now >= s.willAt {
+		w := s.will
+		s.will, s.willAt = nil, 0
+		s.mu.Unlock()
+		e.publishWill(s, w)
+		s.mu.Lock()
+		if s.wheelAt != added || s.ended || s.offline == 0 {
+			s.mu.Unlock()
+			return 0
+		}
+	}
+	if now >= s.offline+int64(s.expiry)*int64(time.Second) {
+		s.wheelAt = 0
+		s.mu.Unlock()
+		e.expire(s)
+		return 0
+	}
+	next := s.nextDeadlineLocked()
+	s.wheelAt = next
+	s.mu.Unlock()
+	return next
+}

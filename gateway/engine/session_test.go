@@ -1,0 +1,180 @@
+package engine_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/gateway/engine"
+)
+
+// TestPersistentSessionQueuesWhileOffline: a clean-session-0 client
+// subscribes at QoS 1 and goes away; what is published meanwhile waits in
+// its session and arrives, in order, when it comes back (session present).
+func TestPersistentSessionQueuesWhileOffline(t *testing.T) {
+	e, addr := start(t, engine.Options{})
+	persistent := func(o *paho3.ClientOptions) { o.SetCleanSession(false) }
+	var first inbox
+	sub := dialV3(t, addr, "car-7", persistent)
+	wait(t, sub.Subscribe("cmd/car-7", 1, first.handler))
+	sub.Disconnect(50)
+	require.Eventually(t, func() bool { return !e.Connected("car-7") }, 5*time.Second, 5*time.Millisecond)
+	require.True(t, e.HasSession("car-7"))
+
+	pub := dialV3(t, addr, "backend")
+	for _, p := range []string{"a", "b", "c"} {
+		wait(t, pub.Publish("cmd/car-7", 1, false, []byte(p)))
+	}
+	pub.Publish("cmd/car-7", 0, false, []byte("qos0")) // not queued for an offline client
+
+	var in inbox
+	o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("car-7").SetCleanSession(false).
+		SetAutoReconnect(false).SetOrderMatters(true).SetDefaultPublishHandler(in.handler)
+	c := paho3.NewClient(o)
+	tok := c.Connect()
+	wait(t, tok)
+	require.True(t, tok.(*paho3.ConnectToken).SessionPresent(), "session present [MQTT-3.2.2-2]")
+	defer c.Disconnect(50)
+	require.Eventually(t, func() bool { return len(in.payloads()) == 3 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{"a", "b", "c"}, in.payloads())
+	require.Never(t, func() bool { return len(in.payloads()) > 3 }, 200*time.Millisecond, 10*time.Millisecond)
+}
+
+// TestTakeoverDisconnectsTheOldConnectionWithoutWill: the same client ID
+// connecting again takes the session; the old MQTT 5 connection gets
+// DISCONNECT 0x8E and its will is not published [MQTT-3.1.4-3].
+func TestTakeoverDisconnectsTheOldConnectionWithoutWill(t *testing.T) {
+	_, addr := start(t, engine.Options{})
+	var wills inbox
+	watcher := dialV3(t, addr, "watcher")
+	wait(t, watcher.Subscribe("wills/#", 1, wills.handler))
+
+	gone := make(chan *paho.Disconnect, 1)
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	old := paho.NewClient(paho.ClientConfig{Conn: conn, OnServerDisconnect: func(d *paho.Disconnect) { gone <- d }})
+	_, err = old.Connect(t.Context(), &paho.Connect{ClientID: "dev", KeepAlive: 30, CleanStart: true,
+		WillMessage: &paho.WillMessage{Topic: "wills/dev", QoS: 1, Payload: []byte("gone")}})
+	require.NoError(t, err)
+
+	dialV5(t, addr, &paho.Connect{ClientID: "dev", KeepAlive: 30, CleanStart: true}, nil)
+	select {
+	case d := <-gone:
+		require.Equal(t, byte(0x8E), d.ReasonCode)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the old connection was not told")
+	}
+	require.Never(t, func() bool { return len(wills.payloads()) > 0 }, 300*time.Millisecond, 10*time.Millisecond)
+}
+
+// TestWillOnLostConnection: a connection that ends without DISCONNECT gets
+// its will published [MQTT-3.1.2-8]; one that says DISCONNECT does not
+// [MQTT-3.1.2-10].
+func TestWillOnLostConnection(t *testing.T) {
+	l := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	_, addr := start(t, engine.Options{Logger: &l})
+	var wills inbox
+	watcher := dialV3(t, addr, "watcher")
+	wait(t, watcher.Subscribe("wills/#", 1, wills.handler))
+
+	polite := dialV3(t, addr, "polite", func(o *paho3.ClientOptions) { o.SetWill("wills/polite", "bye", 1, false) })
+	polite.Disconnect(50)
+
+	raw, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	willConnect := []byte{0x10, 0, 0, 4, 'M', 'Q', 'T', 'T', 4, 0x02 | 0x04 | 0x08, 0, 60,
+		0, 4, 'r', 'u', 'd', 'e', 0, 10, 'w', 'i', 'l', 'l', 's', '/', 'r', 'u', 'd', 'e', 0, 4, 'l', 'o', 's', 't'}
+	willConnect[1] = byte(len(willConnect) - 2)
+	_, err = raw.Write(willConnect)
+	require.NoError(t, err)
+	ack := make([]byte, 4)
+	_, err = io.ReadFull(raw, ack)
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x20, 2, 0, 0}, ack)
+	require.NoError(t, raw.Close())
+
+	require.Eventually(t, func() bool { return len(wills.payloads()) >= 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{"lost"}, wills.payloads())
+	require.Never(t, func() bool { return len(wills.payloads()) > 1 }, 200*time.Millisecond, 10*time.Millisecond)
+}
+
+// TestKeepaliveTimeout: a client silent for 1.5 × its keepalive is closed
+// [MQTT-3.1.2-24] and its will published.
+func TestKeepaliveTimeout(t *testing.T) {
+	_, addr := start(t, engine.Options{})
+	var wills inbox
+	watcher := dialV3(t, addr, "watcher")
+	wait(t, watcher.Subscribe("wills/#", 0, wills.handler))
+	raw, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer raw.Close()
+	connect := []byte{0x10, 0, 0, 4, 'M', 'Q', 'T', 'T', 4, 0x02 | 0x04, 0, 1,
+		0, 2, 'k', 'a', 0, 8, 'w', 'i', 'l', 'l', 's', '/', 'k', 'a', 0, 1, 'x'}
+	connect[1] = byte(len(connect) - 2)
+	_, err = raw.Write(connect)
+	require.NoError(t, err)
+	ack := make([]byte, 4)
+	_, err = io.ReadFull(raw, ack)
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, raw.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err = raw.Read(ack)
+	require.ErrorIs(t, err, io.EOF, "closed by the server")
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, 1400*time.Millisecond, "not before 1.5 × keepalive")
+	require.Eventually(t, func() bool { return len(wills.payloads()) == 1 }, 5*time.Second, 5*time.Millisecond)
+}
+
+// TestSharedSubscriptionOneMemberEach: a message to a $share group goes
+// to one member [MQTT-4.8.2-2]; members take turns.
+func TestSharedSubscriptionOneMemberEach(t *testing.T) {
+	_, addr := start(t, engine.Options{})
+	var a, b inbox
+	ca := dialV3(t, addr, "a")
+	wait(t, ca.Subscribe("$share/workers/jobs/+", 1, a.handler))
+	cb := dialV3(t, addr, "b")
+	wait(t, cb.Subscribe("$share/workers/jobs/+", 1, b.handler))
+	pub := dialV3(t, addr, "pub")
+	for i := range 10 {
+		wait(t, pub.Publish("jobs/x", 1, false, []byte{byte('0' + i)}))
+	}
+	require.Eventually(t, func() bool { return len(a.payloads())+len(b.payloads()) == 10 }, 5*time.Second, 5*time.Millisecond)
+	require.NotEmpty(t, a.payloads())
+	require.NotEmpty(t, b.payloads())
+	require.Never(t, func() bool { return len(a.payloads())+len(b.payloads()) > 10 }, 200*time.Millisecond, 10*time.Millisecond)
+}
+
+// TestNoLocalAndRetainAsPublished: MQTT 5 subscription options.
+func TestNoLocalAndRetainAsPublished(t *testing.T) {
+	_, addr := start(t, engine.Options{})
+	got := make(chan *paho.Publish, 10)
+	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "self", CleanStart: true, KeepAlive: 30}, func(pr paho.PublishReceived) (bool, error) {
+		got <- pr.Packet
+		return true, nil
+	})
+	ctx := context.Background()
+	_, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: "own/#", QoS: 1, NoLocal: true},
+		{Topic: "rap/#", QoS: 1, RetainAsPublished: true},
+	}})
+	require.NoError(t, err)
+	_, err = c.Publish(ctx, &paho.Publish{Topic: "own/x", QoS: 1, Payload: []byte("mine")})
+	require.NoError(t, err)
+	_, err = c.Publish(ctx, &paho.Publish{Topic: "rap/x", QoS: 1, Retain: true, Payload: []byte("kept")})
+	require.NoError(t, err)
+	select {
+	case p := <-got:
+		require.Equal(t, "rap/x", p.Topic, "no-local: our own publish is not sent back [MQTT-3.8.3-3]")
+		require.True(t, p.Retain, "retain as published [MQTT-3.3.1-12]")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message")
+	}
+	require.Never(t, func() bool { return len(got) > 0 }, 200*time.Millisecond, 10*time.Millisecond)
+}

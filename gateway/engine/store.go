@@ -1,0 +1,206 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/ferrymq/ferrymq/gateway/topictree"
+)
+
+// SessionStore persists the sessions that outlive their connection
+// (session expiry > 0) and the retained messages. The engine writes
+// through: every change, once, in the order it happened, from the
+// goroutine that made it and under that session's lock — so a store must
+// not call back into the engine from these methods, and should not block
+// for long (a log append, not a network round trip per call).
+type SessionStore interface {
+	// Load returns everything stored; called once, by Start.
+	Load() (sessions []StoredSession, retained []*Message, err error)
+
+	// SaveClient stores a persistent session's client record (at CONNECT,
+	// and when its expiry changes).
+	SaveClient(r ClientRecord)
+	// SaveOffline records when the session's connection ended.
+	SaveOffline(clientID string, since time.Time)
+	// Delete forgets the session and everything stored with it.
+	Delete(clientID string)
+
+	SaveSubscription(clientID, filter string, o topictree.Options)
+	DeleteSubscription(clientID, filter string)
+
+	// SaveMessage stores an outbound QoS 1/2 message given packet ID pid
+	// (in flight or queued); DeleteMessage forgets it (acknowledged,
+	// discarded); MessageReleased records its PUBREC (a PUBREL is resent
+	// after a restart instead of the message).
+	SaveMessage(clientID string, pid uint16, m *Message, subIDs []uint32)
+	MessageReleased(clientID string, pid uint16)
+	DeleteMessage(clientID string, pid uint16)
+
+	// SaveInbound records (add) or forgets an inbound QoS 2 packet ID
+	// answered PUBREC and awaiting PUBREL [MQTT-4.3.3-8].
+	SaveInbound(clientID string, pid uint16, add bool)
+
+	// SaveRetained stores a retained message; an empty payload deletes the
+	// topic's.
+	SaveRetained(m *Message)
+}
+
+// ClientRecord is what a session keeps of its client.
+type ClientRecord struct {
+	ID       string
+	Username string
+	Protocol byte
+	// Expiry is the session expiry interval, seconds.
+	Expiry uint32
+	// Will, with its delay and expiry interval (seconds), or nil.
+	Will       *Message
+	WillDelay  uint32
+	WillExpiry uint32
+}
+
+// StoredSession is one session as Load returns it.
+type StoredSession struct {
+	Client ClientRecord
+	// Offline is when its connection ended (zero: it was connected when the
+	// last process stopped; it counts from the start then).
+	Offline       time.Time
+	Subscriptions []StoredSubscription
+	Messages      []StoredMessage // in the order they were sent or queued
+	Inbound       []uint16
+}
+
+// StoredSubscription is one subscription of a stored session.
+type StoredSubscription struct {
+	Filter  string
+	Options topictree.Options
+}
+
+// StoredMessage is one outbound message of a stored session.
+type StoredMessage struct {
+	PID      uint16
+	Message  *Message
+	SubIDs   []uint32
+	Released bool
+}
+
+// The write-through calls. Each is a no-op without a store or for a clean
+// session; the session's lock is held.
+
+func (e *Engine) storeClient(s *session) {
+	st := e.opts.Hooks.Sessions
+	if st == nil || !s.persistent() {
+		return
+	}
+	r := ClientRecord{ID: s.id, Username: s.username, Protocol: s.protocol, Expiry: s.expiry}
+	if w := s.will; w != nil {
+		r.Will, r.WillDelay, r.WillExpiry = w.m, w.delay, w.expiry
+	}
+	st.SaveClient(r)
+}
+
+func (e *Engine) storeOffline(s *session) {
+	if st := e.opts.Hooks.Sessions; st != nil && s.persistent() {
+		st.SaveOffline(s.id, time.Unix(0, s.offline))
+	}
+}
+
+func (e *Engine) storeDelete(s *session) {
+	if st := e.opts.Hooks.Sessions; st != nil {
+		st.Delete(s.id)
+	}
+}
+
+func (e *Engine) storeSub(s *session, filter string, o topictree.Options) {
+	if st := e.opts.Hooks.Sessions; st != nil && s.persistent() {
+		st.SaveSubscription(s.id, filter, o)
+	}
+}
+
+func (e *Engine) storeUnsub(s *session, filter string) {
+	if st := e.opts.Hooks.Sessions; st != nil && s.persistent() {
+		st.DeleteSubscription(s.id, filter)
+	}
+}
+
+func (e *Engine) storeMessage(s *session, om *outMsg) {
+	if st := e.opts.Hooks.Sessions; st != nil && s.persistent() {
+		st.SaveMessage(s.id, om.pid, om.m, om.subIDs)
+	}
+}
+
+func (e *Engine) storeReleased(s *session, pid uint16) {
+	if st := e.opts.Hooks.Sessions; st != nil && s.persistent() {
+		st.MessageReleased(s.id, pid)
+	}
+}
+
+func (e *Engine) forgetMessage(s *session, pid uint16) {
+	if st := e.opts.Hooks.Sessions; st != nil && s.persistent() {
+		st.DeleteMessage(s.id, pid)
+	}
+}
+
+func (e *Engine) storeInbound(s *session, pid uint16, add bool) {
+	if st := e.opts.Hooks.Sessions; st != nil && s.persistent() {
+		st.SaveInbound(s.id, pid, add)
+	}
+}
+
+func (e *Engine) storeRetained(m *Message) {
+	if st := e.opts.Hooks.Sessions; st != nil {
+		st.SaveRetained(m)
+	}
+}
+
+// restore rebuilds the stored sessions and retained messages (Start): every
+// session starts offline, its subscriptions in the tree, its messages
+// queued to be resent when it connects, its expiry counted from its stored
+// offline time (or from now). A will whose connection died with the last
+// process is due: after its delay counted from now [MQTT-3.1.2-8].
+func (e *Engine) restore(st SessionStore) error {
+	sessions, retained, err := st.Load()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, m := range retained {
+		e.retained.set(m)
+	}
+	for _, ss := range sessions {
+		r := ss.Client
+		s := &session{id: r.ID, e: e, username: r.Username, protocol: r.Protocol, expiry: r.Expiry}
+		s.offline = now.UnixNano()
+		if !ss.Offline.IsZero() {
+			s.offline = ss.Offline.UnixNano()
+		}
+		for _, sub := range ss.Subscriptions {
+			s.subs = append(s.subs, sessSub{filter: sub.Filter, o: sub.Options})
+			e.subs.Add(sub.Filter, s, sub.Options)
+		}
+		for _, sm := range ss.Messages {
+			om := &outMsg{pid: sm.PID, m: sm.Message, subIDs: sm.SubIDs, sent: true, released: sm.Released}
+			if s.byPID == nil {
+				s.byPID = map[uint16]*outMsg{}
+			}
+			s.byPID[sm.PID] = om
+			s.inflight = append(s.inflight, om)
+		}
+		for _, pid := range ss.Inbound {
+			s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, answered: true})
+		}
+		if r.Will != nil && ss.Offline.IsZero() {
+			s.will = &willSpec{m: r.Will, delay: r.WillDelay, expiry: r.WillExpiry}
+			d := min(time.Duration(r.WillDelay)*time.Second, time.Duration(r.Expiry)*time.Second)
+			s.willAt = now.Add(d).UnixNano()
+		}
+		e.sessions[s.id] = s
+		for _, sub := range s.subs {
+			if e.opts.Hooks.Router != nil {
+				e.opts.Hooks.Router.Subscribed(s.id, sub.filter)
+			}
+		}
+		s.mu.Lock()
+		e.watchSession(s)
+		s.mu.Unlock()
+	}
+	return nil
+}
