@@ -116,6 +116,12 @@ func (e *Engine) detach(c *conn, why string) {
 		} else {
 			s.offline = time.Now().UnixNano()
 			e.storeOffline(s)
+			for _, om := range s.inflight {
+				e.stubLocked(s, om)
+			}
+			for _, om := range s.queue {
+				e.stubLocked(s, om)
+			}
 			if sendWill && will.delay > 0 {
 				// Sent after the delay unless the client is back first
 				// [MQTT-3.1.3-9]; the session's end sends it too.
@@ -159,7 +165,10 @@ func (e *Engine) publishWill(s *session, w *willSpec) {
 }
 
 // expire ends an offline session whose expiry passed; a will still waiting
-// goes out now [MQTT-3.1.2-8].
+// goes out now [MQTT-3.1.2-8]. The session leaves at once (a client that
+// connects finds none), but with a DurableDelivery hook its messages are
+// let go only once their discards are recorded: until then the session
+// stays in the wheel, out of Engine.sessions, and tries again.
 func (e *Engine) expire(s *session) {
 	e.mu.Lock()
 	s.mu.Lock()
@@ -168,17 +177,45 @@ func (e *Engine) expire(s *session) {
 		e.mu.Unlock()
 		return
 	}
-	w := s.will
-	s.will, s.willAt = nil, 0
-	e.endLocked(s, "the session expired")
 	if e.sessions[s.id] == s {
 		delete(e.sessions, s.id)
 	}
+	w := s.will
+	s.will, s.willAt = nil, 0
+	pending := append(append([]*outMsg(nil), s.inflight...), s.queue...)
+	s.inflight, s.queue, s.byPID, s.queueBytes = nil, nil, nil, 0
+	for _, sub := range s.subs {
+		e.subs.Remove(sub.filter, s)
+		if e.opts.Hooks.Router != nil {
+			e.opts.Hooks.Router.Unsubscribed(s.id, sub.filter)
+		}
+	}
+	s.subs = nil
 	s.mu.Unlock()
 	e.mu.Unlock()
-	e.m.expired.Add(1)
 	if w != nil {
 		e.publishWill(s, w)
+	}
+	e.finishExpiry(s, pending)
+}
+
+// finishExpiry records the discards of an expired session's messages and
+// deletes it from the store once none is left.
+func (e *Engine) finishExpiry(s *session, pending []*outMsg) {
+	kept := e.discardDurably(s, pending, false, "the session expired")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(kept) > 0 && !e.closing.Load() {
+		s.expiring = kept
+		s.wheelAt = time.Now().Add(time.Second).UnixNano()
+		e.wheel.Add(s, s.wheelAt)
+		return
+	}
+	s.expiring = nil
+	s.ended = true
+	e.m.expired.Add(1)
+	if e.opts.Hooks.Sessions != nil {
+		e.opts.Hooks.Sessions.Delete(s.id)
 	}
 }
 

@@ -110,6 +110,8 @@ type conn struct {
 	lastRead atomic.Int64 // unix ns of the last bytes read
 	kaNanos  atomic.Int64 // 1.5 × keepalive in ns; 0 none [MQTT-3.1.2-24]
 	wheelAt  atomic.Int64 // deadline of c's live entry in the wheel; 0 none
+	// expiresAt is when the client's credential expires (Identity.Expires).
+	expiresAt atomic.Int64
 	closed   atomic.Bool
 }
 
@@ -613,6 +615,7 @@ func (c *conn) deadline(now int64) int64 {
 	if at := c.resumeAt.Load(); at > 0 {
 		earliest(at)
 	}
+	earliest(c.expiresAt.Load())
 	return d
 }
 
@@ -647,6 +650,10 @@ func (c *conn) tick(added, now int64) int64 {
 	}
 	if ka := c.kaNanos.Load(); ka > 0 && now >= c.lastRead.Load()+ka {
 		c.kill(KeepAliveTimeout, reasonKeepalive, errors.New("keepalive timeout"))
+		return next(0)
+	}
+	if at := c.expiresAt.Load(); at > 0 && now >= at {
+		c.kill(MaximumConnectTime, reasonKicked, errors.New("credential expired"))
 		return next(0)
 	}
 	c.wmu.Lock()

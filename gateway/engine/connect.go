@@ -214,6 +214,21 @@ func (c *conn) connect(pk *packets.Packet) error {
 		c.noProblem = p.RequestProblemInfoFlag && p.RequestProblemInfo == 0
 	}
 
+	if cs, ok := e.opts.Hooks.Sessions.(SessionClaimer); ok {
+		ctx, cancel := context.WithTimeout(e.ctx, e.opts.ConnectTimeout)
+		stored, err := cs.Claim(ctx, id, cp.Clean)
+		cancel()
+		switch {
+		case err != nil:
+			// Served from what this node has; the store says what it keeps.
+			e.log.Warn().Err(err).Str(logClient, id).Msg("claim session")
+		case stored != nil:
+			e.adopt(stored)
+		}
+	}
+	if !ident.Expires.IsZero() {
+		c.expiresAt.Store(ident.Expires.UnixNano())
+	}
 	s, present, refused := e.establish(c, cl, cp.Clean, expiry, will, e.opts.Hooks.Auth != nil)
 	if refused {
 		e.log.Info().Str(logClient, id).Str(logRemote, c.remote).Msg("connect refused: the client ID's session belongs to another identity")
@@ -308,6 +323,7 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 			s = nil
 		} else {
 			present = true
+			e.unstubLocked(s)
 		}
 	}
 	if s == nil {

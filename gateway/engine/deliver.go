@@ -18,8 +18,10 @@ type matchSet struct {
 	origin string
 	list   []matchHit
 	index  map[*session]int
-	// shared group members are accepted only while connected: groups are
-	// served by online members [MQTT-4.8.2-2].
+	// skip names shared groups ("group/filter") another node served;
+	// served collects those served here.
+	skip   []string
+	served []string
 }
 
 type matchHit struct {
@@ -70,18 +72,32 @@ func (ms *matchSet) Subscription(s *session, o topictree.Options) { ms.add(s, o,
 
 // Member is called under the tree's lock: it must not take the session's
 // (lock order: session, then tree), so it reads the atomic online flag.
-func (ms *matchSet) Member(_ string, s *session, o topictree.Options) bool {
+//
+// Groups are served by their connected members only [MQTT-4.8.2-2].
+func (ms *matchSet) Member(group, filter string, s *session, o topictree.Options) bool {
+	key := group + "/" + filter
+	for _, k := range ms.skip {
+		if k == key {
+			return true // served elsewhere: nobody here takes it
+		}
+	}
 	if !s.online.Load() {
 		return false
 	}
 	ms.add(s, o, true)
+	for _, k := range ms.served {
+		if k == key {
+			return true
+		}
+	}
+	ms.served = append(ms.served, key)
 	return true
 }
 
 // distribute delivers m to every session whose subscriptions match it and
 // tells the router. A message from the router is not routed back.
-func (e *Engine) distribute(m *Message, fromRouter bool) int {
-	ms := matchSet{origin: m.Origin}
+func (e *Engine) distribute(m *Message, fromRouter bool, skip []string) int {
+	ms := matchSet{origin: m.Origin, skip: skip}
 	e.subs.Match(m.Topic, &ms)
 	acl := e.opts.Hooks.ACL
 	for i := range ms.list {
@@ -93,7 +109,7 @@ func (e *Engine) distribute(m *Message, fromRouter bool) int {
 	}
 	e.m.delivered.Add(uint64(len(ms.list)))
 	if !fromRouter && e.opts.Hooks.Router != nil {
-		e.opts.Hooks.Router.Routed(m)
+		e.opts.Hooks.Router.Routed(m, ms.served)
 	}
 	return len(ms.list)
 }
@@ -131,8 +147,9 @@ func (c *conn) sendQoS0(m *Message, retain bool, subIDs []uint32) {
 		return
 	}
 	c.e.m.sent.Add(1)
-	if m.Ref != "" && c.e.opts.Hooks.Delivery != nil {
-		c.e.opts.Hooks.Delivery.Delivered(c.id(), m)
+	if d := c.e.opts.Hooks.Delivery; m.Ref != "" && d != nil {
+		d.Sent(c.id(), m, false)
+		d.Delivered(c.id(), m)
 	}
 }
 
@@ -153,8 +170,13 @@ func (c *conn) sendOut(om *outMsg) {
 		}
 	}
 	if c.appendPacket(func(b []byte) []byte { return appendPublish(b, om.m, &o, v5) }) {
+		dup := om.sent
 		om.sent = true
 		c.e.m.sent.Add(1)
+		if d := c.e.opts.Hooks.Delivery; om.m.Ref != "" && d != nil {
+			m := om.m
+			c.e.pool.submit(funcJob(func() { d.Sent(c.id(), m, dup) })) // not under the session's lock
+		}
 	}
 }
 

@@ -273,6 +273,25 @@ func (e *Engine) Publish(m *Message, fromRouter bool) error {
 	return nil
 }
 
+// PublishRouted delivers a message another node published: to the local
+// subscriptions, except members of the shared groups that node served
+// (skip, "group/filter"); retained here only if retain (a node whose
+// session store shares retained messages does not retain it again). It is
+// not routed back.
+func (e *Engine) PublishRouted(m *Message, skip []string, retain bool) error {
+	if e.closing.Load() {
+		return ErrClosed
+	}
+	if m.Created == 0 {
+		m.Created = time.Now().UnixNano()
+	}
+	if m.Retain && retain {
+		e.retain(m)
+	}
+	e.distribute(m, true, skip)
+	return nil
+}
+
 // Send delivers m to one client (point-to-point), whether or not it
 // subscribed: at once if it is connected, queued in its session if it is
 // offline (QoS 1/2), ErrNoSession if this engine has no session of that

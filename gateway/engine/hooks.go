@@ -157,12 +157,14 @@ type Result struct {
 }
 
 // Uplink decides each PUBLISH a client sends, after the engine validated
-// it, resolved its topic alias and checked the ACL.
+// it, resolved its topic alias and checked the ACL — and each will, as a
+// publish of its client when it is due.
 type Uplink interface {
-	// Publish decides m (m.Origin is c's client ID). done is valid with
-	// Defer only (nil for QoS 0, which has no acknowledgement: Defer then
-	// means "deliver when done is called", which the hook still must).
-	// For Refuse, the returned Result says the code.
+	// Publish decides m (m.Origin is c's client ID). done must be called
+	// exactly once if, and only if, the decision is Defer (for QoS 0 that
+	// means "deliver when done is called"; for a will, "deliver unless the
+	// Result refuses"). For Refuse, the returned Result says the code. m
+	// belongs to the engine: the hook must not change it.
 	Publish(c *Client, m *Message, done func(Result)) (Decision, Result)
 }
 
@@ -176,26 +178,45 @@ type Presence interface {
 	Disconnected(c *Client, reason string, cause error, takenOver bool)
 }
 
-// Delivery hears what became of messages that carry a Ref.
+// Delivery hears what became of messages that carry a Ref. Its calls may
+// come from any goroutine, never under an engine lock.
 type Delivery interface {
+	// Sent: a PUBLISH of the message was written for clientID (dup: a
+	// resend).
+	Sent(clientID string, m *Message, dup bool)
 	// Delivered: clientID acknowledged the message (PUBACK, PUBCOMP), or
 	// for QoS 0 it was written.
 	Delivered(clientID string, m *Message)
 	// Discarded: the message will never reach clientID; expired says its
-	// expiry passed, reason says why otherwise.
+	// expiry passed, reason says why otherwise. m may be a stub (no
+	// payload) for a message of an offline session held by the store.
 	Discarded(clientID string, m *Message, expired bool, reason string)
+}
+
+// DurableDelivery is a Delivery whose record of a discard must be durable
+// before the message leaves an offline session (a receipt in the core):
+// for messages that expire while their session is offline, and for the
+// messages of a session that expires, the engine calls DiscardedDurably
+// and keeps the message (and the session) until it returns nil, trying
+// again at the next sweep.
+type DurableDelivery interface {
+	Delivery
+	DiscardedDurably(ctx context.Context, clientID string, m *Message, expired bool, reason string) error
 }
 
 // Router carries publishes between nodes and tells them what this node's
 // sessions want.
 type Router interface {
-	// Routed is called for every message delivered on this node (after
-	// local delivery); the router forwards it to other nodes that want it.
-	// Messages the router itself injected (Engine.Inject with FromRouter)
-	// are not passed back.
-	Routed(m *Message)
+	// Routed is called for every message published on this node, after
+	// local delivery; served names the shared groups ("group/filter", as
+	// in the "$share/group/filter" subscription) a member of which on this
+	// node took the message, so that no other node's member does. Messages
+	// the router injected (Engine.PublishRouted) are not passed back.
+	Routed(m *Message, served []string)
 	// Subscribed and Unsubscribed track the filters of the sessions on
 	// this node (online and offline), one call per session and filter.
+	// They are called under the session's lock: they must not block or
+	// call into the engine.
 	Subscribed(clientID, filter string)
 	Unsubscribed(clientID, filter string)
 }

@@ -25,6 +25,31 @@ type Message struct {
 	// Props are the MQTT 5 properties passed through to subscribers; nil
 	// when there are none (most messages), to keep a message small.
 	Props *Props
+
+	// stub: the payload and properties were dropped from memory (an
+	// offline session's message held by the store; SessionStore.LoadMessages).
+	stub bool
+	size int // the payload's size, kept by a stub
+}
+
+// Stub reports whether m is a stub: an offline session's message whose
+// payload stays in the session store.
+func (m *Message) Stub() bool { return m.stub }
+
+// stubOf returns m without payload and properties.
+func stubOf(m *Message) *Message {
+	if m.stub {
+		return m
+	}
+	return &Message{Topic: m.Topic, QoS: m.QoS, Retain: m.Retain, Origin: m.Origin, Ref: m.Ref, Created: m.Created,
+		Expiry: m.Expiry, stub: true, size: len(m.Payload)}
+}
+
+func (m *Message) payloadSize() int {
+	if m.stub {
+		return m.size
+	}
+	return len(m.Payload)
 }
 
 // Props are the MQTT 5 PUBLISH properties the engine passes through

@@ -387,7 +387,7 @@ func (e *Engine) publish(m *Message, fromRouter bool) {
 	if m.Retain {
 		e.retain(m)
 	}
-	e.distribute(m, fromRouter)
+	e.distribute(m, fromRouter, nil)
 }
 
 // publishAs runs a message of cl's that did not come in a PUBLISH (a will)

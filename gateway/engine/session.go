@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +40,9 @@ type session struct {
 	willAt     int64 // unix ns the will is due (delayed will pending); 0 none
 	offline    int64 // unix ns the session went offline; 0 online
 	ended      bool
-	wheelAt    int64  // deadline of s's live entry in the wheel; 0 none
-	generation uint64 // counts connections, to tell a stale one
+	expiring   []*outMsg // expired, waiting for its discards to be recorded (finishExpiry)
+	wheelAt    int64     // deadline of s's live entry in the wheel; 0 none
+	generation uint64    // counts connections, to tell a stale one
 }
 
 // willSpec is a session's will: the message, its delay and its expiry
@@ -154,8 +156,68 @@ func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs [
 		s.queue = append(s.queue, om)
 		s.queueBytes += len(m.Payload)
 		e.storeMessage(s, om)
+		if c == nil {
+			e.stubLocked(s, om)
+			if m.Expiry > 0 {
+				e.watchSession(s)
+			}
+		}
 	}
 	s.mu.Unlock()
+}
+
+// stubLocked drops om's payload from memory when the store holds it (an
+// offline persistent session): a million offline phones must not keep
+// their queued commands in RAM.
+func (e *Engine) stubLocked(s *session, om *outMsg) {
+	if e.opts.Hooks.Sessions != nil && s.persistent() && !om.m.stub {
+		om.m = stubOf(om.m)
+	}
+}
+
+// unstubLocked reloads the payloads of s's stubs from the store (resume).
+// A message the store no longer has is dropped.
+func (e *Engine) unstubLocked(s *session) {
+	st := e.opts.Hooks.Sessions
+	if st == nil {
+		return
+	}
+	has := false
+	for _, om := range s.byPID {
+		if om.m.stub {
+			has = true
+			break
+		}
+	}
+	if !has {
+		return
+	}
+	stored, err := st.LoadMessages(s.id)
+	if err != nil {
+		e.log.Error().Err(err).Str(logClient, s.id).Msg("load queued messages")
+	}
+	full := make(map[uint16]*Message, len(stored))
+	for _, sm := range stored {
+		full[sm.PID] = sm.Message
+	}
+	keep := func(list []*outMsg) []*outMsg {
+		out := list[:0]
+		for _, om := range list {
+			if om.m.stub {
+				m, ok := full[om.pid]
+				if !ok {
+					delete(s.byPID, om.pid)
+					continue
+				}
+				mm := m.withFlags(om.m.QoS, om.m.Retain)
+				om.m = mm
+			}
+			out = append(out, om)
+		}
+		return out
+	}
+	s.inflight = keep(s.inflight)
+	s.queue = keep(s.queue)
 }
 
 // fillWindowLocked moves queued messages into the window while there is
@@ -171,7 +233,7 @@ func (e *Engine) fillWindowLocked(s *session) {
 		om := s.queue[0]
 		s.queue[0] = nil
 		s.queue = s.queue[1:]
-		s.queueBytes -= len(om.m.Payload)
+		s.queueBytes -= om.m.payloadSize()
 		if om.m.expired(now) {
 			delete(s.byPID, om.pid)
 			e.forgetMessage(s, om.pid)
@@ -314,7 +376,71 @@ func (s *session) nextDeadlineLocked() int64 {
 	if s.willAt > 0 && s.willAt < at {
 		at = s.willAt
 	}
+	for _, om := range s.queue {
+		if x := om.m.Expiry * int64(time.Second); x > 0 && x < at {
+			at = x
+		}
+	}
 	return at
+}
+
+// takeExpiredLocked takes the queued (never sent) messages whose expiry
+// passed out of an offline session [MQTT-3.3.2-5].
+func (e *Engine) takeExpiredLocked(s *session, nowSec int64) []*outMsg {
+	var out []*outMsg
+	keep := s.queue[:0]
+	for _, om := range s.queue {
+		if om.m.expired(nowSec) {
+			out = append(out, om)
+			s.queueBytes -= om.m.payloadSize()
+			delete(s.byPID, om.pid)
+			continue
+		}
+		keep = append(keep, om)
+	}
+	s.queue = keep
+	return out
+}
+
+// requeueLocked puts back messages whose discard could not be recorded
+// durably (DurableDelivery): they are offered again at the next sweep.
+func (e *Engine) requeueLocked(s *session, kept []*outMsg) {
+	for _, om := range kept {
+		if s.ended {
+			return
+		}
+		if s.byPID == nil {
+			s.byPID = map[uint16]*outMsg{}
+		}
+		s.byPID[om.pid] = om
+		s.queue = append(s.queue, om)
+		s.queueBytes += om.m.payloadSize()
+	}
+}
+
+// discardDurably reports discarded messages of s to the Delivery hook —
+// durably, if it can — and forgets those it recorded; it returns those it
+// could not (to be kept).
+func (e *Engine) discardDurably(s *session, list []*outMsg, expired bool, reason string) (kept []*outMsg) {
+	d := e.opts.Hooks.Delivery
+	dd, durable := d.(DurableDelivery)
+	for _, om := range list {
+		if om.m.Ref != "" && durable {
+			ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+			err := dd.DiscardedDurably(ctx, s.id, om.m, expired, reason)
+			cancel()
+			if err != nil {
+				kept = append(kept, om)
+				continue
+			}
+		} else if om.m.Ref != "" && d != nil {
+			d.Discarded(s.id, om.m, expired, reason)
+		}
+		s.mu.Lock()
+		e.forgetMessage(s, om.pid)
+		s.mu.Unlock()
+	}
+	return kept
 }
 
 // tick is the wheel's call for an offline session: its delayed will, then
@@ -325,6 +451,13 @@ func (s *session) tick(added, now int64) int64 {
 	if s.wheelAt != added {
 		s.mu.Unlock()
 		return 0 // replaced by an earlier entry
+	}
+	if s.expiring != nil {
+		pending := s.expiring
+		s.expiring, s.wheelAt = nil, 0
+		s.mu.Unlock()
+		e.finishExpiry(s, pending)
+		return 0
 	}
 	if s.ended || s.offline == 0 {
 		s.wheelAt = 0
@@ -347,6 +480,12 @@ func (s *session) tick(added, now int64) int64 {
 		s.mu.Unlock()
 		e.expire(s)
 		return 0
+	}
+	if expired := e.takeExpiredLocked(s, now/int64(time.Second)); len(expired) > 0 {
+		s.mu.Unlock()
+		kept := e.discardDurably(s, expired, true, "")
+		s.mu.Lock()
+		e.requeueLocked(s, kept)
 	}
 	next := s.nextDeadlineLocked()
 	s.wheelAt = next

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"time"
 
 	"github.com/ferrymq/ferrymq/gateway/topictree"
@@ -42,6 +43,21 @@ type SessionStore interface {
 	// SaveRetained stores a retained message; an empty payload deletes the
 	// topic's.
 	SaveRetained(m *Message)
+
+	// LoadMessages returns the stored outbound messages of clientID (as
+	// Load would). The engine keeps only stubs of an offline session's
+	// messages in memory (no payload) and reloads them when it resumes.
+	LoadMessages(clientID string) ([]StoredMessage, error)
+}
+
+// SessionClaimer is a SessionStore shared by several nodes (NATS KV): at
+// every CONNECT the engine claims the client's session before it resumes
+// or discards it, and gets the session as stored when another node served
+// it last (nil when this node holds it already, or there is none). It may
+// block (a network round trip). When another node claims a session this
+// node holds, the store calls Engine.Forget.
+type SessionClaimer interface {
+	Claim(ctx context.Context, clientID string, clean bool) (*StoredSession, error)
 }
 
 // ClientRecord is what a session keeps of its client.
@@ -161,46 +177,108 @@ func (e *Engine) restore(st SessionStore) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
 	for _, m := range retained {
 		e.retained.set(m)
 	}
-	for _, ss := range sessions {
-		r := ss.Client
-		s := &session{id: r.ID, e: e, username: r.Username, protocol: r.Protocol, expiry: r.Expiry}
-		s.offline = now.UnixNano()
-		if !ss.Offline.IsZero() {
-			s.offline = ss.Offline.UnixNano()
-		}
-		for _, sub := range ss.Subscriptions {
-			s.subs = append(s.subs, sessSub{filter: sub.Filter, o: sub.Options})
-			e.subs.Add(sub.Filter, s, sub.Options)
-		}
-		for _, sm := range ss.Messages {
-			om := &outMsg{pid: sm.PID, m: sm.Message, subIDs: sm.SubIDs, sent: true, released: sm.Released}
-			if s.byPID == nil {
-				s.byPID = map[uint16]*outMsg{}
-			}
-			s.byPID[sm.PID] = om
-			s.inflight = append(s.inflight, om)
-		}
-		for _, pid := range ss.Inbound {
-			s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, answered: true})
-		}
-		if r.Will != nil && ss.Offline.IsZero() {
-			s.will = &willSpec{m: r.Will, delay: r.WillDelay, expiry: r.WillExpiry}
-			d := min(time.Duration(r.WillDelay)*time.Second, time.Duration(r.Expiry)*time.Second)
-			s.willAt = now.Add(d).UnixNano()
-		}
-		e.sessions[s.id] = s
-		for _, sub := range s.subs {
-			if e.opts.Hooks.Router != nil {
-				e.opts.Hooks.Router.Subscribed(s.id, sub.filter)
-			}
-		}
-		s.mu.Lock()
-		e.watchSession(s)
-		s.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range sessions {
+		e.installLocked(&sessions[i], true)
 	}
 	return nil
+}
+
+// adopt installs a session another node served last (SessionClaimer),
+// replacing what this node had of it.
+func (e *Engine) adopt(ss *StoredSession) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old := e.sessions[ss.Client.ID]; old != nil {
+		old.mu.Lock()
+		e.forgetLocked(old)
+		old.mu.Unlock()
+		delete(e.sessions, ss.Client.ID)
+	}
+	e.installLocked(ss, false)
+}
+
+// installLocked makes a stored session an offline session of this engine;
+// e.mu is held. A will is due when the session's last connection ended with
+// a process (restart) rather than cleanly stored offline.
+func (e *Engine) installLocked(ss *StoredSession, atStart bool) {
+	now := time.Now()
+	r := ss.Client
+	s := &session{id: r.ID, e: e, username: r.Username, protocol: r.Protocol, expiry: r.Expiry}
+	s.offline = now.UnixNano()
+	if !ss.Offline.IsZero() {
+		s.offline = ss.Offline.UnixNano()
+	}
+	for _, sub := range ss.Subscriptions {
+		s.subs = append(s.subs, sessSub{filter: sub.Filter, o: sub.Options})
+		e.subs.Add(sub.Filter, s, sub.Options)
+	}
+	for _, sm := range ss.Messages {
+		om := &outMsg{pid: sm.PID, m: sm.Message, subIDs: sm.SubIDs, sent: true, released: sm.Released}
+		if s.byPID == nil {
+			s.byPID = map[uint16]*outMsg{}
+		}
+		s.byPID[sm.PID] = om
+		s.inflight = append(s.inflight, om)
+		e.stubLocked(s, om)
+	}
+	for _, pid := range ss.Inbound {
+		s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, answered: true})
+	}
+	if r.Will != nil && atStart && ss.Offline.IsZero() {
+		s.will = &willSpec{m: r.Will, delay: r.WillDelay, expiry: r.WillExpiry}
+		d := min(time.Duration(r.WillDelay)*time.Second, time.Duration(r.Expiry)*time.Second)
+		s.willAt = now.Add(d).UnixNano()
+	}
+	e.sessions[s.id] = s
+	for _, sub := range s.subs {
+		if e.opts.Hooks.Router != nil {
+			e.opts.Hooks.Router.Subscribed(s.id, sub.filter)
+		}
+	}
+	s.mu.Lock()
+	e.watchSession(s)
+	s.mu.Unlock()
+}
+
+// forgetLocked drops a session without telling anyone: another node has
+// it now (nothing discarded, nothing written).
+func (e *Engine) forgetLocked(s *session) {
+	s.ended = true
+	for _, sub := range s.subs {
+		e.subs.Remove(sub.filter, s)
+		if e.opts.Hooks.Router != nil {
+			e.opts.Hooks.Router.Unsubscribed(s.id, sub.filter)
+		}
+	}
+	s.subs, s.inflight, s.queue, s.byPID, s.will = nil, nil, nil, nil, nil
+	s.conn = nil
+	s.online.Store(false)
+}
+
+// Forget drops clientID's session because another node claimed it
+// (SessionClaimer): its connection here gets DISCONNECT 0x8E and no will;
+// nothing is discarded or written.
+func (e *Engine) Forget(clientID string) {
+	e.mu.Lock()
+	s := e.sessions[clientID]
+	if s == nil {
+		e.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	c := s.conn
+	e.forgetLocked(s)
+	s.mu.Unlock()
+	delete(e.sessions, clientID)
+	e.mu.Unlock()
+	if c != nil {
+		c.takenOver.Store(true)
+		c.kill(SessionTakenOver, reasonTakenOver, nil)
+		e.m.takeovers.Add(1)
+	}
 }

@@ -41,10 +41,11 @@ type Options struct {
 type Visitor[V comparable] interface {
 	// Subscription is called for every plain subscription that matches.
 	Subscription(v V, o Options)
-	// Member is offered members of a matching shared group in turn until
-	// it returns true (that member takes the message); at most once per
+	// Member is offered members of a matching shared group (named by its
+	// group and filter, as in "$share/{group}/{filter}") in turn until it
+	// returns true (that member takes the message); at most once per
 	// member per group.
-	Member(group string, v V, o Options) bool
+	Member(group, filter string, v V, o Options) bool
 }
 
 // Tree is a subscription trie. The zero Tree is empty and ready.
@@ -76,6 +77,7 @@ type entry[V comparable] struct {
 
 type group[V comparable] struct {
 	name    string
+	filter  string
 	members []entry[V]
 	next    atomic.Uint32
 }
@@ -91,6 +93,7 @@ func (t *Tree[V]) Add(filter string, v V, o Options) (existed bool) {
 	n := t.path(f, true)
 	if shared {
 		g := n.group(group, true)
+		g.filter = f
 		for i := range g.members {
 			if g.members[i].v == v {
 				g.members[i].o = o
@@ -199,7 +202,7 @@ func (n *node[V]) visit(vis Visitor[V]) {
 		start := int(g.next.Add(1)-1) % k
 		for i := 0; i < k; i++ {
 			e := g.members[(start+i)%k]
-			if vis.Member(g.name, e.v, e.o) {
+			if vis.Member(g.name, g.filter, e.v, e.o) {
 				break
 			}
 		}

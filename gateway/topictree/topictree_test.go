@@ -21,7 +21,7 @@ type collect struct {
 }
 
 func (c *collect) Subscription(v string, o Options) { c.subs = append(c.subs, v) }
-func (c *collect) Member(g string, v string, o Options) bool {
+func (c *collect) Member(g, _ string, v string, o Options) bool {
 	if c.refused[v] {
 		return false
 	}
@@ -128,7 +128,7 @@ func TestSharedGroupsTakeTurns(t *testing.T) {
 type visitFunc func(v string, o Options)
 
 func (f visitFunc) Subscription(v string, o Options)    { f(v, o) }
-func (f visitFunc) Member(string, string, Options) bool { return false }
+func (f visitFunc) Member(string, string, string, Options) bool { return false }
 
 // FuzzMatch checks the trie against mqtttopic.Match, the reference
 // matcher, for arbitrary filters and topic names.
@@ -198,4 +198,4 @@ func BenchmarkMatch(b *testing.B) {
 type countVisitor struct{ n *int }
 
 func (c countVisitor) Subscription(int, Options)        { *c.n++ }
-func (c countVisitor) Member(string, int, Options) bool { return true }
+func (c countVisitor) Member(string, string, int, Options) bool { return true }
