@@ -112,7 +112,7 @@ type conn struct {
 	wheelAt  atomic.Int64 // deadline of c's live entry in the wheel; 0 none
 	// expiresAt is when the client's credential expires (Identity.Expires).
 	expiresAt atomic.Int64
-	closed   atomic.Bool
+	closed    atomic.Bool
 }
 
 func newConn(e *Engine, t transport, ln *listener, remote string) *conn {

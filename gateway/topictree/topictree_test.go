@@ -127,7 +127,7 @@ func TestSharedGroupsTakeTurns(t *testing.T) {
 
 type visitFunc func(v string, o Options)
 
-func (f visitFunc) Subscription(v string, o Options)    { f(v, o) }
+func (f visitFunc) Subscription(v string, o Options)            { f(v, o) }
 func (f visitFunc) Member(string, string, string, Options) bool { return false }
 
 // FuzzMatch checks the trie against mqtttopic.Match, the reference
@@ -197,5 +197,5 @@ func BenchmarkMatch(b *testing.B) {
 
 type countVisitor struct{ n *int }
 
-func (c countVisitor) Subscription(int, Options)        { *c.n++ }
+func (c countVisitor) Subscription(int, Options)                { *c.n++ }
 func (c countVisitor) Member(string, string, int, Options) bool { return true }
