@@ -101,18 +101,23 @@ type Authorizer interface {
 
 // Limiter admits sockets and paces clients.
 type Limiter interface {
-	// Admit decides a new socket before a byte is read from it; release is
-	// called once when it closes.
+	// Admit decides a new socket before a byte is read from it (after the
+	// PROXY header, on listeners that take one); release is called once
+	// when it closes.
 	Admit(remote string) (release func(), err error)
-	// AllowPublish paces c's publishes of size payload bytes: ok, or how
-	// long c should wait first. The engine refuses the publish (MQTT 5:
-	// 0x96) or, for MQTT 3, stops reading from c for wait (its own
-	// backpressure) and drops the publish; Strike says whether c used up
-	// its patience (then it is disconnected).
-	AllowPublish(c *Client, size int) (ok bool, wait time.Duration, strike bool)
-	// AllowSubscription reports whether c may hold one more subscription
-	// (it holds held) to filter; false answers "quota exceeded".
-	AllowSubscription(c *Client, filter string, held int) bool
+	// AllowPublish decides c's publish of size payload bytes to topic:
+	// Success, or
+	//   - MessageRateTooHigh with wait > 0: MQTT 5 gets 0x96; an MQTT 3
+	//     client cannot be told, so the engine stops reading from it for
+	//     wait (its own TCP backpressure) and drops the publish, or ends the
+	//     connection when disconnect is set (out of patience);
+	//   - any other code (TopicNameInvalid for a topic past the limits): the
+	//     publish is refused as the ACL refuses.
+	AllowPublish(c *Client, topic string, size int) (code ReasonCode, wait time.Duration, disconnect bool)
+	// AllowSubscription decides one more subscription of c (holding held)
+	// to filter: Success, or the SUBACK code (QuotaExceeded,
+	// TopicFilterInvalid).
+	AllowSubscription(c *Client, filter string, held int) ReasonCode
 }
 
 // Refusal refuses a CONNECT with a reason code.

@@ -111,12 +111,12 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 		return c.refusePublish(qos, pk.PacketID, NotAuthorized, "not authorized")
 	}
 	if lim := c.e.opts.Hooks.Limits; lim != nil {
-		if ok, wait, strike := lim.AllowPublish(c.client, len(m.Payload)); !ok {
+		code, wait, disconnect := lim.AllowPublish(c.client, topic, len(m.Payload))
+		switch {
+		case code == Success:
+		case code == MessageRateTooHigh && wait > 0 && !v5:
 			c.e.m.paced.Add(1)
-			if v5 {
-				return c.refusePublish(qos, pk.PacketID, MessageRateTooHigh, "message rate too high")
-			}
-			if strike {
+			if disconnect {
 				c.end(Success, reasonKicked, errors.New("publish rate exceeded"))
 				return nil
 			}
@@ -126,6 +126,11 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 			c.pause()
 			c.watch()
 			return nil
+		default:
+			if code == MessageRateTooHigh {
+				c.e.m.paced.Add(1)
+			}
+			return c.refusePublish(qos, pk.PacketID, code, code.String())
 		}
 	}
 

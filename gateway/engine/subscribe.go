@@ -93,8 +93,10 @@ func (c *conn) grant(filter, group, inner string, shared bool, qos byte) ReasonC
 		s.mu.Lock()
 		held, has := len(s.subs), s.findSub(filter) >= 0
 		s.mu.Unlock()
-		if !has && !lim.AllowSubscription(c.client, filter, held) {
-			return QuotaExceeded
+		if !has {
+			if code := lim.AllowSubscription(c.client, filter, held); code != Success {
+				return code
+			}
 		}
 	}
 	return ReasonCode(qos)
