@@ -160,7 +160,7 @@ func (c *conn) connect(pk *packets.Packet) error {
 	}
 	var will *willSpec
 	if cp.WillFlag {
-		will = &willSpec{m: &Message{Topic: cp.WillTopic, Payload: cp.WillPayload, QoS: cp.WillQos, Retain: cp.WillRetain, Origin: id}}
+		will = &willSpec{m: &Message{Topic: cp.WillTopic, Payload: cp.WillPayload, QoS: cp.WillQos, Retain: cp.WillRetain, Origin: id, Will: true}}
 		if v5 {
 			wp := &cp.WillProperties
 			will.m.Props = propsOf(wp)
@@ -229,7 +229,7 @@ func (c *conn) connect(pk *packets.Packet) error {
 	if !ident.Expires.IsZero() {
 		c.expiresAt.Store(ident.Expires.UnixNano())
 	}
-	s, present, refused := e.establish(c, cl, cp.Clean, expiry, will, e.opts.Hooks.Auth != nil)
+	s, present, replaced, refused := e.establish(c, cl, cp.Clean, expiry, will, e.opts.Hooks.Auth != nil)
 	if refused {
 		e.log.Info().Str(logClient, id).Str(logRemote, c.remote).Msg("connect refused: the client ID's session belongs to another identity")
 		c.refuse(BadUsernameOrPassword, "client ID held by another identity")
@@ -239,6 +239,9 @@ func (c *conn) connect(pk *packets.Packet) error {
 	c.state = stConnected
 	e.m.connects.Add(1)
 	e.m.connected.Add(1)
+	if p := e.opts.Hooks.Presence; p != nil {
+		p.Connected(cl, present, replaced)
+	}
 
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, SessionPresent: present}
 	if v5 {
@@ -267,9 +270,6 @@ func (c *conn) connect(pk *packets.Packet) error {
 		e.resumeLocked(s)
 	}
 	s.mu.Unlock()
-	if p := e.opts.Hooks.Presence; p != nil {
-		p.Connected(cl, present)
-	}
 	return nil
 }
 
@@ -296,7 +296,7 @@ func (c *conn) refuse(code ReasonCode, why string) {
 // sends no will, and its presence ends with takenOver [MQTT-3.1.4-3].
 // With authentication on, a session owned by another username is not
 // given away (refused).
-func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will *willSpec, owned bool) (s *session, present, refused bool) {
+func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will *willSpec, owned bool) (s *session, present bool, replaced *Client, refused bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s = e.sessions[cl.id]
@@ -304,9 +304,10 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 		s.mu.Lock()
 		if owned && s.username != cl.username {
 			s.mu.Unlock()
-			return nil, false, true
+			return nil, false, nil, true
 		}
 		if old := s.conn; old != nil {
+			replaced = old.client
 			old.takenOver.Store(true)
 			s.conn = nil
 			s.online.Store(false)
@@ -343,7 +344,7 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 		e.storeClient(s)
 	}
 	s.mu.Unlock()
-	return s, present, false
+	return s, present, replaced, false
 }
 
 var idSeq atomic.Uint64

@@ -175,8 +175,11 @@ type Uplink interface {
 
 // Presence hears connections.
 type Presence interface {
-	// Connected is called once the CONNACK is written.
-	Connected(c *Client, sessionPresent bool)
+	// Connected is called once a connection is accepted, before its
+	// CONNACK is written (so what the hook records comes before anything
+	// the client does after it); replaced is the connection of the same
+	// client ID it took over, or nil.
+	Connected(c *Client, sessionPresent bool, replaced *Client)
 	// Disconnected is called once per Connected, when the connection has
 	// ended; takenOver says a new connection of the same client ID
 	// replaced it (cause is nil then).

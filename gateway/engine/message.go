@@ -13,6 +13,8 @@ type Message struct {
 	// Origin is the client ID of the publisher ("" for the server's own),
 	// for no-local subscriptions [MQTT-3.8.3-3].
 	Origin string
+	// Will marks a will, published for its client.
+	Will bool
 	// Ref is the publisher's own reference (a core message ID, say): kept
 	// with every queued copy and handed back to the Delivery hook.
 	Ref string
