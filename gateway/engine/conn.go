@@ -330,12 +330,16 @@ func (c *conn) handleRaw(raw []byte) {
 		}
 	}
 	plain, err := c.t.decode(data)
-	if err != nil {
-		c.end(Success, reasonProtocol, err)
+	if len(plain) > 0 && !c.consume(plain) {
 		return
 	}
-	if len(plain) > 0 {
-		c.consume(plain)
+	switch {
+	case err == nil:
+	case errors.Is(err, errWSClosed):
+		c.end(Success, reasonLost, err)
+	default:
+		c.e.m.protocolErrors.Add(1)
+		c.end(Success, reasonProtocol, err)
 	}
 }
 

@@ -32,7 +32,10 @@ func start(t testing.TB, o engine.Options) (*engine.Engine, string) {
 		defer cancel()
 		require.NoError(t, e.Shutdown(ctx))
 	})
-	return e, e.Addr("tcp").String()
+	if a := e.Addr("tcp"); a != nil {
+		return e, a.String()
+	}
+	return e, ""
 }
 
 func dialV3(t testing.TB, addr, id string, tune ...func(*paho3.ClientOptions)) paho3.Client {
@@ -170,3 +173,10 @@ func TestV5PropertiesPassThrough(t *testing.T) {
 
 //go:fix inline
 func new[T any](v T) *T { return &v }
+
+// authFunc is an Authenticator from a function.
+type authFunc func(*engine.ConnectInfo) (engine.Identity, error)
+
+func (f authFunc) Authenticate(_ context.Context, ci *engine.ConnectInfo) (engine.Identity, error) {
+	return f(ci)
+}

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	ltls "github.com/lesismal/llib/std/crypto/tls"
 	"github.com/lesismal/nbio"
 )
 
@@ -36,17 +37,24 @@ type listener struct {
 	cfg  Listener
 	name string
 	ln   net.Listener
+	tls  *ltls.Config
 }
 
 func (e *Engine) listen(cfg *Listener) (*listener, error) {
-	if cfg.TLS != nil || cfg.Type == "ws" {
-		return nil, fmt.Errorf("engine: listener %s: TLS and WebSocket are not served yet", cfg.Name)
+	l := &listener{e: e, cfg: *cfg, name: cfg.Name}
+	if cfg.TLS != nil {
+		tc, err := llibConfig(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("engine: listener %s: %w", cfg.Name, err)
+		}
+		l.tls = tc
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("engine: listener %s on %s: %w", cfg.Name, cfg.Addr, err)
 	}
-	return &listener{e: e, cfg: *cfg, name: cfg.Name, ln: ln}, nil
+	l.ln = ln
+	return l, nil
 }
 
 // serve accepts until the listener closes. Each socket is checked by the
@@ -103,8 +111,8 @@ func (l *listener) accept(nc net.Conn) {
 	c.proxyPending = l.cfg.ProxyProtocol
 	t := &tcpTransport{nc: nbc}
 	c.t = t
-	if l.cfg.TLS != nil {
-		c.t = newTLSTransport(t, l.cfg.TLS)
+	if l.tls != nil {
+		c.t = newTLSTransport(t, l.tls)
 	}
 	if l.cfg.Type == "ws" {
 		c.t = newWSTransport(c.t, l.cfg.Path, e.opts.MaxPacketBytes)
