@@ -67,6 +67,8 @@ type conn struct {
 	eof      bool   // the peer closed (or the socket failed: rdErr)
 	rdErr    error
 
+	cl Client // the hooks' view, once connected (client points here)
+
 	// turn
 	state     uint8
 	partial   []byte // bytes of an incomplete packet (nil when there is none)

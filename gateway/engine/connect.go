@@ -125,7 +125,9 @@ func (c *conn) connect(pk *packets.Packet) error {
 	e := c.e
 	cp := &pk.Connect
 	v5 := pk.ProtocolVersion == 5
-	id := cp.ClientIdentifier
+	// What is kept of the CONNECT is copied out of its body (mochi's strings
+	// alias it), so the body — password included — is not kept alive.
+	id := strings.Clone(cp.ClientIdentifier)
 	assigned := false
 	if id == "" {
 		switch {
@@ -160,10 +162,11 @@ func (c *conn) connect(pk *packets.Packet) error {
 	}
 	var will *willSpec
 	if cp.WillFlag {
-		will = &willSpec{m: &Message{Topic: cp.WillTopic, Payload: cp.WillPayload, QoS: cp.WillQos, Retain: cp.WillRetain, Origin: id, Will: true}}
+		will = &willSpec{m: &Message{Topic: strings.Clone(cp.WillTopic), Payload: append([]byte(nil), cp.WillPayload...),
+			QoS: cp.WillQos, Retain: cp.WillRetain, Origin: id, Will: true}}
 		if v5 {
 			wp := &cp.WillProperties
-			will.m.Props = propsOf(wp)
+			will.m.Props = clonedProps(propsOf(wp))
 			will.expiry = min(wp.MessageExpiryInterval, uint32(e.opts.MaxMessageExpiry/time.Second))
 			will.delay = wp.WillDelayInterval
 		}
@@ -191,11 +194,12 @@ func (c *conn) connect(pk *packets.Packet) error {
 	if c.state == stClosed {
 		return nil // killed while authenticating (shutdown)
 	}
-	cl := &Client{
+	c.cl = Client{
 		id: id, username: ident.Username, listener: c.ln.name, remote: c.remote, protocol: pk.ProtocolVersion,
 		clean: cp.Clean, keepalive: cp.Keepalive, since: time.Now().UnixNano(), authState: ident.State,
 		tls: info.TLS, cn: c,
 	}
+	cl := &c.cl
 
 	// Keepalive [MQTT-3.1.2-24]: MQTT 5 clients asking for more than the
 	// cap, or for none, are told the cap (Server Keep Alive
@@ -401,4 +405,21 @@ func propsOf(p *packets.Properties) *Props {
 		}
 	}
 	return out
+}
+
+// clonedProps copies p's strings and bytes out of the packet they alias.
+func clonedProps(p *Props) *Props {
+	if p == nil {
+		return nil
+	}
+	q := *p
+	q.ContentType, q.ResponseTopic = strings.Clone(p.ContentType), strings.Clone(p.ResponseTopic)
+	q.CorrelationData = append([]byte(nil), p.CorrelationData...)
+	if p.User != nil {
+		q.User = make([]UserProperty, len(p.User))
+		for i, u := range p.User {
+			q.User[i] = UserProperty{Key: strings.Clone(u.Key), Value: strings.Clone(u.Value)}
+		}
+	}
+	return &q
 }

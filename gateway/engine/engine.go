@@ -47,9 +47,7 @@ type Engine struct {
 	mu       sync.Mutex // guards sessions
 	sessions map[string]*session
 
-	connsMu sync.Mutex
-	conns   map[*conn]struct{}
-	nbConns sync.Map // *nbio.Conn → *conn
+	conns connTable
 
 	m metrics
 
@@ -75,8 +73,8 @@ func New(o Options) (*Engine, error) {
 		log:      o.Logger.With().Str("component", "mqtt").Logger(),
 		idPrefix: hex.EncodeToString(b[:]),
 		sessions: map[string]*session{},
-		conns:    map[*conn]struct{}{},
 	}
+	e.conns.init()
 	quietNBIO(e.log)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.pool = newPool(o.Workers, func(r any) {
@@ -176,15 +174,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		for _, l := range e.lns {
 			_ = l.ln.Close()
 		}
-		e.connsMu.Lock()
-		all := make([]*conn, 0, len(e.conns))
-		for c := range e.conns {
-			all = append(all, c)
-		}
-		e.connsMu.Unlock()
-		for _, c := range all {
-			c.kill(ServerShuttingDown, reasonShutdown, nil)
-		}
+		e.conns.each(func(c *conn) { c.kill(ServerShuttingDown, reasonShutdown, nil) })
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 	wait:
@@ -205,32 +195,15 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	return err
 }
 
-func (e *Engine) connOf(nc *nbio.Conn) *conn {
-	if v, ok := e.nbConns.Load(nc); ok {
-		return v.(*conn)
-	}
-	return nil
-}
+func (e *Engine) connOf(nc *nbio.Conn) *conn { return e.conns.get(nc) }
 
-func (e *Engine) connCount() int {
-	e.connsMu.Lock()
-	defer e.connsMu.Unlock()
-	return len(e.conns)
-}
+func (e *Engine) connCount() int { return int(e.conns.n.Load()) }
 
 func (e *Engine) forceCloseAll() {
-	e.connsMu.Lock()
-	defer e.connsMu.Unlock()
-	for c := range e.conns {
+	e.conns.each(func(c *conn) {
 		c.t.close()
-		delete(e.conns, c)
-	}
-}
-
-func (e *Engine) addConn(c *conn) {
-	e.connsMu.Lock()
-	e.conns[c] = struct{}{}
-	e.connsMu.Unlock()
+		e.conns.remove(c)
+	})
 }
 
 // removeConn forgets c once it is closed for good (after any lingering).
@@ -238,9 +211,85 @@ func (e *Engine) removeConn(c *conn) {
 	if c.lingering {
 		return // lingerDone removes it
 	}
-	e.connsMu.Lock()
-	delete(e.conns, c)
-	e.connsMu.Unlock()
+	e.conns.remove(c)
+}
+
+// connTable finds a connection by its socket: one slot per file
+// descriptor (as the event loop's own table), so an idle connection costs
+// the table 8 bytes instead of a map entry. Slots are atomic: the poller
+// that looks a connection up sees it fully built.
+//
+// The event loop closes a socket (a client's hang-up) before the
+// connection's turn has ended it, so a new socket may get the same
+// descriptor while the old connection is still alive: it moves to
+// orphans, where its close still finds it.
+type connTable struct {
+	slots   []atomic.Pointer[conn]
+	n       atomic.Int64
+	mu      sync.Mutex // orphans' moves
+	orphans map[*nbio.Conn]*conn
+}
+
+func (t *connTable) init() {
+	t.slots = make([]atomic.Pointer[conn], nbio.MaxOpenFiles)
+	t.orphans = map[*nbio.Conn]*conn{}
+}
+
+func (t *connTable) add(c *conn) bool {
+	fd := c.nbc.Hash()
+	if fd < 0 || fd >= len(t.slots) {
+		return false
+	}
+	t.mu.Lock()
+	if old := t.slots[fd].Swap(c); old != nil {
+		t.orphans[old.nbc] = old
+	}
+	t.mu.Unlock()
+	t.n.Add(1)
+	return true
+}
+
+func (t *connTable) get(nc *nbio.Conn) *conn {
+	fd := nc.Hash()
+	if fd >= 0 && fd < len(t.slots) {
+		if c := t.slots[fd].Load(); c != nil && c.nbc == nc {
+			return c
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.orphans[nc]
+}
+
+func (t *connTable) remove(c *conn) {
+	fd := c.nbc.Hash()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if fd >= 0 && fd < len(t.slots) && t.slots[fd].CompareAndSwap(c, nil) {
+		t.n.Add(-1)
+		return
+	}
+	if t.orphans[c.nbc] == c {
+		delete(t.orphans, c.nbc)
+		t.n.Add(-1)
+	}
+}
+
+func (t *connTable) each(fn func(*conn)) {
+	for i := range t.slots {
+		if c := t.slots[i].Load(); c != nil {
+			fn(c)
+		}
+	}
+	t.mu.Lock()
+	list := make([]*conn, 0, len(t.orphans))
+	for _, c := range t.orphans {
+		list = append(list, c)
+	}
+	t.mu.Unlock()
+	for _, c := range list {
+		fn(c)
+	}
 }
 
 // watchSession puts an offline session in the wheel (its lock is held).

@@ -118,8 +118,13 @@ func (l *listener) accept(nc net.Conn) {
 		c.t = newWSTransport(c.t, l.cfg.Path, e.opts.MaxPacketBytes)
 	}
 	c.nbc = nbc
-	e.nbConns.Store(nbc, c) // the event loop finds c here (a sync.Map: its Load orders after this Store)
-	e.addConn(c)
+	if !e.conns.add(c) { // the event loop finds c here
+		_ = nbc.Close()
+		if release != nil {
+			release()
+		}
+		return
+	}
 	c.watch() // the connect timeout
 	if _, err := e.nb.AddConn(nbc); err != nil {
 		e.log.Warn().Err(err).Str(logRemote, remote).Msg("add connection to the event loop")
@@ -138,7 +143,6 @@ func (c *conn) transportClosed(err error) {
 	}
 	c.mu.Unlock()
 	c.schedule(wGone) // a closed connection's turn ignores it
-	c.e.nbConns.Delete(c.nbc)
 }
 
 // tcpTransport is a plain socket on the event loop.
@@ -197,9 +201,7 @@ func (c *conn) lingerDone() {
 	}
 	c.lingering = false
 	c.t.close()
-	c.e.connsMu.Lock()
-	delete(c.e.conns, c)
-	c.e.connsMu.Unlock()
+	c.e.conns.remove(c)
 }
 
 // drainLingering discards what a lingering connection's client sent; a

@@ -24,9 +24,8 @@ import (
 
 // tlsTransport is TLS over a socket.
 type tlsTransport struct {
-	tcp   *tcpTransport
-	tc    *ltls.Conn
-	state *tls.ConnectionState
+	tcp *tcpTransport
+	tc  *ltls.Conn
 }
 
 func newTLSTransport(t *tcpTransport, cfg *ltls.Config) *tlsTransport {
@@ -73,19 +72,18 @@ func (t *tlsTransport) closeWrite() {
 
 func (t *tlsTransport) close() { _ = t.tc.Close() }
 
+// tlsState translates the connection state (asked once, at CONNECT: not
+// kept, an idle connection must not carry it).
 func (t *tlsTransport) tlsState() *tls.ConnectionState {
-	if t.state == nil {
-		st := t.tc.ConnectionState()
-		if !st.HandshakeComplete {
-			return nil
-		}
-		t.state = &tls.ConnectionState{
-			Version: st.Version, HandshakeComplete: true, DidResume: st.DidResume, CipherSuite: st.CipherSuite,
-			NegotiatedProtocol: st.NegotiatedProtocol, ServerName: st.ServerName,
-			PeerCertificates: st.PeerCertificates, VerifiedChains: st.VerifiedChains,
-		}
+	st := t.tc.ConnectionState()
+	if !st.HandshakeComplete {
+		return nil
 	}
-	return t.state
+	return &tls.ConnectionState{
+		Version: st.Version, HandshakeComplete: true, DidResume: st.DidResume, CipherSuite: st.CipherSuite,
+		NegotiatedProtocol: st.NegotiatedProtocol, ServerName: st.ServerName,
+		PeerCertificates: st.PeerCertificates, VerifiedChains: st.VerifiedChains,
+	}
 }
 
 // errTLSConfig is returned by New for a TLS configuration the event loop's
