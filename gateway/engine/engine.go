@@ -174,6 +174,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		for _, l := range e.lns {
 			_ = l.ln.Close()
 		}
+		if !e.started.Load() {
+			e.cancel()
+			return
+		}
 		e.conns.each(func(c *conn) { c.kill(ServerShuttingDown, reasonShutdown, nil) })
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
