@@ -51,3 +51,11 @@ func (c *Client) AuthState() any { return c.authState }
 // TLS is the connection's TLS state during authentication; nil later and
 // on plain connections.
 func (c *Client) TLS() *tls.ConnectionState { return c.tls }
+
+// NewClient builds the Client a connection authenticated as id would show
+// the hooks, for tests of hooks without a network (a real connection's
+// Client is made by the engine at CONNECT).
+func NewClient(ci *ConnectInfo, id Identity) *Client {
+	return &Client{id: ci.ClientID, username: id.Username, listener: ci.Listener, remote: ci.Remote,
+		protocol: ci.Protocol, clean: ci.Clean, keepalive: ci.Keepalive, authState: id.State, tls: ci.TLS}
+}
