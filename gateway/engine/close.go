@@ -81,7 +81,7 @@ func (c *conn) backlogged() bool {
 // kernel answer the client's next bytes with a reset, and a client still
 // writing would fail before it read our last packet.
 func (c *conn) linger() {
-	c.lingering = true
+	c.lingering.Store(true)
 	c.e.lingerStart(c)
 }
 

@@ -90,12 +90,13 @@ type conn struct {
 	proxyPending bool
 
 	// Lingering close (net.go): the turn's, but read by the wheel's tick.
-	lingering   bool
+	lingering   atomic.Bool
 	lingerShut  bool
-	lingerUntil int64
+	lingerUntil atomic.Int64
 	lingerRead  int
 
-	takenOver atomic.Bool // another connection took the session: no will, presence says so
+	takenOver   atomic.Bool // another connection took the session: no will, presence says so
+	established atomic.Bool // CONNACK accepted (for the wheel, which must not read turn state)
 
 	upMu      sync.Mutex // guards up and upPending
 	up        []*upSlot  // uplink publishes in the order received, until their ack is written
@@ -165,7 +166,7 @@ func (c *conn) run() {
 		c.mu.Lock()
 		w := c.work
 		c.work = 0
-		if w == 0 || (c.state == stClosed && !c.lingering) {
+		if w == 0 || (c.state == stClosed && !c.lingering.Load()) {
 			c.sched = false
 			c.mu.Unlock()
 			return
@@ -173,9 +174,9 @@ func (c *conn) run() {
 		code, why, kerr := c.killCode, c.killWhy, c.killErr
 		c.mu.Unlock()
 
-		if c.lingering {
+		if c.lingering.Load() {
 			c.drainLingering(w&wGone != 0)
-			if c.lingering {
+			if c.lingering.Load() {
 				c.lingerStep()
 			}
 			continue
@@ -595,8 +596,8 @@ func (c *conn) watch() {
 
 // deadline is the next moment the wheel must look at c, or 0 for never.
 func (c *conn) deadline(now int64) int64 {
-	if c.lingering {
-		return c.lingerUntil
+	if c.lingering.Load() {
+		return c.lingerUntil.Load()
 	}
 	if c.closed.Load() {
 		return 0
@@ -607,7 +608,7 @@ func (c *conn) deadline(now int64) int64 {
 			d = t
 		}
 	}
-	if c.client == nil && !c.closed.Load() {
+	if !c.established.Load() {
 		earliest(c.opened + int64(c.e.opts.ConnectTimeout))
 	}
 	if ka := c.kaNanos.Load(); ka > 0 {
@@ -639,18 +640,18 @@ func (c *conn) tick(added, now int64) int64 {
 		}
 		return d
 	}
-	if c.lingering {
-		if now >= c.lingerUntil {
+	if c.lingering.Load() {
+		if now >= c.lingerUntil.Load() {
 			c.schedule(wKill) // the turn finishes the linger
 			return next(now + int64(250*time.Millisecond))
 		}
 		c.schedule(wRead)
-		return next(c.lingerUntil)
+		return next(c.lingerUntil.Load())
 	}
 	if c.closed.Load() {
 		return next(0)
 	}
-	if c.client == nil && now >= c.opened+int64(c.e.opts.ConnectTimeout) {
+	if !c.established.Load() && now >= c.opened+int64(c.e.opts.ConnectTimeout) {
 		c.kill(Success, reasonConnectTimeout, errors.New("no CONNECT within the connect timeout"))
 		return next(0)
 	}

@@ -241,6 +241,7 @@ func (c *conn) connect(pk *packets.Packet) error {
 	}
 	c.client, c.sess = cl, s
 	c.state = stConnected
+	c.established.Store(true)
 	e.m.connects.Add(1)
 	e.m.connected.Add(1)
 	if p := e.opts.Hooks.Presence; p != nil {
@@ -311,7 +312,7 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 			return nil, false, nil, true
 		}
 		if old := s.conn; old != nil {
-			replaced = old.client
+			replaced = &old.cl // filled before old's establish, under this lock
 			old.takenOver.Store(true)
 			s.conn = nil
 			s.online.Store(false)

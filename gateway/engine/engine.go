@@ -212,7 +212,7 @@ func (e *Engine) forceCloseAll() {
 
 // removeConn forgets c once it is closed for good (after any lingering).
 func (e *Engine) removeConn(c *conn) {
-	if c.lingering {
+	if c.lingering.Load() {
 		return // lingerDone removes it
 	}
 	e.conns.remove(c)

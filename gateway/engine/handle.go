@@ -15,7 +15,7 @@ func (c *conn) handle(first byte, body []byte) error {
 		}
 		return c.handleConnect(first, body)
 	}
-	if c.lingering {
+	if c.lingering.Load() {
 		return nil // after a terminal packet: read and discard [MQTT-4.13.2-1]
 	}
 	switch typ {

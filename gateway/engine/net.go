@@ -176,7 +176,7 @@ const (
 )
 
 func (e *Engine) lingerStart(c *conn) {
-	c.lingerUntil = time.Now().Add(lingerFor).UnixNano()
+	c.lingerUntil.Store(time.Now().Add(lingerFor).UnixNano())
 	c.lingerShut = false
 	c.lingerStep()
 	c.watch()
@@ -189,17 +189,17 @@ func (c *conn) lingerStep() {
 		c.lingerShut = true
 		c.t.closeWrite()
 	}
-	if c.lingerRead >= lingerMax || time.Now().UnixNano() >= c.lingerUntil {
+	if c.lingerRead >= lingerMax || time.Now().UnixNano() >= c.lingerUntil.Load() {
 		c.lingerDone()
 	}
 }
 
 // lingerDone closes a lingering connection for good.
 func (c *conn) lingerDone() {
-	if !c.lingering {
+	if !c.lingering.Load() {
 		return
 	}
-	c.lingering = false
+	c.lingering.Store(false)
 	c.t.close()
 	c.e.conns.remove(c)
 }
