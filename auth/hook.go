@@ -60,4 +60,3 @@ func internalTopic(topic string, write bool) (internal, shared bool) {
 	}
 	return strings.HasPrefix(topic, mqtttopic.Internal), false
 }
-

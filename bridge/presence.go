@@ -269,4 +269,3 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	return append(b, '"')
 }
-
