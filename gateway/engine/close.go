@@ -43,18 +43,19 @@ func (c *conn) end(code ReasonCode, why string, cause error) {
 		c.released = true
 		c.release()
 	}
-	e.removeConn(c)
-
 	// What was queued (a CONNACK that refuses, a DISCONNECT) goes out, then
-	// the connection lingers until the client has read it.
+	// the connection lingers until the client has read it. It stays in the
+	// connection table until then: the event loop reports the socket's
+	// progress through it.
 	c.flush()
 	c.wmu.Lock()
-	terminal := c.terminal || c.stuckSince > 0
+	terminal := c.terminal || c.backlogBytes > 0
 	c.wmu.Unlock()
-	if terminal || c.backlogged() {
+	if terminal {
 		c.linger()
 	} else {
 		c.t.close()
+		e.removeConn(c)
 	}
 	if wasConnected {
 		if p := e.opts.Hooks.Presence; p != nil {
