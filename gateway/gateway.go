@@ -18,6 +18,9 @@ import (
 var (
 	// ErrStarted is returned by Start when called twice.
 	ErrStarted = errors.New("gateway: already started")
+	// ErrNoCertificates is returned by LoadTLS when the client CA file holds
+	// no certificate.
+	ErrNoCertificates = errors.New("gateway: no certificate in PEM file")
 )
 
 // Gateway is the MQTT front door: ferrymq's engine (gateway/engine) with

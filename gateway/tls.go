@@ -1,4 +1,4 @@
-package listener
+package gateway
 
 import (
 	"crypto/tls"
