@@ -418,16 +418,18 @@ func (e *Engine) Disconnect(clientID string, code ReasonCode, why string) error 
 	return nil
 }
 
-// DeleteSession ends clientID's session: its connection is closed, and
-// what was queued for it is discarded.
-func (e *Engine) DeleteSession(clientID string) bool {
+// DeleteSession ends clientID's session: its connection (if any) is
+// closed with DISCONNECT 0x98 and no will, and what was queued for it is
+// discarded (dropped counts it; the Delivery hook hears of each).
+func (e *Engine) DeleteSession(clientID string) (dropped int, ok bool) {
 	e.mu.Lock()
 	s := e.sessions[clientID]
 	if s == nil {
 		e.mu.Unlock()
-		return false
+		return 0, false
 	}
 	s.mu.Lock()
+	dropped = len(s.inflight) + len(s.queue)
 	c := s.conn
 	s.conn = nil
 	s.online.Store(false)
@@ -442,7 +444,7 @@ func (e *Engine) DeleteSession(clientID string) bool {
 		c.takenOver.Store(true) // no will, no second end of the session
 		c.kill(AdministrativeAction, reasonKicked, fmt.Errorf("session deleted"))
 	}
-	return true
+	return dropped, true
 }
 
 // ClientInfo describes one session for the admin API.
@@ -460,6 +462,10 @@ type ClientInfo struct {
 	Subscriptions []StoredSubscription
 	Inflight      int
 	Queued        int
+	QueuedBytes   int
+	// Expires is when an offline session ends (its expiry), zero while
+	// connected.
+	Expires time.Time
 }
 
 // Clients lists the sessions (online and offline), in no order.
@@ -492,12 +498,13 @@ func (s *session) info() ClientInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ci := ClientInfo{ID: s.id, Username: s.username, Protocol: s.protocol, SessionExpiry: s.expiry,
-		Inflight: len(s.inflight), Queued: len(s.queue)}
+		Inflight: len(s.inflight), Queued: len(s.queue), QueuedBytes: s.queueBytes}
 	if c := s.conn; c != nil && c.client != nil {
 		ci.Connected, ci.Listener, ci.Remote = true, c.client.listener, c.client.remote
 		ci.Since, ci.Keepalive, ci.Clean = time.Unix(0, c.client.since), c.client.keepalive, c.client.clean
 	} else if s.offline > 0 {
 		ci.Since = time.Unix(0, s.offline)
+		ci.Expires = time.Unix(0, s.offline+int64(s.expiry)*int64(time.Second))
 	}
 	for _, sub := range s.subs {
 		ci.Subscriptions = append(ci.Subscriptions, StoredSubscription{Filter: sub.filter, Options: sub.o})
@@ -516,9 +523,22 @@ func (e *Engine) Retained(filter string) []*Message {
 	return out
 }
 
-// ClearRetained deletes the retained message of topic.
+// RetainedMessage returns the retained message of topic.
+func (e *Engine) RetainedMessage(topic string) (*Message, bool) {
+	m := e.retained.get(topic)
+	return m, m != nil
+}
+
+// ClearRetained deletes the retained message of topic without publishing
+// anything (a deletion shared by another node's store); it reports whether
+// there was one. To clear it as a client does — current subscribers get
+// the empty publish — Publish an empty retained message.
 func (e *Engine) ClearRetained(topic string) bool {
-	return e.retained.set(&Message{Topic: topic}) && func() bool { e.storeRetained(&Message{Topic: topic}); return true }()
+	if !e.retained.set(&Message{Topic: topic}) {
+		return false
+	}
+	e.storeRetained(&Message{Topic: topic})
+	return true
 }
 
 // SetRetained stores m as retained without delivering it (a retained
