@@ -102,6 +102,7 @@ type conn struct {
 	up        []*upSlot  // uplink publishes in the order received, until their ack is written
 	upPending int        // QoS 1/2 publishes counted against our Receive Maximum
 
+	wlock        sync.Mutex // serializes writes to the transport (writeOut)
 	wmu          sync.Mutex // guards the write side below
 	out          []byte     // encoded packets not yet handed to the transport
 	outPkts      int
@@ -534,10 +535,26 @@ func (c *conn) pendingWrites() int {
 
 // flush hands what is queued to the transport in one write.
 func (c *conn) flush() {
+	if err := c.writeOut(); err != nil {
+		c.end(Success, reasonLost, err)
+	}
+}
+
+// flushBytes is how much a connection's write buffer holds before the
+// goroutine that fills it writes it out itself rather than leaving it to
+// the connection's next turn: a subscriber receiving from many publishers
+// is written while they publish, not only when its own turn comes.
+const flushBytes = 16 << 10
+
+// writeOut hands what is queued to the transport in one write. wlock keeps
+// the writes of several goroutines in the order their buffers were taken.
+func (c *conn) writeOut() error {
+	c.wlock.Lock()
+	defer c.wlock.Unlock()
 	c.wmu.Lock()
 	if len(c.out) == 0 {
 		c.wmu.Unlock()
-		return
+		return nil
 	}
 	out := c.out
 	c.out = nil
@@ -550,11 +567,11 @@ func (c *conn) flush() {
 	c.wmu.Unlock()
 	c.e.m.bytesOut.Add(uint64(len(out)))
 	if err := c.t.write(out); err != nil {
-		c.end(Success, reasonLost, err)
-		return
+		return err
 	}
 	c.watch()
 	putOutBuf(out)
+	return nil
 }
 
 // noteWritten is told how many bytes the socket took; the packet count of

@@ -210,8 +210,14 @@ func (c *conn) appendPacket(enc func([]byte) []byte) bool {
 	}
 	c.out = enc(c.out)
 	c.outPkts++
+	full := len(c.out) >= flushBytes
 	c.wmu.Unlock()
-	if first {
+	switch {
+	case full:
+		if err := c.writeOut(); err != nil {
+			c.kill(Success, reasonLost, err) // the turn ends it
+		}
+	case first:
 		c.schedule(wFlush)
 	}
 	return true

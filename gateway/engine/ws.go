@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 )
 
 // MQTT over WebSocket (MQTT 3.1.1 §6, MQTT 5 §6) as a transport of the
@@ -56,8 +57,8 @@ type wsTransport struct {
 	inner    transport
 	path     string
 	maxFrame int
-	open     bool   // the upgrade was answered
-	closing  bool   // a close frame was sent
+	open     atomic.Bool // the upgrade was answered (writes come from other goroutines too)
+	closing  atomic.Bool // a close frame was sent
 	pending  []byte // an incomplete request or frame (nil when none)
 }
 
@@ -75,7 +76,7 @@ func (t *wsTransport) decode(raw []byte) ([]byte, error) {
 		t.pending = append(t.pending, in...)
 		b = t.pending
 	}
-	if !t.open {
+	if !t.open.Load() {
 		end := bytes.Index(b, []byte("\r\n\r\n"))
 		if end < 0 {
 			if len(b) > wsMaxRequest {
@@ -108,8 +109,7 @@ func (t *wsTransport) decode(raw []byte) ([]byte, error) {
 			_ = t.inner.write(wsFrame(wsOpPong, payload))
 		case wsOpPong:
 		case wsOpClose:
-			if !t.closing {
-				t.closing = true
+			if t.closing.CompareAndSwap(false, true) {
 				_ = t.inner.write(wsFrame(wsOpClose, closePayload(wsCloseNormal)))
 			}
 			t.pending = nil
@@ -194,8 +194,7 @@ func (t *wsTransport) frame(b []byte) (n int, payload []byte, op byte, err error
 
 // fail sends a close frame with code and returns the error.
 func (t *wsTransport) fail(code uint16, why string) error {
-	if !t.closing {
-		t.closing = true
+	if t.closing.CompareAndSwap(false, true) {
 		_ = t.inner.write(wsFrame(wsOpClose, closePayload(code)))
 	}
 	return fmt.Errorf("websocket: %s", why)
@@ -251,13 +250,13 @@ func (t *wsTransport) upgrade(req []byte) error {
 		resp += "Sec-WebSocket-Protocol: " + sub + "\r\n"
 	}
 	resp += "\r\n"
-	t.open = true
+	t.open.Store(true)
 	return t.inner.write([]byte(resp))
 }
 
 func (t *wsTransport) refuse(status int) {
 	_ = t.inner.write([]byte(fmt.Sprintf("HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", status, http.StatusText(status))))
-	t.closing = true
+	t.closing.Store(true)
 }
 
 // tokenIn reports whether a comma-separated header holds token (any case).
@@ -273,15 +272,14 @@ func tokenIn(values []string, token string) bool {
 }
 
 func (t *wsTransport) write(b []byte) error {
-	if !t.open || t.closing {
+	if !t.open.Load() || t.closing.Load() {
 		return nil
 	}
 	return t.inner.write(wsFrame(wsOpBinary, b))
 }
 
 func (t *wsTransport) closeWrite() {
-	if t.open && !t.closing {
-		t.closing = true
+	if t.open.Load() && t.closing.CompareAndSwap(false, true) {
 		_ = t.inner.write(wsFrame(wsOpClose, closePayload(wsCloseNormal)))
 	}
 	t.inner.closeWrite()
