@@ -59,7 +59,7 @@ type wsTransport struct {
 	maxFrame int
 	open     atomic.Bool // the upgrade was answered (writes come from other goroutines too)
 	closing  atomic.Bool // a close frame was sent
-	pending  []byte // an incomplete request or frame (nil when none)
+	pending  []byte      // an incomplete request or frame (nil when none)
 }
 
 func newWSTransport(inner transport, path string, maxPacket int) *wsTransport {
