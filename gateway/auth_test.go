@@ -392,15 +392,15 @@ func TestSessionOwnerRefusesOthers(t *testing.T) {
 		},
 	})})
 
-	// An offline persistent session, still in mochi's client list.
+	// An offline persistent session.
 	owner, err := dialAuth(t, env.TCP, "car-p", "any", jwtFor(t, secret, "car-p", "owner"), func(o *paho3.ClientOptions) {
 		o.SetCleanSession(false)
 	})
 	require.NoError(t, err)
 	owner.Disconnect(50)
 	require.Eventually(t, func() bool {
-		cl, ok := env.Gateway.Server().Clients.Get("car-p")
-		return ok && cl.Closed()
+		e := env.Gateway.Engine()
+		return e.HasSession("car-p") && !e.Connected("car-p")
 	}, 5*time.Second, 10*time.Millisecond, "the session stays, offline")
 	for _, id := range []string{"car-p", "car-parked"} {
 		_, err = dialAuth(t, env.TCP, id, "owner", jwtFor(t, secret, id, "intruder"))

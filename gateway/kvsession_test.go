@@ -227,8 +227,7 @@ func TestKVTakeoverAcrossNodes(t *testing.T) {
 	held, _ := holds(b, "phone5")
 	require.True(t, held)
 	require.Equal(t, int64(1), a.Sessions.Stats().TakenOver)
-	_, inMochi := a.Gateway.Server().Clients.Get("phone5")
-	require.False(t, inMochi, "A's mochi forgot it")
+	require.False(t, a.Gateway.Engine().HasSession("phone5"), "A's engine forgot it")
 
 	// A publish on A matching what the session subscribed: A no longer
 	// serves the session, so nothing is queued or written there; B's
@@ -376,7 +375,7 @@ func TestKVRetainedSharedByNodes(t *testing.T) {
 
 	publish3(t, dialV3(t, b.TCP, "lamp-b"), "lamps/1/state", 1, true, "")
 	require.Eventually(t, func() bool {
-		return a.Sessions.Stats().Retained == 0 && len(a.Gateway.Server().Topics.Messages("lamps/#")) == 0
+		return len(a.Gateway.Engine().Retained("lamps/#")) == 0
 	}, 10*time.Second, 10*time.Millisecond, "cleared on A too")
 	var onA received
 	subscribe3(t, dialV3(t, a.TCP, "app-a"), "lamps/#", 1, onA.add)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
-	"github.com/ferrymq/ferrymq/gateway/listener"
 )
 
 // Bad input the gateway itself checks, before or around mochi, each over a
@@ -295,7 +294,7 @@ func TestSpecWebsocketFraming(t *testing.T) {
 // interoperability client_test5.py test_flow_control2, docs/conformance.md).
 // The connection is still closed afterwards [MQTT-4.13.2-1].
 func TestLingeringCloseDeliversDisconnect(t *testing.T) {
-	srvTLS, err := listener.LoadTLS("../testdata/tls/server.pem", "../testdata/tls/server-key.pem", "")
+	srvTLS, err := gateway.LoadTLS("../testdata/tls/server.pem", "../testdata/tls/server-key.pem", "")
 	require.NoError(t, err)
 	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{
 		ReceiveMaximum: 2,
@@ -349,8 +348,7 @@ func TestLingeringCloseDeliversDisconnect(t *testing.T) {
 			// … so a third is one too many.
 			publish(3)
 			require.Eventually(t, func() bool {
-				_, ok := env.Gateway.Server().Clients.Get(id)
-				return !ok
+				return !env.Gateway.Engine().HasSession(id)
 			}, 10*time.Second, 5*time.Millisecond, "the gateway ends the connection")
 
 			// The server has sent DISCONNECT and is done with the connection;
