@@ -488,6 +488,9 @@ func (s *session) tick(added, now int64) int64 {
 		e.requeueLocked(s, kept)
 	}
 	next := s.nextDeadlineLocked()
+	if next <= now {
+		next = now + int64(time.Second) // a discard not yet recorded: try again
+	}
 	s.wheelAt = next
 	s.mu.Unlock()
 	return next
