@@ -131,7 +131,15 @@ func Start(t testing.TB, o Options) *Env {
 	if ss != nil {
 		h.Sessions = ss
 	}
-	h.Uplink, h.Presence, h.Delivery = br, br, br
+	if h.Uplink == nil {
+		h.Uplink = br
+	}
+	if h.Presence == nil {
+		h.Presence = br
+	}
+	if h.Delivery == nil {
+		h.Delivery = br // a test may wrap it
+	}
 	o.Gateway.Store = st
 	if o.Gateway.MaxQueued == 0 {
 		o.Gateway.MaxQueued = o.Bridge.OfflineMaxMessages
