@@ -23,7 +23,9 @@ func (a *admitN) AllowPublish(*engine.Client, string, int) (engine.ReasonCode, t
 	return engine.Success, 0, false
 }
 
-func (a *admitN) AllowSubscription(*engine.Client, string, int) engine.ReasonCode { return engine.Success }
+func (a *admitN) AllowSubscription(*engine.Client, string, int) engine.ReasonCode {
+	return engine.Success
+}
 
 func (a *admitN) Admit(string) (func(), error) {
 	if a.open.Add(1) > a.n.Load() {

@@ -145,8 +145,12 @@ type refusingDelivery struct {
 	calls    *atomic.Int32
 }
 
-func (d *refusingDelivery) Sent(id string, m *engine.Message, dup bool) { d.env.Load().Bridge.Sent(id, m, dup) }
-func (d *refusingDelivery) Delivered(id string, m *engine.Message)      { d.env.Load().Bridge.Delivered(id, m) }
+func (d *refusingDelivery) Sent(id string, m *engine.Message, dup bool) {
+	d.env.Load().Bridge.Sent(id, m, dup)
+}
+func (d *refusingDelivery) Delivered(id string, m *engine.Message) {
+	d.env.Load().Bridge.Delivered(id, m)
+}
 func (d *refusingDelivery) Discarded(id string, m *engine.Message, expired bool, reason string) {
 	d.env.Load().Bridge.Discarded(id, m, expired, reason)
 }
