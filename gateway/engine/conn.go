@@ -254,9 +254,12 @@ func (c *conn) readSocket() {
 		stop := false
 		switch {
 		case err == nil && n > 0:
-			stop = len(c.inbox) >= inboxMax || c.rdPause
-			if stop {
-				c.rdWanted = true
+			if len(c.inbox) >= inboxMax || c.rdPause {
+				stop, c.rdWanted = true, true
+			} else if n < len(buf) && !c.rdAgain {
+				// A short read drained the socket: on Linux every later
+				// arrival raises a new edge, so no read to EAGAIN is needed.
+				stop = true
 			}
 		case err == nil: // n == 0: the peer closed
 			c.eof, stop = true, true
