@@ -37,7 +37,10 @@ func (c *conn) end(code ReasonCode, why string, cause error) {
 
 	if wasConnected {
 		e.m.connected.Add(-1)
+		e.m.disconnects.Add(1)
 		e.detach(c, why)
+	} else if why == reasonConnectTimeout {
+		e.m.connectTimeouts.Add(1)
 	}
 	if c.release != nil && !c.released {
 		c.released = true

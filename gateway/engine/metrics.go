@@ -29,6 +29,8 @@ type metrics struct {
 	droppedTooLarge  atomic.Uint64 // over the client's Maximum Packet Size
 	wills            atomic.Uint64
 	expired          atomic.Uint64
+	disconnects      atomic.Uint64 // connections that ended after CONNACK
+	connectTimeouts  atomic.Uint64 // sockets closed for sending no CONNECT in time
 }
 
 func (m *metrics) snapshot() map[string]uint64 {
@@ -42,5 +44,6 @@ func (m *metrics) snapshot() map[string]uint64 {
 		"sent": m.sent.Load(), "dropped_slow": m.droppedSlow.Load(), "dropped_offline": m.droppedOffline.Load(),
 		"dropped_queue_full": m.droppedQueueFull.Load(), "dropped_too_large": m.droppedTooLarge.Load(),
 		"wills": m.wills.Load(), "sessions_expired": m.expired.Load(),
+		"disconnects": m.disconnects.Load(), "connect_timeouts": m.connectTimeouts.Load(),
 	}
 }
