@@ -18,11 +18,10 @@ type metrics struct {
 var engineMetrics = []struct{ counter, name, help string }{
 	{"accepted", "ferrymq_mqtt_sockets_accepted_total", "Client sockets accepted by the MQTT listeners."},
 	{"connects", "ferrymq_mqtt_connects_total", "MQTT sessions established (CONNACK success)."},
+	{"disconnects", "ferrymq_mqtt_disconnects_total", "MQTT connections that ended after CONNACK."},
 	{"refused", "ferrymq_mqtt_connects_refused_total", "CONNECTs answered with a refusing CONNACK."},
-	{"admission_refused", "ferrymq_mqtt_admission_refused_total", "Sockets refused before a byte was read (connection caps, rates, bans)."},
 	{"auth_failures", "ferrymq_mqtt_auth_failures_total", "CONNECTs the authenticator refused."},
 	{"takeovers", "ferrymq_mqtt_takeovers_total", "Sessions taken over by a new connection of the same client ID."},
-	{"protocol_errors", "ferrymq_mqtt_protocol_errors_total", "Connections closed for a malformed packet or a protocol error."},
 	{"panics", "ferrymq_mqtt_panics_recovered_total", "Panics recovered in a connection's work (that connection was closed)."},
 	{"packets_in", "ferrymq_mqtt_packets_received_total", "MQTT packets received."},
 	{"bytes_in", "ferrymq_mqtt_bytes_received_total", "Bytes received from MQTT clients."},
@@ -50,6 +49,10 @@ func newMetrics(g *Gateway) *metrics {
 	}
 	gauge("ferrymq_mqtt_connections", "MQTT clients connected now.", func() float64 { return float64(g.e.Stats().Connected) })
 	gauge("ferrymq_mqtt_sessions", "MQTT sessions held (connected or persistent).", func() float64 { return float64(g.e.Stats().Sessions) })
+	gauge("ferrymq_sessions_parked", "Persistent sessions offline (their queued messages in the session store).", func() float64 {
+		st := g.e.Stats()
+		return float64(int64(st.Sessions) - st.Connected)
+	})
 	gauge("ferrymq_mqtt_subscriptions", "MQTT subscriptions.", func() float64 { return float64(g.e.Stats().Subscriptions) })
 	gauge("ferrymq_mqtt_retained_messages", "Retained MQTT messages.", func() float64 { return float64(g.e.Stats().Retained) })
 	gauge("ferrymq_mqtt_workers", "Goroutines of the engine's work pool.", func() float64 { return float64(g.e.Stats().Goroutines) })
@@ -68,11 +71,24 @@ func newMetrics(g *Gateway) *metrics {
 	return m
 }
 
+// refusedReasons labels ferrymq_mqtt_connections_refused_total: sockets
+// closed before or instead of a session.
+var refusedReasons = []struct{ counter, reason string }{
+	{"protocol_errors", "protocol"}, // malformed packets and protocol errors (after CONNACK too)
+	{"connect_timeouts", "timeout"},
+	{"admission_refused", "admission"},
+	{"auth_failures", "auth"},
+}
+
+var refusedDesc = prometheus.NewDesc("ferrymq_mqtt_connections_refused_total",
+	"Connections closed for bad input or refused before or instead of a session, by reason.", []string{"reason"}, nil)
+
 // Describe implements prometheus.Collector for the engine's counters.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.descs {
 		ch <- d
 	}
+	ch <- refusedDesc
 }
 
 // Collect implements prometheus.Collector: one Stats call per scrape.
@@ -80,6 +96,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counters := m.g.e.Stats().Counters
 	for _, em := range engineMetrics {
 		ch <- prometheus.MustNewConstMetric(m.descs[em.counter], prometheus.CounterValue, float64(counters[em.counter]))
+	}
+	for _, r := range refusedReasons {
+		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(counters[r.counter]), r.reason)
 	}
 }
 
