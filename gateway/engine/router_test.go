@@ -120,7 +120,8 @@ func TestRouterPresence(t *testing.T) {
 	require.Eventually(t, func() bool { return !e.Connected("dev") }, 5*time.Second, 5*time.Millisecond)
 	dialV3(t, addr, "dev", persistent)
 	dialV3(t, addr, "dev", persistent) // takes the session over
-	require.True(t, e.DeleteSession("dev"))
+	_, ok := e.DeleteSession("dev")
+	require.True(t, ok)
 	require.Equal(t, []string{
 		"dev online", "dev subscribed $share/g/jobs/#", "dev offline",
 		"dev online",
