@@ -432,7 +432,9 @@ func (e *Engine) DeleteSession(clientID string) (dropped int, ok bool) {
 	dropped = len(s.inflight) + len(s.queue)
 	c := s.conn
 	s.conn = nil
-	s.online.Store(false)
+	if s.online.Swap(false) {
+		e.routeOnlineLocked(s, false)
+	}
 	e.endLocked(s, "the session was deleted")
 	if !s.persistent() {
 		e.storeDelete(s)

@@ -118,6 +118,9 @@ func (l *listener) accept(nc net.Conn) {
 		c.t = newWSTransport(c.t, l.cfg.Path, e.opts.MaxPacketBytes)
 	}
 	c.nbc = nbc
+	// The connect timeout first: c's first turn (the event loop finds c
+	// in the table) is then ordered after what watch read of c.
+	c.watch()
 	if !e.conns.add(c) { // the event loop finds c here
 		_ = nbc.Close()
 		if release != nil {
@@ -125,7 +128,6 @@ func (l *listener) accept(nc net.Conn) {
 		}
 		return
 	}
-	c.watch() // the connect timeout
 	if _, err := e.nb.AddConn(nbc); err != nil {
 		e.log.Warn().Err(err).Str(logRemote, remote).Msg("add connection to the event loop")
 		c.kill(Success, reasonLost, err)
