@@ -115,10 +115,10 @@ func (e *Engine) subscribe(s *session, filter string, o topictree.Options) (exis
 		s.subs = append(s.subs, sessSub{filter: filter, o: o})
 	}
 	e.storeSub(s, filter, o)
-	s.mu.Unlock()
 	if !existed && e.opts.Hooks.Router != nil {
-		e.opts.Hooks.Router.Subscribed(s.id, filter)
+		e.opts.Hooks.Router.Subscribed(s.id, filter) // under the lock: in order with the session's end
 	}
+	s.mu.Unlock()
 	return existed
 }
 
@@ -171,10 +171,10 @@ func (e *Engine) unsubscribe(s *session, filter string) bool {
 	}
 	e.subs.Remove(filter, s)
 	e.storeUnsub(s, filter)
-	s.mu.Unlock()
 	if e.opts.Hooks.Router != nil {
 		e.opts.Hooks.Router.Unsubscribed(s.id, filter)
 	}
+	s.mu.Unlock()
 	return true
 }
 
