@@ -97,6 +97,7 @@ func (e *Engine) detach(c *conn, why string) {
 	if s.conn == c {
 		s.conn = nil
 		s.online.Store(false)
+		e.routeOnlineLocked(s, false)
 	}
 	mine := !takenOver && s.conn == nil && !s.ended
 	var will *willSpec

@@ -300,6 +300,7 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s = e.sessions[cl.id]
+	tookOver := false
 	if s != nil {
 		s.mu.Lock()
 		if owned && s.username != cl.username {
@@ -308,6 +309,7 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 		}
 		if old := s.conn; old != nil {
 			old.takenOver.Store(true)
+			tookOver = true
 			s.conn = nil
 			s.online.Store(false)
 			old.kill(SessionTakenOver, reasonTakenOver, nil)
@@ -334,6 +336,9 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 	s.generation++
 	s.conn = c
 	s.online.Store(true)
+	if !tookOver {
+		e.routeOnlineLocked(s, true)
+	}
 	s.offline = 0
 	s.username = cl.username
 	s.protocol = cl.protocol

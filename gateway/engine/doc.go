@@ -61,5 +61,6 @@
 // trie's lock, conn.upMu, conn.wmu (write buffer); conn.mu (scheduling and
 // the inbox) is a leaf. Hooks are called with no engine lock held, except
 // SessionStore's write-through methods and Router's Subscribed and
-// Unsubscribed (under the session's lock: they must not call back).
+// Unsubscribed, and RouterPresence's Online (under the session's lock:
+// they must not call back).
 package engine

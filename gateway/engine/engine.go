@@ -377,7 +377,9 @@ func (e *Engine) DeleteSession(clientID string) bool {
 	s.mu.Lock()
 	c := s.conn
 	s.conn = nil
-	s.online.Store(false)
+	if s.online.Swap(false) {
+		e.routeOnlineLocked(s, false)
+	}
 	e.endLocked(s, "the session was deleted")
 	if !s.persistent() {
 		e.storeDelete(s)

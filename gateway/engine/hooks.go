@@ -220,3 +220,14 @@ type Router interface {
 	Subscribed(clientID, filter string)
 	Unsubscribed(clientID, filter string)
 }
+
+// RouterPresence is a Router that also hears its sessions get a connection
+// and lose it (a takeover is no change): shared subscriptions are served by
+// connected members only [MQTT-4.8.2-2], so a router keeps a group's
+// interest on this node only while a member is connected here. Online is
+// called under the session's lock, in order with Subscribed and
+// Unsubscribed: it must not block or call into the engine.
+type RouterPresence interface {
+	Router
+	Online(clientID string, online bool)
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/gateway/engine"
@@ -75,4 +76,54 @@ func TestRouterCalledUnderTheSessionLock(t *testing.T) {
 	calls, unlocked := p.get()
 	require.Equal(t, []string{"subscribed a/+", "unsubscribed a/+", "subscribed b/#", "unsubscribed b/#"}, calls)
 	require.Empty(t, unlocked, "called without the session's lock")
+}
+
+// presenceProbe is a RouterPresence that records its calls.
+type presenceProbe struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (p *presenceProbe) Routed(*engine.Message, []string) {}
+func (p *presenceProbe) Subscribed(id, f string)          { p.add(id + " subscribed " + f) }
+func (p *presenceProbe) Unsubscribed(id, f string)        { p.add(id + " unsubscribed " + f) }
+func (p *presenceProbe) Online(id string, online bool) {
+	if online {
+		p.add(id + " online")
+	} else {
+		p.add(id + " offline")
+	}
+}
+
+func (p *presenceProbe) add(call string) {
+	p.mu.Lock()
+	p.calls = append(p.calls, call)
+	p.mu.Unlock()
+}
+
+func (p *presenceProbe) get() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.calls)
+}
+
+// TestRouterPresence: a RouterPresence hears a session get its connection
+// and lose it, in order with its subscriptions; a takeover is no change,
+// and a deleted session goes offline before its subscriptions end.
+func TestRouterPresence(t *testing.T) {
+	p := &presenceProbe{}
+	e, addr := start(t, engine.Options{Hooks: engine.Hooks{Router: p}})
+	persistent := func(o *paho3.ClientOptions) { o.SetCleanSession(false) }
+	c := dialV3(t, addr, "dev", persistent)
+	wait(t, c.Subscribe("$share/g/jobs/#", 1, nil))
+	c.Disconnect(50)
+	require.Eventually(t, func() bool { return !e.Connected("dev") }, 5*time.Second, 5*time.Millisecond)
+	dialV3(t, addr, "dev", persistent)
+	dialV3(t, addr, "dev", persistent) // takes the session over
+	require.True(t, e.DeleteSession("dev"))
+	require.Equal(t, []string{
+		"dev online", "dev subscribed $share/g/jobs/#", "dev offline",
+		"dev online",
+		"dev offline", "dev unsubscribed $share/g/jobs/#",
+	}, p.get())
 }

@@ -369,6 +369,14 @@ func (e *Engine) endLocked(s *session, reason string) {
 	}
 }
 
+// routeOnlineLocked tells a RouterPresence that s got a connection or lost
+// it; s's lock is held.
+func (e *Engine) routeOnlineLocked(s *session, online bool) {
+	if rp, ok := e.opts.Hooks.Router.(RouterPresence); ok {
+		rp.Online(s.id, online)
+	}
+}
+
 // nextDeadlineLocked is when an offline session must be looked at: its
 // expiry or its delayed will.
 func (s *session) nextDeadlineLocked() int64 {

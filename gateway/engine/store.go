@@ -257,7 +257,9 @@ func (e *Engine) forgetLocked(s *session) {
 	}
 	s.subs, s.inflight, s.queue, s.byPID, s.will = nil, nil, nil, nil, nil
 	s.conn = nil
-	s.online.Store(false)
+	if s.online.Swap(false) {
+		e.routeOnlineLocked(s, false)
+	}
 }
 
 // Forget drops clientID's session because another node claimed it
