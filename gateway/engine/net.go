@@ -110,9 +110,11 @@ func (l *listener) accept(nc net.Conn) {
 		c.t = newWSTransport(c.t, l.cfg.Path, e.opts.MaxPacketBytes)
 	}
 	c.nbc = nbc
+	// The connect timeout, before the Store: c's first turn (the event
+	// loop's Load) is then ordered after what watch read of c.
+	c.watch()
 	e.nbConns.Store(nbc, c) // the event loop finds c here (a sync.Map: its Load orders after this Store)
 	e.addConn(c)
-	c.watch() // the connect timeout
 	if _, err := e.nb.AddConn(nbc); err != nil {
 		e.log.Warn().Err(err).Str(logRemote, remote).Msg("add connection to the event loop")
 		c.kill(Success, reasonLost, err)
