@@ -740,6 +740,45 @@ func TestNATSDownEngineNeverBlocks(t *testing.T) {
 	require.Eventually(t, func() bool { return slices.Contains(a.r.Routes(), "late/#") }, wait, 5*time.Millisecond)
 }
 
+// When the NATS server comes back, the NATS client subscribes the routes
+// again — those made while it was away too — and messages flow again.
+func TestRoutesSurviveNATSRestart(t *testing.T) {
+	ns := runPlain(t, server.RANDOM_PORT)
+	port := ns.Addr().(*net.TCPAddr).Port
+	a := startNode(t, ns.URL, "gw-a", nodeOptions{})
+	b := startNode(t, ns.URL, "gw-b", nodeOptions{})
+	var before, during inbox
+	sa := dial3(t, a.addr, "sub")
+	sub3(t, sa, "before/#", 1, &before)
+	waitInterest(t, ns, "fmqmqtt.before.x", 1)
+
+	ns.Shutdown()
+	sub3(t, sa, "during/#", 1, &during)
+	require.Eventually(t, func() bool { return len(a.r.Routes()) == 2 }, wait, 5*time.Millisecond)
+	ns = runPlain(t, port)
+	waitInterest(t, ns, "fmqmqtt.before.x", 1)
+	waitInterest(t, ns, "fmqmqtt.during.x", 1)
+
+	pb := dial3(t, b.addr, "pub")
+	pub3(t, pb, "before/x", 1, false, "b")
+	pub3(t, pb, "during/x", 1, false, "d")
+	require.Eventually(t, func() bool { return before.has("b") && during.has("d") }, wait, 5*time.Millisecond)
+}
+
+// runPlain starts a nats-server without JetStream on loopback port port
+// (server.RANDOM_PORT: any), stopped when the test ends: one that can be
+// started again on the same port.
+func runPlain(t testing.TB, port int) *natstest.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	s.Start()
+	require.True(t, s.ReadyForConnections(wait), "nats server on port %d", port)
+	ns := &natstest.Server{Server: s, URL: s.ClientURL()}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
 // Closing the router removes its routes from NATS.
 func TestCloseRemovesRoutes(t *testing.T) {
 	ns := natstest.RunServer(t)

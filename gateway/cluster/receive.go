@@ -3,7 +3,9 @@ package cluster
 import (
 	"errors"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,15 +47,21 @@ type delivery struct {
 
 // pending is the last message from one origin node, while its copies come.
 type pending struct {
-	id       uint64
-	m        *engine.Message
-	size     int
-	want     bool     // a plain copy will come (an active plain route matches)
-	plain    bool     // a plain copy came
-	shares   []string // shared groups ("group/filter") whose copy may come: active here, not served at the origin
-	groups   []string // those whose copy came
-	sent     bool     // delivered
-	deadline time.Time
+	id     uint64
+	m      *engine.Message
+	size   int
+	want   bool     // a plain copy will come (an active plain route matches)
+	plain  bool     // a plain copy came
+	shares []string // shared groups ("group/filter") whose copy may come: active here, not served at the origin
+	groups []string // those whose copy came
+	// local are all of this node's shared groups matching (every route the
+	// sessions here list, active or not: an engine member whose route NATS
+	// does not have yet has no copy coming either); localPlain: a plain
+	// route matches.
+	local      []string
+	localPlain bool
+	sent       bool // delivered
+	deadline   time.Time
 }
 
 // complete: no copy can come any more.
@@ -179,14 +187,22 @@ func (r *Router) collate(nm *nats.Msg, w *message) *pending {
 		r.log.Debug().Err(err).Msg("message from another node dropped")
 		return nil
 	}
+	if !utf8.ValidString(topic) || strings.IndexByte(topic, 0) >= 0 {
+		r.m.drop(dropBad) // no engine would have published it [MQTT-1.5.4-1] [MQTT-1.5.4-2]
+		return nil
+	}
 	p := &pending{id: w.id, m: w.engineMessage(topic, nm.Data, time.Now()), size: len(nm.Data) + len(topic) + 256}
 	r.amu.RLock()
 	r.table.match(topic, func(rt *route) {
-		switch {
-		case !rt.active:
-		case rt.group == "":
-			p.want = true
-		case !slices.Contains(w.served, rt.queue) && !slices.Contains(p.shares, rt.share):
+		if rt.group == "" {
+			p.localPlain = true
+			p.want = p.want || rt.active
+			return
+		}
+		if !slices.Contains(p.local, rt.share) {
+			p.local = append(p.local, rt.share)
+		}
+		if rt.active && !slices.Contains(w.served, rt.queue) && !slices.Contains(p.shares, rt.share) {
 			p.shares = append(p.shares, rt.share)
 		}
 	})
@@ -199,8 +215,18 @@ func (r *Router) collate(nm *nats.Msg, w *message) *pending {
 func (r *Router) deliver(p *pending) {
 	p.sent = true
 	p.deadline = time.Now()
-	skip, _ := r.localGroups(p.m.Topic, p.groups)
-	r.queue(delivery{m: p.m, skip: skip, retain: r.opts.LocalRetain, size: p.size})
+	r.queue(delivery{m: p.m, skip: p.skip(p.groups), retain: r.opts.LocalRetain, size: p.size})
+}
+
+// skip are p's local groups but those in take.
+func (p *pending) skip(take []string) []string {
+	var out []string
+	for _, g := range p.local {
+		if !slices.Contains(take, g) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // late handles a copy that came after its message was delivered.
@@ -209,30 +235,11 @@ func (r *Router) late(p *pending, share string) {
 	if share == "" {
 		return // the plain subscribers had it with the message
 	}
-	skip, plain := r.localGroups(p.m.Topic, []string{share})
-	if plain {
+	if p.localPlain {
 		r.m.drop(dropLate)
 		return
 	}
-	r.queue(delivery{m: p.m, skip: skip, size: p.size})
-}
-
-// localGroups are this node's shared groups matching topic but those in
-// take (every route the sessions here list, active or not: an engine
-// member whose route NATS does not have yet has no copy coming either),
-// and whether a plain route matches.
-func (r *Router) localGroups(topic string, take []string) (skip []string, plain bool) {
-	r.amu.RLock()
-	defer r.amu.RUnlock()
-	r.table.match(topic, func(rt *route) {
-		switch {
-		case rt.group == "":
-			plain = true
-		case !slices.Contains(take, rt.share) && !slices.Contains(skip, rt.share):
-			skip = append(skip, rt.share)
-		}
-	})
-	return skip, plain
+	r.queue(delivery{m: p.m, skip: p.skip([]string{share}), size: p.size})
 }
 
 func (r *Router) queue(d delivery) {

@@ -244,7 +244,10 @@ func TestCollation(t *testing.T) {
 		notRouted := copyOf("gw-o", 2, "jobs/x", r.plainQ)
 		notRouted.Subject = "fmqmqtt.~JA"
 		r.receive(last, notRouted)
+		for i, topic := range []string{"a/\xff", "a/\x00"} { // no engine publishes these [MQTT-1.5.4-1] [MQTT-1.5.4-2]
+			r.receive(last, copyOf("gw-o", uint64(3+i), topic, r.plainQ))
+		}
 		require.Empty(t, deliveries(r))
-		require.Equal(t, 2.0, dropped(r, dropBad))
+		require.Equal(t, 4.0, dropped(r, dropBad))
 	})
 }
