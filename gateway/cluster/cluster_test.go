@@ -37,6 +37,7 @@ type node struct {
 	addr string
 	eng  *engine.Engine
 	r    *cluster.Router
+	nc   *nats.Conn
 }
 
 type nodeOptions struct {
@@ -72,7 +73,7 @@ func startNode(t testing.TB, url, name string, no nodeOptions) *node {
 		require.NoError(t, e.Shutdown(ctx))
 	})
 	require.NoError(t, r.Start())
-	return &node{name: name, addr: e.Addr("tcp").String(), eng: e, r: r}
+	return &node{name: name, addr: e.Addr("tcp").String(), eng: e, r: r, nc: nc}
 }
 
 // interest counts the NATS subscriptions of routes that match subject.
@@ -724,6 +725,7 @@ func TestNATSDownEngineNeverBlocks(t *testing.T) {
 	sub3(t, dial3(t, a.addr, "local"), "t/#", 1, &local)
 	waitInterest(t, ns, "fmqmqtt.t.x", 1)
 	ns.Shutdown()
+	require.Eventually(t, func() bool { return !a.nc.IsConnected() }, wait, 5*time.Millisecond)
 
 	pub := dial3(t, a.addr, "pub")
 	for i := range 200 {
