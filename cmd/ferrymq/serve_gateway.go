@@ -109,7 +109,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	if o.kv != nil {
 		// engine nats: MQTT publish/subscribe between devices on different
 		// nodes, over NATS interest (gateway/cluster).
-		rt, err := cluster.New(o.kv.Conn(), cluster.Options{Node: o.kvNode, Logger: log})
+		rt, err := cluster.New(cluster.Options{Conn: o.kv.Conn(), Node: o.kvNode, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("mqtt routing between nodes: %w", err)
 		}
