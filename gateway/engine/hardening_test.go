@@ -174,7 +174,9 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 // ended by bad input, leave the engine's goroutines and memory where they
 // were.
 func TestThousandMalformedConnections(t *testing.T) {
-	e, addr := start(t, engine.Options{})
+	// Few workers: the pool keeps the goroutines it started (bounded by
+	// Workers), so the warm-up below starts all of them.
+	e, addr := start(t, engine.Options{Workers: 4})
 	bad := [][]byte{
 		packet(0x30, str("a"), []byte("x")),                        // not CONNECT
 		append(connectV4("x"), 0x00, 0),                            // reserved type
