@@ -581,10 +581,16 @@ func (c *conn) queueBytes(b []byte, terminal bool) bool {
 
 // pendingWrites returns the packets queued and not yet taken by the
 // socket.
-func (c *conn) pendingWrites() int {
+func (c *conn) pendingWrites() (pkts, bytes int) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.outPkts + c.backlogPkts
+	return c.outPkts + c.backlogPkts, len(c.out) + c.backlogBytes
+}
+
+// writesFull: the write queue is at MaxPendingWrites or MaxPendingBytes.
+func (c *conn) writesFull() bool {
+	pkts, bytes := c.pendingWrites()
+	return pkts >= c.e.opts.MaxPendingWrites || bytes >= c.e.opts.MaxPendingBytes
 }
 
 // flush hands what is queued to the transport in one write.
