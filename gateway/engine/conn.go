@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lesismal/nbio"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"golang.org/x/sys/unix"
 )
 
 // Work a connection's turn has to do (conn.work bits).
@@ -64,6 +66,7 @@ type conn struct {
 	rdAgain  bool   // the socket became readable again meanwhile
 	rdPause  bool   // paused: leave bytes in the socket
 	rdWanted bool   // the poller left bytes in the socket
+	rdDrain  bool   // the client shut its side: read to the end, past inboxMax
 	eof      bool   // the peer closed (or the socket failed: rdErr)
 	rdErr    error
 
@@ -200,7 +203,7 @@ func (c *conn) run() {
 		if w&(wRead|wGone|wResume) != 0 {
 			c.processInbox()
 		}
-		if w&wGone != 0 && c.state != stClosed {
+		if w&wGone != 0 && c.state != stClosed && !c.heldInput() {
 			c.end(Success, reasonLost, c.readErr())
 		}
 		c.flush()
@@ -213,7 +216,12 @@ func (c *conn) run() {
 // the connection's inbox, and schedules a turn, which decodes and handles
 // what is there. A paused connection is not read: its bytes stay in the
 // socket (TCP backpressure) until the turn resumes it and reads itself.
-// rdBusy makes sure only one goroutine reads the socket at a time.
+// rdBusy makes sure only one goroutine reads the socket at a time. The
+// event loop closes a socket right after reporting the client's FIN: so
+// when the poller would leave bytes in the socket it asks whether the
+// client shut its side (peerShut), and if so reads everything (rdDrain).
+// A paused connection whose client closed still handles what it sent once
+// it resumes (heldInput), then ends.
 
 // inboxMax bounds what the poller reads ahead of the turn.
 const inboxMax = 256 << 10
@@ -221,19 +229,45 @@ const inboxMax = 256 << 10
 // onReadable is the event loop's call.
 func (c *conn) onReadable() {
 	c.mu.Lock()
-	if c.rdBusy {
-		c.rdAgain = true
-		c.mu.Unlock()
-		return
-	}
-	if c.rdPause || len(c.inbox) >= inboxMax {
-		c.rdWanted = true
-		c.mu.Unlock()
-		return
+	if c.rdBusy || c.rdPause || len(c.inbox) >= inboxMax {
+		if !peerShut(c.nbc) {
+			if c.rdBusy {
+				c.rdAgain = true
+			} else {
+				c.rdWanted = true
+			}
+			c.mu.Unlock()
+			return
+		}
+		// The client shut its side: the event loop closes the socket as
+		// soon as this returns, and what is still in it would be lost
+		// (publishes, the DISCONNECT that cancels the will). Read it all
+		// now, past the inbox bound: after the FIN nothing more can come,
+		// so it is at most the socket's receive buffer.
+		for c.rdBusy { // the other reader reads without blocking: it ends soon
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
+		}
+		c.rdDrain = true
 	}
 	c.rdBusy = true
 	c.mu.Unlock()
 	c.readSocket()
+}
+
+// peerShut reports whether the client has shut down its sending side (or
+// the socket failed): poll(2) with POLLRDHUP and no wait. It is asked only
+// when the poller would otherwise leave bytes in the socket.
+func peerShut(nc *nbio.Conn) bool {
+	fds := []unix.PollFd{{Fd: int32(nc.Hash()), Events: unix.POLLRDHUP}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
+	}
 }
 
 // readSocket reads until the socket has nothing more, the peer closed, or
@@ -254,9 +288,15 @@ func (c *conn) readSocket() {
 		stop := false
 		switch {
 		case err == nil && n > 0:
-			if len(c.inbox) >= inboxMax || c.rdPause {
-				stop, c.rdWanted = true, true
-			} else if n < len(buf) && !c.rdAgain {
+			switch {
+			case c.rdDrain: // to the end of the stream
+			case len(c.inbox) >= inboxMax || c.rdPause:
+				if peerShut(c.nbc) { // see onReadable
+					c.rdDrain = true
+				} else {
+					stop, c.rdWanted = true, true
+				}
+			case n < len(buf) && !c.rdAgain:
 				// A short read drained the socket: on Linux every later
 				// arrival raises a new edge, so no read to EAGAIN is needed.
 				stop = true
@@ -265,7 +305,7 @@ func (c *conn) readSocket() {
 			c.eof, stop = true, true
 		case errors.Is(err, syscall.EINTR):
 		case errors.Is(err, syscall.EAGAIN):
-			if c.rdAgain {
+			if c.rdAgain && !c.rdDrain {
 				c.rdAgain = false
 			} else {
 				stop = true
@@ -277,7 +317,7 @@ func (c *conn) readSocket() {
 			}
 		}
 		if stop {
-			c.rdBusy = false
+			c.rdBusy, c.rdDrain = false, false
 			c.work |= wRead
 			submit := !c.sched
 			c.sched = true
@@ -309,12 +349,18 @@ func (c *conn) processInbox() {
 			c.e.m.bytesIn.Add(uint64(len(raw)))
 			c.handleRaw(raw)
 			putInbox(raw)
+		} else if len(c.partial) > 0 && !c.paused {
+			// Resumed with whole packets left from before the pause (the
+			// socket may have nothing more to wake us).
+			c.consume(nil)
 		}
 		if c.state == stClosed {
 			return
 		}
 		if eof && raw == nil {
-			c.end(Success, reasonLost, c.readErr())
+			if !c.heldInput() {
+				c.end(Success, reasonLost, c.readErr())
+			}
 			return
 		}
 		if !readMore {
@@ -367,6 +413,11 @@ func (c *conn) resume() {
 	c.work |= wRead
 	c.mu.Unlock()
 }
+
+// heldInput: the connection is paused (receive maximum, pacing) with
+// packets the client sent before it closed still to handle; the turn that
+// resumes it handles them, then ends it.
+func (c *conn) heldInput() bool { return c.paused && len(c.partial) > 0 }
 
 func (c *conn) readErr() error {
 	c.mu.Lock()
@@ -530,15 +581,24 @@ func (c *conn) queueBytes(b []byte, terminal bool) bool {
 
 // pendingWrites returns the packets queued and not yet taken by the
 // socket.
-func (c *conn) pendingWrites() int {
+func (c *conn) pendingWrites() (pkts, bytes int) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.outPkts + c.backlogPkts
+	return c.outPkts + c.backlogPkts, len(c.out) + c.backlogBytes
+}
+
+// writesFull: the write queue is at MaxPendingWrites or MaxPendingBytes.
+func (c *conn) writesFull() bool {
+	pkts, bytes := c.pendingWrites()
+	return pkts >= c.e.opts.MaxPendingWrites || bytes >= c.e.opts.MaxPendingBytes
 }
 
 // flush hands what is queued to the transport in one write.
 func (c *conn) flush() {
-	if err := c.writeOut(); err != nil {
+	if err := c.writeOut(); err != nil && len(c.partial) == 0 {
+		// (With input left — a client that closed while paused cannot take
+		// our acks — what it sent is still handled first; the transport's
+		// close, or the write timeout, ends the connection then.)
 		c.end(Success, reasonLost, err)
 	}
 }

@@ -129,7 +129,7 @@ func (e *Engine) readable(s *session, topic string) bool {
 // sendQoS0 writes a QoS 0 message to c unless its write queue is full
 // (then the message is dropped for this subscriber and counted).
 func (c *conn) sendQoS0(m *Message, retain bool, subIDs []uint32) {
-	if c.pendingWrites() >= c.e.opts.MaxPendingWrites {
+	if c.writesFull() {
 		c.e.m.droppedSlow.Add(1)
 		c.e.discard(c.id(), m, false, "the client's write queue is full")
 		return

@@ -18,8 +18,9 @@
 // lock) and by scheduling a turn.
 //
 // Writes are queued per connection and bounded (Options.MaxPendingWrites
-// packets not yet taken by the socket): a QoS 0 message that finds the
-// queue full is dropped for that subscriber; QoS 1/2 messages wait in the
+// packets and MaxPendingBytes not yet taken by the socket; allocated only
+// while something waits): a QoS 0 message that finds the queue full is
+// dropped for that subscriber; QoS 1/2 messages wait in the
 // session within its inflight window. Deliveries to a connection coalesce:
 // everything queued before its next turn goes out in one write.
 //

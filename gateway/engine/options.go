@@ -48,11 +48,16 @@ type Options struct {
 	// WriteTimeout closes a connection whose written data the client has
 	// not taken for this long. Default 15 s.
 	WriteTimeout time.Duration
-	// MaxPendingWrites bounds the packets queued to one connection and not
-	// yet taken by its socket; a QoS 0 message that finds it full is
-	// dropped for that subscriber (QoS 1/2 wait in the session). Default
-	// 256.
+	// MaxPendingWrites and MaxPendingBytes bound the packets queued to one
+	// connection and not yet taken by its socket; a QoS 0 message that
+	// finds either full is dropped for that subscriber (QoS 1/2 wait in the
+	// session). The queue is allocated only while there is one, so the
+	// bound costs an idle or keeping-up connection nothing; it is what a
+	// subscriber falling behind a burst may hold (the kernel's socket
+	// buffer holds more). Defaults 65,536 packets and 16 MiB (EMQX stops a
+	// connection's process at 32 MB; Mosquitto does not bound it).
 	MaxPendingWrites int
+	MaxPendingBytes  int
 	// ReceiveMaximum is how many QoS 1/2 publishes a client may have
 	// unacknowledged [MQTT-3.3.4-7] (MQTT 5: announced in CONNACK; one more
 	// is DISCONNECT 0x93; MQTT 3: the engine stops reading). Default 256.
@@ -91,7 +96,8 @@ const (
 	DefaultConnectTimeout    = 10 * time.Second
 	DefaultMaxKeepalive      = 1200
 	DefaultWriteTimeout      = 15 * time.Second
-	DefaultMaxPendingWrites  = 256
+	DefaultMaxPendingWrites  = 65536
+	DefaultMaxPendingBytes   = 16 << 20
 	DefaultReceiveMaximum    = 256
 	DefaultMaxInflight       = 1024
 	DefaultMaxQueued         = 1000
@@ -138,6 +144,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxPendingWrites == 0 {
 		o.MaxPendingWrites = DefaultMaxPendingWrites
+	}
+	if o.MaxPendingBytes == 0 {
+		o.MaxPendingBytes = DefaultMaxPendingBytes
 	}
 	if o.ReceiveMaximum == 0 {
 		o.ReceiveMaximum = DefaultReceiveMaximum
@@ -195,7 +204,7 @@ func (o Options) validate() error {
 	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 || o.MaxSessionExpiry < 0 || o.MaxMessageExpiry < 0 {
 		bad("timeouts and expiries must not be negative")
 	}
-	if o.MaxPendingWrites < 1 || o.MaxInflight < 1 || o.MaxInflight > 65535 || o.MaxQueued < 1 || o.MaxQueuedBytes < 1 || o.MaxClients < 0 {
+	if o.MaxPendingWrites < 1 || o.MaxPendingBytes < 1 || o.MaxInflight < 1 || o.MaxInflight > 65535 || o.MaxQueued < 1 || o.MaxQueuedBytes < 1 || o.MaxClients < 0 {
 		bad("queue bounds must be positive (max inflight at most 65535)")
 	}
 	if o.Workers < 2 || o.Pollers < 1 {

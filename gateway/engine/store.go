@@ -193,13 +193,42 @@ func (e *Engine) restore(st SessionStore) error {
 func (e *Engine) adopt(ss *StoredSession) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if old := e.sessions[ss.Client.ID]; old != nil {
-		old.mu.Lock()
-		e.forgetLocked(old)
-		old.mu.Unlock()
-		delete(e.sessions, ss.Client.ID)
-	}
+	e.replaceLocked(ss.Client.ID)
 	e.installLocked(ss, false)
+}
+
+// replaceLocked drops what this engine has of clientID because a session
+// another node stored replaces it: nothing is discarded or written, and a
+// connection still on it gets DISCONNECT 0x8E and no will, as for Forget
+// (e.mu is held).
+func (e *Engine) replaceLocked(clientID string) {
+	old := e.sessions[clientID]
+	if old == nil {
+		return
+	}
+	old.mu.Lock()
+	c := old.conn
+	e.forgetLocked(old)
+	old.mu.Unlock()
+	delete(e.sessions, clientID)
+	if c != nil {
+		c.takenOver.Store(true)
+		c.kill(SessionTakenOver, reasonTakenOver, nil)
+		e.m.takeovers.Add(1)
+	}
+}
+
+// Adopt installs a session a SessionClaimer took over without a
+// connection (the sessions of a node that is gone), as Start restores a
+// stored one: offline, its expiry counted from its offline time, and —
+// when its connection died with its node (Offline zero) — its will due
+// after its delay. What this engine had of that client ID is replaced, as
+// for a session adopted at CONNECT.
+func (e *Engine) Adopt(ss *StoredSession) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.replaceLocked(ss.Client.ID)
+	e.installLocked(ss, true)
 }
 
 // installLocked makes a stored session an offline session of this engine;
