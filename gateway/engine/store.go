@@ -202,6 +202,24 @@ func (e *Engine) adopt(ss *StoredSession) {
 	e.installLocked(ss, false)
 }
 
+// Adopt installs a session a SessionClaimer took over without a
+// connection (the sessions of a node that is gone), as Start restores a
+// stored one: offline, its expiry counted from its offline time, and —
+// when its connection died with its node (Offline zero) — its will due
+// after its delay. What this engine had of that client ID is replaced, as
+// for a session adopted at CONNECT.
+func (e *Engine) Adopt(ss *StoredSession) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old := e.sessions[ss.Client.ID]; old != nil {
+		old.mu.Lock()
+		e.forgetLocked(old)
+		old.mu.Unlock()
+		delete(e.sessions, ss.Client.ID)
+	}
+	e.installLocked(ss, true)
+}
+
 // installLocked makes a stored session an offline session of this engine;
 // e.mu is held. A will is due when the session's last connection ended with
 // a process (restart) rather than cleanly stored offline.
