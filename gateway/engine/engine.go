@@ -50,6 +50,7 @@ type Engine struct {
 	connsMu sync.Mutex
 	conns   map[*conn]struct{}
 	nbConns sync.Map // *nbio.Conn → *conn
+	probes  sync.Map // *nbio.Conn → chan struct{}: Start's probes of the event loop (ready_unix.go)
 
 	m metrics
 
@@ -94,7 +95,9 @@ func New(o Options) (*Engine, error) {
 	e.nb.OnRead(func(nc *nbio.Conn) {
 		if c := e.connOf(nc); c != nil {
 			c.onReadable()
+			return
 		}
+		e.probed(nc)
 	})
 	e.nb.OnClose(func(nc *nbio.Conn, err error) {
 		if c := e.connOf(nc); c != nil {
@@ -131,6 +134,10 @@ func (e *Engine) Start() error {
 	}
 	if err := e.nb.Start(); err != nil {
 		return fmt.Errorf("engine: start event loop: %w", err)
+	}
+	if err := e.awaitPollers(); err != nil {
+		e.nb.Stop()
+		return err
 	}
 	e.wg.Go(e.tickLoop)
 	for _, l := range e.lns {
