@@ -337,10 +337,16 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 	s.offline = 0
 	s.username = cl.username
 	s.protocol = cl.protocol
+	stored := s.persistent()
 	s.expiry = expiry
 	s.will = will
-	if s.persistent() {
+	switch {
+	case s.persistent():
 		e.storeClient(s)
+	case stored:
+		// Resumed without an expiry: it ends with this connection
+		// [MQTT-3.1.2-23], and nothing of it may stay stored.
+		e.storeDelete(s)
 	}
 	s.mu.Unlock()
 	return s, present, false
