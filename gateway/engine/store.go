@@ -193,13 +193,29 @@ func (e *Engine) restore(st SessionStore) error {
 func (e *Engine) adopt(ss *StoredSession) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if old := e.sessions[ss.Client.ID]; old != nil {
-		old.mu.Lock()
-		e.forgetLocked(old)
-		old.mu.Unlock()
-		delete(e.sessions, ss.Client.ID)
-	}
+	e.replaceLocked(ss.Client.ID)
 	e.installLocked(ss, false)
+}
+
+// replaceLocked drops what this engine has of clientID because a session
+// another node stored replaces it: nothing is discarded or written, and a
+// connection still on it gets DISCONNECT 0x8E and no will, as for Forget
+// (e.mu is held).
+func (e *Engine) replaceLocked(clientID string) {
+	old := e.sessions[clientID]
+	if old == nil {
+		return
+	}
+	old.mu.Lock()
+	c := old.conn
+	e.forgetLocked(old)
+	old.mu.Unlock()
+	delete(e.sessions, clientID)
+	if c != nil {
+		c.takenOver.Store(true)
+		c.kill(SessionTakenOver, reasonTakenOver, nil)
+		e.m.takeovers.Add(1)
+	}
 }
 
 // Adopt installs a session a SessionClaimer took over without a
@@ -211,12 +227,7 @@ func (e *Engine) adopt(ss *StoredSession) {
 func (e *Engine) Adopt(ss *StoredSession) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if old := e.sessions[ss.Client.ID]; old != nil {
-		old.mu.Lock()
-		e.forgetLocked(old)
-		old.mu.Unlock()
-		delete(e.sessions, ss.Client.ID)
-	}
+	e.replaceLocked(ss.Client.ID)
 	e.installLocked(ss, true)
 }
 

@@ -1,0 +1,118 @@
+package engine_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/gateway/engine"
+	"github.com/ferrymq/ferrymq/gateway/topictree"
+)
+
+// memStore is a SessionStore that keeps which client IDs it stores, and a
+// SessionClaimer whose Claim returns what claim says.
+type memStore struct {
+	mu       sync.Mutex
+	sessions map[string]engine.ClientRecord
+	claim    func(clientID string) *engine.StoredSession
+}
+
+func newMemStore() *memStore { return &memStore{sessions: map[string]engine.ClientRecord{}} }
+
+func (m *memStore) stored(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.sessions[id]
+	return ok
+}
+
+func (m *memStore) Load() ([]engine.StoredSession, []*engine.Message, error) { return nil, nil, nil }
+func (m *memStore) SaveClient(r engine.ClientRecord) {
+	m.mu.Lock()
+	m.sessions[r.ID] = r
+	m.mu.Unlock()
+}
+func (m *memStore) SaveOffline(string, time.Time) {}
+func (m *memStore) Delete(id string) {
+	m.mu.Lock()
+	delete(m.sessions, id)
+	m.mu.Unlock()
+}
+func (m *memStore) SaveSubscription(string, string, topictree.Options)    {}
+func (m *memStore) DeleteSubscription(string, string)                     {}
+func (m *memStore) SaveMessage(string, uint16, *engine.Message, []uint32) {}
+func (m *memStore) MessageReleased(string, uint16)                        {}
+func (m *memStore) DeleteMessage(string, uint16)                          {}
+func (m *memStore) SaveInbound(string, uint16, bool)                      {}
+func (m *memStore) SaveRetained(*engine.Message)                          {}
+func (m *memStore) LoadMessages(string) ([]engine.StoredMessage, error)   { return nil, nil }
+
+type claimStore struct{ *memStore }
+
+func (c claimStore) Claim(_ context.Context, id string, _ bool) (*engine.StoredSession, error) {
+	c.mu.Lock()
+	claim := c.claim
+	c.mu.Unlock()
+	if claim == nil {
+		return nil, nil
+	}
+	return claim(id), nil
+}
+
+// TestResumeWithoutExpiryEndsTheStoredSession: an MQTT 5 client resuming a
+// stored session with no session expiry makes it a session that ends with
+// its connection [MQTT-3.1.2-23]; the store must forget it, or the next
+// start brings it back.
+func TestResumeWithoutExpiryEndsTheStoredSession(t *testing.T) {
+	st := newMemStore()
+	e, addr := start(t, engine.Options{Hooks: engine.Hooks{Sessions: st}})
+	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "dev", CleanStart: true, KeepAlive: 30,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: new(uint32(300))}}, nil)
+	require.NoError(t, c.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	require.Eventually(t, func() bool { return !e.Connected("dev") }, 5*time.Second, 5*time.Millisecond)
+	require.True(t, st.stored("dev"))
+
+	c, ca := dialV5(t, addr, &paho.Connect{ClientID: "dev", KeepAlive: 30}, nil)
+	require.True(t, ca.SessionPresent)
+	require.NoError(t, c.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	require.Eventually(t, func() bool { return !e.HasSession("dev") }, 5*time.Second, 5*time.Millisecond)
+	require.False(t, st.stored("dev"), "the stored session was left behind")
+}
+
+// TestAdoptedSessionEndsTheStaleConnection: when a claim hands the engine
+// the session as another node stored it, a connection this engine still
+// had on its own, stale copy is ended (DISCONNECT 0x8E, as by Forget), not
+// left on a session the engine dropped.
+func TestAdoptedSessionEndsTheStaleConnection(t *testing.T) {
+	st := claimStore{newMemStore()}
+	e, addr := start(t, engine.Options{Hooks: engine.Hooks{Sessions: st}})
+	gone := make(chan *paho.Disconnect, 1)
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	old := paho.NewClient(paho.ClientConfig{Conn: conn, OnServerDisconnect: func(d *paho.Disconnect) { gone <- d }})
+	_, err = old.Connect(t.Context(), &paho.Connect{ClientID: "dev", KeepAlive: 30, CleanStart: true,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: new(uint32(300))}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = old.Disconnect(&paho.Disconnect{}); <-old.Done() })
+	require.True(t, e.Connected("dev"))
+
+	st.mu.Lock()
+	st.claim = func(id string) *engine.StoredSession {
+		return &engine.StoredSession{Client: engine.ClientRecord{ID: id, Protocol: 5, Expiry: 300}, Offline: time.Now()}
+	}
+	st.mu.Unlock()
+	_, ca := dialV5(t, addr, &paho.Connect{ClientID: "dev", KeepAlive: 30,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: new(uint32(300))}}, nil)
+	require.True(t, ca.SessionPresent)
+	select {
+	case d := <-gone:
+		require.Equal(t, byte(0x8E), d.ReasonCode)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stale connection was not ended")
+	}
+}
