@@ -110,9 +110,9 @@ func (l *listener) accept(nc net.Conn) {
 		c.t = newWSTransport(c.t, l.cfg.Path, e.opts.MaxPacketBytes)
 	}
 	c.nbc = nbc
+	c.watch() // the connect timeout; before the Store below, which orders it before c's turns
 	e.nbConns.Store(nbc, c) // the event loop finds c here (a sync.Map: its Load orders after this Store)
 	e.addConn(c)
-	c.watch() // the connect timeout
 	if _, err := e.nb.AddConn(nbc); err != nil {
 		e.log.Warn().Err(err).Str(logRemote, remote).Msg("add connection to the event loop")
 		c.kill(Success, reasonLost, err)
