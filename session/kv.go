@@ -153,9 +153,11 @@ type kvBackend struct {
 	w        *kvWriter
 
 	// Guarded by Store.mu.
-	held    map[string]uint64 // session → the owner revision this node holds
-	heldTok map[string]string // owner key token → session
-	cache   map[string]*msgCache
+	held map[string]uint64 // session → the owner revision this node holds
+	// claiming are the sessions whose claim is queued (claimLaterLocked).
+	claiming map[string]bool
+	heldTok  map[string]string // owner key token → session
+	cache    map[string]*msgCache
 	// Retained messages: the newest revision applied here per topic, the
 	// writes of this node not yet acknowledged per topic, the topic of
 	// each token seen (a delete marker has no value), and the messages
@@ -268,7 +270,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, o KVOptions) (*Store, e
 	_, _ = rand.Read(incb[:])
 	k := &kvBackend{s: s, js: js, kv: kv, nc: js.Conn(), bucket: o.Bucket, prefix: "$KV." + o.Bucket + ".",
 		node: o.NodeID, inc: binary.BigEndian.Uint64(incb[:]), timeout: o.Timeout, writers: o.Writers,
-		w: newKVWriter(o.MaxBacklog), held: map[string]uint64{}, heldTok: map[string]string{}, cache: map[string]*msgCache{},
+		w: newKVWriter(o.MaxBacklog), held: map[string]uint64{}, claiming: map[string]bool{}, heldTok: map[string]string{}, cache: map[string]*msgCache{},
 		retApplied: map[string]uint64{}, retPending: map[string]int{}, retTopic: map[string]string{},
 		initial: map[string]*engine.Message{}}
 	k.claims.seed = maphash.MakeSeed()
@@ -349,19 +351,53 @@ func (k *kvBackend) queue(id, sk string, value []byte, del bool) error {
 		it.lane, it.topic = "r"+pk.id, pk.id
 	} else {
 		rev := k.held[id]
-		if rev == 0 {
+		if rev == 0 && !k.claiming[id] {
 			return fmt.Errorf("%w: %q", ErrNotOwner, id)
 		}
-		it.lane, it.fence = "s"+id, rev
+		it.lane, it.fence, it.lazy = "s"+id, rev, rev == 0
 	}
 	return k.w.enqueue(it)
+}
+
+// claimLaterLocked queues the claim of session id ahead of its first
+// write: a clean start claims nothing when no session of its ID is stored
+// anywhere (Claim cannot tell whether the new session will be), so the
+// first client record of a persistent one claims it here, without a
+// network round trip under the engine's lock. If another node claims it
+// first, the writes queued behind fail (not_owner) and this node serves
+// the session from memory.
+func (k *kvBackend) claimLaterLocked(id string) error {
+	if k.held[id] != 0 || k.claiming[id] {
+		return nil
+	}
+	if err := k.w.enqueue(&kvWrite{lane: "s" + id, id: id, what: "owner", subj: k.prefix + ownerKey(id), claim: true}); err != nil {
+		return err
+	}
+	k.claiming[id] = true
+	return nil
+}
+
+// claimNow makes a queued claim.
+func (k *kvBackend) claimNow(it *kvWrite) {
+	s := k.s
+	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	defer cancel()
+	rev, _, err := k.claim(ctx, it.id, nil, true)
+	s.mu.Lock()
+	delete(k.claiming, it.id)
+	if err == nil {
+		k.holdLocked(it.id, rev)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.failed(reasonNotOwner, fmt.Errorf("%w: %w", ErrNotOwner, err), it.id, "owner")
+	}
 }
 
 // drop queues the deletes of every key of session ss, then the release of
 // its owner record.
 func (k *kvBackend) drop(ss *sess) error {
-	rev := k.held[ss.id]
-	if rev == 0 {
+	if k.held[ss.id] == 0 && !k.claiming[ss.id] {
 		return fmt.Errorf("%w: %q", ErrNotOwner, ss.id)
 	}
 	keys := []string{clientKey(ss.id), offlineKey(ss.id)}
@@ -393,11 +429,11 @@ func (k *kvBackend) drop(ss *sess) error {
 // before its turn.
 func (k *kvBackend) releaseLocked(id string) {
 	rev := k.held[id]
-	if rev == 0 {
+	if rev == 0 && !k.claiming[id] {
 		return
 	}
 	if err := k.w.enqueue(&kvWrite{lane: "s" + id, id: id, what: "owner", subj: k.prefix + ownerKey(id), release: true,
-		fence: rev}); err != nil {
+		fence: rev, lazy: rev == 0}); err != nil {
 		k.s.failed(reasonOf(err), err, id, "owner")
 	}
 }
@@ -417,9 +453,21 @@ func (k *kvBackend) work() {
 // write makes one queued write.
 func (k *kvBackend) write(it *kvWrite) {
 	s := k.s
-	if it.barrier != nil {
+	switch {
+	case it.barrier != nil:
 		close(it.barrier)
 		return
+	case it.claim:
+		k.claimNow(it)
+		return
+	case it.lazy:
+		s.mu.Lock()
+		it.fence = k.held[it.id]
+		s.mu.Unlock()
+		if it.fence == 0 {
+			s.failed(reasonNotOwner, fmt.Errorf("%w: %q: its claim failed", ErrNotOwner, it.id), it.id, it.what)
+			return
+		}
 	}
 	m := nats.NewMsg(it.subj)
 	m.Data = it.value

@@ -27,6 +27,12 @@ type kvWrite struct {
 	value []byte
 	del   bool
 	fence uint64 // the owner revision the write is made under; 0: not fenced
+	// lazy: the session's claim is queued ahead of it (claim); the fence
+	// is the revision that claim wrote, read when the write is made.
+	lazy bool
+	// claim creates the session's owner record (a clean start with a
+	// session expiry: Claim did not know it would be stored).
+	claim bool
 
 	// release deletes the session's owner record at its turn, unless the
 	// session was stored again meanwhile (a clean start deletes the old

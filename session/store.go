@@ -218,6 +218,12 @@ func (s *Store) SaveClient(r engine.ClientRecord) {
 		return
 	}
 	fresh := s.ix.sessions[r.ID] == nil
+	if s.kv != nil && fresh {
+		if err := s.kv.claimLaterLocked(r.ID); err != nil {
+			s.failed(reasonOf(err), err, r.ID, "owner")
+			return
+		}
+	}
 	v, err := encodeClient(&r, fresh)
 	if err != nil {
 		s.failed(reasonOf(err), err, r.ID, "client")
