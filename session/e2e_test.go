@@ -267,3 +267,42 @@ func TestResumedWithoutExpiryTheSessionIsForgotten(t *testing.T) {
 }
 
 func intp(v int) *int { return &v }
+
+// TestKill9LosesNothingWritten: a gateway process killed with SIGKILL
+// loses nothing its store wrote. A QoS 1 message was stored for its
+// subscriber before its publisher got the PUBACK; after the kill the next
+// process resends every one, in order, with the session present; the will
+// of a client connected at the kill is published at its start (retained
+// here, so that a later subscriber sees it).
+func TestKill9LosesNothingWritten(t *testing.T) {
+	dir := t.TempDir()
+	child, addr := startChild(t, dir)
+	dialV3(t, addr, "car-9", persistent, func(o *paho3.ClientOptions) { o.SetWill("wills/car-9", "lost", 1, true) })
+	// car-7 holds its acks back: everything it is sent stays in flight.
+	var subscribed inbox
+	s7, _ := dialV3(t, addr, "car-7", persistent, func(o *paho3.ClientOptions) {
+		o.SetAutoAckDisabled(true).SetDefaultPublishHandler(subscribed.handler)
+	})
+	wait(t, s7.Subscribe("cmd/car-7", 1, nil))
+	pub, _ := dialV3(t, addr, "backend")
+	for i := range 5 {
+		wait(t, pub.Publish("cmd/car-7", 1, false, []byte{'0' + byte(i)}))
+	}
+	require.Eventually(t, func() bool { return subscribed.count() == 5 }, 5*time.Second, 5*time.Millisecond)
+	kill9(t, child)
+
+	_, addr = startChild(t, dir)
+	var wills inbox
+	watcher, _ := dialV3(t, addr, "watcher")
+	wait(t, watcher.Subscribe("wills/#", 1, wills.handler))
+	require.Eventually(t, func() bool { return wills.count() == 1 }, 5*time.Second, 5*time.Millisecond, "the will, retained")
+	require.Equal(t, "lost", wills.payloads()[0])
+	var again inbox
+	_, present := dialV3(t, addr, "car-7", persistent, func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(again.handler) })
+	require.True(t, present)
+	require.Eventually(t, func() bool { return again.count() == 5 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{"0", "1", "2", "3", "4"}, again.payloads())
+	for _, m := range again.all() {
+		require.True(t, m.Duplicate())
+	}
+}
