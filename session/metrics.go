@@ -26,10 +26,10 @@ func (s *Store) Collectors() []prometheus.Collector {
 		gauge("ferrymq_sessions_retained", "Retained messages stored.",
 			func(st Stats) float64 { return float64(st.Retained) }),
 	}
-	reasons := []string{reasonIO, reasonTooLarge, reasonUnknownSession, reasonClosed}
+	reasons := []string{reasonIO, reasonTooLarge, reasonBadValue, reasonUnknownSession, reasonClosed}
 	errName := "ferrymq_sessions_write_errors_total"
 	if s.kv != nil {
-		reasons = []string{reasonUnavailable, reasonTooLarge, reasonFenced, reasonNotOwner, reasonBacklog, reasonClosed}
+		reasons = []string{reasonUnavailable, reasonTooLarge, reasonBadValue, reasonFenced, reasonNotOwner, reasonBacklog, reasonClosed}
 		errName = "ferrymq_sessions_kv_write_errors_total"
 		cs = append(cs,
 			gauge("ferrymq_sessions_kv_backlog", "Session writes queued for the key-value bucket and not yet acknowledged.",

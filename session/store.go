@@ -31,6 +31,7 @@ const (
 const (
 	reasonIO             = "io"
 	reasonTooLarge       = "too_large"
+	reasonBadValue       = "bad_value"
 	reasonUnknownSession = "unknown_session"
 	reasonClosed         = "closed"
 	reasonUnavailable    = "unavailable"
@@ -140,8 +141,10 @@ func (s *Store) failed(reason string, err error, id, what string) {
 // reasonOf classifies a write error.
 func reasonOf(err error) string {
 	switch {
-	case errors.Is(err, ErrValueTooLarge), errors.Is(err, ErrBadValue):
+	case errors.Is(err, ErrValueTooLarge):
 		return reasonTooLarge
+	case errors.Is(err, ErrBadValue):
+		return reasonBadValue
 	case errors.Is(err, ErrFenced):
 		return reasonFenced
 	case errors.Is(err, ErrNotOwner):
@@ -427,7 +430,8 @@ type Stats struct {
 	// since.
 	Failed error
 	// WriteErrors are the changes not stored, by reason: "io",
-	// "too_large", "unknown_session", "closed"; on a bucket also
+	// "too_large", "bad_value" (a QoS 3 the engine never sends),
+	// "unknown_session", "closed"; on a bucket also
 	// "unavailable", "fenced", "not_owner", "backlog".
 	WriteErrors map[string]int64
 	// On a bucket: sessions another node took over from this one, and
