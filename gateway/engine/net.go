@@ -110,7 +110,9 @@ func (l *listener) accept(nc net.Conn) {
 		c.t = newWSTransport(c.t, l.cfg.Path, e.opts.MaxPacketBytes)
 	}
 	c.nbc = nbc
-	c.watch() // the connect timeout; before the Store below, which orders it before c's turns
+	// The connect timeout; watched before the Store below, which orders it
+	// before c's turns.
+	c.watch()
 	e.nbConns.Store(nbc, c) // the event loop finds c here (a sync.Map: its Load orders after this Store)
 	e.addConn(c)
 	if _, err := e.nb.AddConn(nbc); err != nil {
