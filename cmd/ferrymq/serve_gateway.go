@@ -36,7 +36,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	var sessions *session.Store
 	if o.kv != nil { // engine nats: sessions in a JetStream bucket, shared by the nodes
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		sessions, err = session.OpenKV(ctx, o.kv.JetStream(), session.KVOptions{Options: so, NodeID: o.kvNode, Replicas: o.file.NATS.Replicas,
+		sessions, err = session.OpenKV(ctx, o.kv.JetStream(), session.KVOptions{Logger: log, NodeID: o.kvNode, Replicas: o.file.NATS.Replicas,
 			Timeout: time.Duration(o.file.NATS.Timeout)})
 		cancel()
 	} else {

@@ -71,7 +71,7 @@ func (a *api) node(w http.ResponseWriter, r *http.Request) error {
 	if s := a.opts.Sessions; s != nil {
 		st := s.Stats()
 		es := a.engine.Stats()
-		out.Sessions = &sessionSummary{Stored: st.Sessions, Parked: es.Sessions - int(es.Connected), Queued: st.Queued, LogBytes: st.LogBytes}
+		out.Sessions = &sessionSummary{Stored: st.Sessions, Parked: es.Sessions - int(es.Connected), Queued: st.Messages, LogBytes: st.LogBytes}
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 	return nil

@@ -106,7 +106,9 @@ func Start(t testing.TB, o Options) *Env {
 		so := o.SessionOptions
 		if o.SessionsKV != nil {
 			ko := o.KVOptions
-			ko.Options = so
+			if ko.Logger == nil {
+				ko.Logger = so.Logger
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			ss, err = session.OpenKV(ctx, o.SessionsKV, ko)
 			cancel()
