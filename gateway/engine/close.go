@@ -207,7 +207,7 @@ func (e *Engine) expire(s *session) {
 // finishExpiry records the discards of an expired session's messages and
 // deletes it from the store once none is left.
 func (e *Engine) finishExpiry(s *session, pending []*outMsg) {
-	kept := e.discardDurably(s, pending, false, "the session expired")
+	kept := e.discardDurably(s, pending, true, "the session expired")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(kept) > 0 && !e.closing.Load() {

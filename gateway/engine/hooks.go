@@ -196,8 +196,10 @@ type Delivery interface {
 	// for QoS 0 it was written.
 	Delivered(clientID string, m *Message)
 	// Discarded: the message will never reach clientID; expired says its
-	// expiry passed, reason says why otherwise. m may be a stub (no
-	// payload) for a message of an offline session held by the store.
+	// time ran out — its own expiry (reason empty) or its session's
+	// ("the session expired") — reason says why otherwise. m may be a
+	// stub (no payload) for a message of an offline session held by the
+	// store.
 	Discarded(clientID string, m *Message, expired bool, reason string)
 }
 
