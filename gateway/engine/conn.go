@@ -113,6 +113,7 @@ type conn struct {
 	backlogPkts  int   // the same, counted in packets (approximately, see noteWritten)
 	stuckSince   int64 // unix ns the backlog began; 0 without one
 	terminal     bool  // a packet that ends the connection was queued: nothing more [MQTT-3.14.4-1]
+	holdOut      bool  // CONNACK not queued yet: what the session gets meanwhile waits (connect.go)
 
 	lastRead atomic.Int64 // unix ns of the last bytes read
 	kaNanos  atomic.Int64 // 1.5 × keepalive in ns; 0 none [MQTT-3.1.2-24]
@@ -544,6 +545,14 @@ func (c *conn) id() string {
 
 // queuePacket encodes pk (a control packet) for writing.
 func (c *conn) queuePacket(pk *packets.Packet) {
+	if b, ok := c.encodePacket(pk); ok {
+		c.queueBytes(b, pk.FixedHeader.Type == packets.Disconnect || (pk.FixedHeader.Type == packets.Connack && pk.ReasonCode >= 0x80))
+	}
+}
+
+// encodePacket encodes a control packet for c (its version, its Maximum
+// Packet Size, whether it wants problem information).
+func (c *conn) encodePacket(pk *packets.Packet) ([]byte, bool) {
 	pk.ProtocolVersion = c.version
 	if c.version == 5 && c.maxOut > 0 {
 		pk.Mods.MaxSize = c.maxOut
@@ -552,9 +561,39 @@ func (c *conn) queuePacket(pk *packets.Packet) {
 	var bb encodeBuf
 	if err := encodeControl(&bb, pk); err != nil {
 		c.e.log.Error().Err(err).Str(logClient, c.id()).Msg("encode packet")
+		return nil, false
+	}
+	return bb.b, true
+}
+
+// holdWrites keeps what is queued from the transport until releaseWrites
+// puts the CONNACK before it: the session is the connection's before the
+// Presence hook has run and the CONNACK is encoded, and a message
+// delivered to it meanwhile must not go out first [MQTT-3.2.0-1].
+func (c *conn) holdWrites() {
+	c.wmu.Lock()
+	c.holdOut = true
+	c.wmu.Unlock()
+}
+
+// releaseWrites queues ack (an encoded CONNACK) before everything queued
+// since holdWrites, and lets it all go.
+func (c *conn) releaseWrites(ack []byte) {
+	c.wmu.Lock()
+	c.holdOut = false
+	if len(ack) == 0 || len(c.out) == 0 {
+		c.wmu.Unlock()
+		if len(ack) > 0 {
+			c.queueBytes(ack, false)
+		}
 		return
 	}
-	c.queueBytes(bb.b, pk.FixedHeader.Type == packets.Disconnect || (pk.FixedHeader.Type == packets.Connack && pk.ReasonCode >= 0x80))
+	out := append(append(getOutBuf(), ack...), c.out...)
+	putOutBuf(c.out)
+	c.out = out
+	c.outPkts++
+	c.wmu.Unlock()
+	c.schedule(wFlush)
 }
 
 // queueBytes appends an encoded packet to the write side; terminal marks
@@ -615,7 +654,7 @@ func (c *conn) writeOut() error {
 	c.wlock.Lock()
 	defer c.wlock.Unlock()
 	c.wmu.Lock()
-	if len(c.out) == 0 {
+	if len(c.out) == 0 || c.holdOut {
 		c.wmu.Unlock()
 		return nil
 	}

@@ -233,8 +233,10 @@ func (c *conn) connect(pk *packets.Packet) error {
 	if !ident.Expires.IsZero() {
 		c.expiresAt.Store(ident.Expires.UnixNano())
 	}
+	c.holdWrites() // until the CONNACK is queued, below
 	s, present, replaced, refused := e.establish(c, cl, cp.Clean, expiry, will, e.opts.Hooks.Auth != nil)
 	if refused {
+		c.releaseWrites(nil) // nothing was queued: the session is not c's
 		e.log.Info().Str(logClient, id).Str(logRemote, c.remote).Msg("connect refused: the client ID's session belongs to another identity")
 		c.refuse(BadUsernameOrPassword, "client ID held by another identity")
 		return nil
@@ -264,7 +266,8 @@ func (c *conn) connect(pk *packets.Packet) error {
 			ap.SessionExpiryInterval, ap.SessionExpiryIntervalFlag = expiry, true
 		}
 	}
-	c.queuePacket(&ack)
+	b, _ := c.encodePacket(&ack) // a CONNACK within any Maximum Packet Size
+	c.releaseWrites(b)           // before what the session got meanwhile
 	c.kaNanos.Store(int64(ka) * int64(time.Second) * 3 / 2)
 	c.watch()
 	cl.tls = nil // kept for authentication only
