@@ -153,10 +153,9 @@ func (c *conn) sendQoS0(m *Message, retain bool, subIDs []uint32) {
 	}
 }
 
-// sendOut writes a QoS 1/2 message of c's session (its session's lock is
-// held). A message larger than the client's Maximum Packet Size is not
+// sendOut writes a QoS 1/2 message of s, c's session (its lock is held). A message larger than the client's Maximum Packet Size is not
 // sent but completed as if it had been (completeUnsendable, on the pool).
-func (c *conn) sendOut(om *outMsg) {
+func (c *conn) sendOut(s *session, om *outMsg) {
 	o := publishOut{qos: om.m.QoS, retain: om.m.Retain, pid: om.pid, dup: om.sent, subIDs: om.subIDs}
 	v5 := c.version == 5
 	if v5 {
@@ -164,14 +163,14 @@ func (c *conn) sendOut(om *outMsg) {
 		if c.maxOut > 0 && publishSize(om.m, &o, true) > int(c.maxOut) {
 			// [MQTT-3.1.2-24] [MQTT-3.1.2-25]: not sent, treated as sent.
 			c.e.m.droppedTooLarge.Add(1)
-			om.sent = true
-			c.e.pool.submit(funcJob(func() { c.e.completeUnsendable(c.sess, om) }))
+			om.sent, om.gen = true, s.generation
+			c.e.pool.submit(funcJob(func() { c.e.completeUnsendable(s, om) }))
 			return
 		}
 	}
 	if c.appendPacket(func(b []byte) []byte { return appendPublish(b, om.m, &o, v5) }) {
 		dup := om.sent
-		om.sent = true
+		om.sent, om.gen = true, s.generation
 		c.e.m.sent.Add(1)
 		if d := c.e.opts.Hooks.Delivery; om.m.Ref != "" && d != nil {
 			m := om.m

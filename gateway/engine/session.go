@@ -63,8 +63,9 @@ type outMsg struct {
 	pid      uint16
 	m        *Message // QoS and retain as this receiver gets them
 	subIDs   []uint32
-	sent     bool // written at least once (resends carry DUP)
-	released bool // PUBREC received, PUBREL sent: awaiting PUBCOMP
+	sent     bool   // written at least once (resends carry DUP)
+	released bool   // PUBREC received, PUBREL sent: awaiting PUBCOMP
+	gen      uint64 // the session's generation (its connection) it was last written to
 }
 
 func (s *session) persistent() bool { return s.expiry > 0 }
@@ -151,7 +152,7 @@ func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs [
 	if c != nil && len(s.queue) == 0 && len(s.inflight) < s.windowLocked(e) {
 		s.inflight = append(s.inflight, om)
 		e.storeMessage(s, om)
-		c.sendOut(om)
+		c.sendOut(s, om)
 	} else {
 		s.queue = append(s.queue, om)
 		s.queueBytes += len(m.Payload)
@@ -241,7 +242,7 @@ func (e *Engine) fillWindowLocked(s *session) {
 			continue
 		}
 		s.inflight = append(s.inflight, om)
-		c.sendOut(om)
+		c.sendOut(s, om)
 	}
 	if len(s.queue) == 0 {
 		s.queue = nil
@@ -317,11 +318,14 @@ func (e *Engine) removeInflightLocked(s *session, om *outMsg) {
 func (e *Engine) resumeLocked(s *session) {
 	c := s.conn
 	for _, om := range s.inflight {
+		if om.sent && om.gen == s.generation {
+			continue // delivered to this connection while it was accepted: already behind the CONNACK
+		}
 		if om.released {
 			c.queueBytes(appendAck(nil, packets.Pubrel, om.pid, Success, c.version == 5), false)
 			continue
 		}
-		c.sendOut(om)
+		c.sendOut(s, om)
 	}
 	e.fillWindowLocked(s)
 }
