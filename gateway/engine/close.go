@@ -107,6 +107,7 @@ func (e *Engine) detach(c *conn, why string) {
 	var will *willSpec
 	sendWill := false
 	if mine {
+		hadWill := s.will != nil
 		if w := s.will; w != nil && (!c.cleanEnd || c.willToo) {
 			will, sendWill = w, true
 		}
@@ -135,6 +136,9 @@ func (e *Engine) detach(c *conn, why string) {
 				sendWill = false
 			} else {
 				s.will = nil
+			}
+			if hadWill && s.will == nil {
+				e.storeClient(s) // the stored will is spent: a restart must not send it again
 			}
 			e.watchSession(s)
 		}

@@ -479,6 +479,7 @@ func (s *session) tick(added, now int64) int64 {
 	if s.willAt > 0 && now >= s.willAt {
 		w := s.will
 		s.will, s.willAt = nil, 0
+		e.storeClient(s) // spent: a restart must not send it again
 		s.mu.Unlock()
 		e.publishWill(s, w)
 		s.mu.Lock()

@@ -258,7 +258,10 @@ func (e *Engine) installLocked(ss *StoredSession, atStart bool) {
 	for _, pid := range ss.Inbound {
 		s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, answered: true})
 	}
-	if r.Will != nil && atStart && ss.Offline.IsZero() {
+	// A will still stored is still due: its connection died with the last
+	// process (Offline zero), or its delay had not run out when that
+	// process stopped. Its delay counts from now.
+	if r.Will != nil && atStart {
 		s.will = &willSpec{m: r.Will, delay: r.WillDelay, expiry: r.WillExpiry}
 		d := min(time.Duration(r.WillDelay)*time.Second, time.Duration(r.Expiry)*time.Second)
 		s.willAt = now.Add(d).UnixNano()

@@ -116,3 +116,47 @@ func TestAdoptedSessionEndsTheStaleConnection(t *testing.T) {
 		t.Fatal("the stale connection was not ended")
 	}
 }
+
+func (m *memStore) record(id string) (engine.ClientRecord, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.sessions[id]
+	return r, ok
+}
+
+// TestSpentWillLeavesTheStore: a will stays in the stored client record
+// while it is due — so that a restart still sends it — and leaves it once
+// it went out after its delay, or once a clean DISCONNECT cancelled it: a
+// restart must not send it again.
+func TestSpentWillLeavesTheStore(t *testing.T) {
+	st := newMemStore()
+	_, addr := start(t, engine.Options{Hooks: engine.Hooks{Sessions: st}})
+	connect := func(id string) (*paho.Client, net.Conn) {
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		c := paho.NewClient(paho.ClientConfig{Conn: conn})
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		_, err = c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true,
+			Properties:     &paho.ConnectProperties{SessionExpiryInterval: new(uint32(60))},
+			WillMessage:    &paho.WillMessage{Topic: "status/" + id, QoS: 1, Payload: []byte("gone")},
+			WillProperties: &paho.WillProperties{WillDelayInterval: new(uint32(1))}})
+		require.NoError(t, err)
+		return c, conn
+	}
+	hasWill := func(id string) bool { r, ok := st.record(id); return ok && r.Will != nil }
+
+	_, lost := connect("lost")
+	require.True(t, hasWill("lost"))
+	require.NoError(t, lost.Close()) // no DISCONNECT: the will is due after 1 s
+	time.Sleep(300 * time.Millisecond)
+	require.True(t, hasWill("lost"), "due: still stored")
+	require.Eventually(t, func() bool { return !hasWill("lost") }, 5*time.Second, 10*time.Millisecond, "sent: gone from the store")
+
+	left, _ := connect("left")
+	require.NoError(t, left.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	require.Eventually(t, func() bool { return !hasWill("left") }, 5*time.Second, 10*time.Millisecond, "cancelled: gone from the store")
+	_, stored := st.record("left")
+	require.True(t, stored, "the session itself stays")
+}
