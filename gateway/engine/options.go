@@ -65,9 +65,11 @@ type Options struct {
 	// MaxInflight bounds outbound QoS 1/2 messages awaiting a client's ack.
 	// Default 1024.
 	MaxInflight int
-	// MaxQueued and MaxQueuedBytes bound the outbound messages a session
-	// holds beyond its inflight window (and while offline). Defaults 1,000
-	// and 1 MiB of payload.
+	// MaxQueued and MaxQueuedBytes bound the outbound QoS 1/2 messages a
+	// session holds: beyond its inflight window while connected, in all
+	// while offline (also those in flight when it went). A message past
+	// the bound is dropped for that session (the Delivery hook hears it).
+	// Defaults 1,000 and 1 MiB of payload.
 	MaxQueued      int
 	MaxQueuedBytes int
 	// TopicAliasMaximum is the number of topic aliases a client may set

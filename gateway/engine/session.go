@@ -132,7 +132,11 @@ func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs [
 		return
 	}
 	mm := m.withFlags(qos, retain)
-	if len(s.queue)+len(s.inflight) >= e.opts.MaxQueued+s.windowLocked(e) || s.queueBytes+len(m.Payload) > e.opts.MaxQueuedBytes {
+	limit := e.opts.MaxQueued
+	if c != nil {
+		limit += s.windowLocked(e)
+	}
+	if len(s.queue)+len(s.inflight) >= limit || s.queueBytes+len(m.Payload) > e.opts.MaxQueuedBytes {
 		s.mu.Unlock()
 		e.m.droppedQueueFull.Add(1)
 		e.discard(s.id, m, false, "the client's queue is full")

@@ -29,10 +29,10 @@ func TestPersistentSessionQueuesWhileOffline(t *testing.T) {
 	require.True(t, e.HasSession("car-7"))
 
 	pub := dialV3(t, addr, "backend")
+	pub.Publish("cmd/car-7", 0, false, []byte("qos0")) // not queued for an offline client (handled before the PUBACKs below)
 	for _, p := range []string{"a", "b", "c"} {
 		wait(t, pub.Publish("cmd/car-7", 1, false, []byte(p)))
 	}
-	pub.Publish("cmd/car-7", 0, false, []byte("qos0")) // not queued for an offline client
 
 	var in inbox
 	o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("car-7").SetCleanSession(false).
@@ -45,6 +45,27 @@ func TestPersistentSessionQueuesWhileOffline(t *testing.T) {
 	require.Eventually(t, func() bool { return len(in.payloads()) == 3 }, 5*time.Second, 5*time.Millisecond)
 	require.Equal(t, []string{"a", "b", "c"}, in.payloads())
 	require.Never(t, func() bool { return len(in.payloads()) > 3 }, 200*time.Millisecond, 10*time.Millisecond)
+}
+
+// TestOfflineQueueBounded: an offline session holds at most MaxQueued
+// messages; those past it are dropped for it (counted), the first ones
+// arrive when the client is back.
+func TestOfflineQueueBounded(t *testing.T) {
+	e, addr := start(t, engine.Options{MaxQueued: 2})
+	persistent := func(o *paho3.ClientOptions) { o.SetCleanSession(false) }
+	sub := dialV3(t, addr, "car-8", persistent)
+	wait(t, sub.Subscribe("cmd/car-8", 1, nil))
+	sub.Disconnect(50)
+	require.Eventually(t, func() bool { return !e.Connected("car-8") }, 5*time.Second, 5*time.Millisecond)
+	pub := dialV3(t, addr, "backend")
+	for _, p := range []string{"a", "b", "c", "d"} {
+		wait(t, pub.Publish("cmd/car-8", 1, false, []byte(p)))
+	}
+	require.Equal(t, uint64(2), e.Stats().Counters["dropped_queue_full"])
+	var in inbox
+	dialV3(t, addr, "car-8", persistent, func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(in.handler) })
+	require.Eventually(t, func() bool { return len(in.payloads()) == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{"a", "b"}, in.payloads())
 }
 
 // TestTakeoverDisconnectsTheOldConnectionWithoutWill: the same client ID
