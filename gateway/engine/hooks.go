@@ -189,12 +189,12 @@ type Presence interface {
 // Delivery hears what became of messages that carry a Ref. Its calls may
 // come from any goroutine, never under an engine lock.
 type Delivery interface {
-	// Sent: a PUBLISH of the message was written for clientID (dup: a
-	// resend).
-	Sent(clientID string, m *Message, dup bool)
-	// Delivered: clientID acknowledged the message (PUBACK, PUBCOMP), or
-	// for QoS 0 it was written.
-	Delivered(clientID string, m *Message)
+	// Sent: a PUBLISH of the message was written for clientID with packet
+	// ID pid (0 for QoS 0); dup: a resend.
+	Sent(clientID string, m *Message, pid uint16, dup bool)
+	// Delivered: clientID acknowledged the message (PUBACK, PUBCOMP of
+	// pid), or for QoS 0 it was written.
+	Delivered(clientID string, m *Message, pid uint16)
 	// Discarded: the message will never reach clientID; expired says its
 	// time ran out — its own expiry (reason empty) or its session's
 	// ("the session expired") — reason says why otherwise. m may be a

@@ -15,6 +15,9 @@ type Message struct {
 	Origin string
 	// Will marks a will, published for its client.
 	Will bool
+	// PacketID is the publisher's packet ID of a QoS 1/2 PUBLISH as the
+	// engine received it (for the Uplink hook's records); 0 otherwise.
+	PacketID uint16
 	// Ref is the publisher's own reference (a core message ID, say): kept
 	// with every queued copy and handed back to the Delivery hook.
 	Ref string

@@ -92,7 +92,8 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 	c.e.m.published.Add(1)
 
 	now := time.Now()
-	m := &Message{Topic: topic, Payload: pk.Payload, QoS: qos, Retain: pk.FixedHeader.Retain, Origin: c.client.id, Created: now.UnixNano()}
+	m := &Message{Topic: topic, Payload: pk.Payload, QoS: qos, Retain: pk.FixedHeader.Retain, Origin: c.client.id, Created: now.UnixNano(),
+		PacketID: pk.PacketID}
 	if v5 {
 		p := &pk.Properties
 		m.Props = propsOf(p)

@@ -295,7 +295,7 @@ func (e *Engine) acked(s *session, pid uint16, typ byte, code ReasonCode) (found
 	s.mu.Unlock()
 	if om.m.Ref != "" && e.opts.Hooks.Delivery != nil {
 		if code < 0x80 {
-			e.opts.Hooks.Delivery.Delivered(s.id, om.m)
+			e.opts.Hooks.Delivery.Delivered(s.id, om.m, om.pid)
 		} else {
 			e.opts.Hooks.Delivery.Discarded(s.id, om.m, false, "the client refused it: "+code.String())
 		}
