@@ -333,24 +333,24 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 
 // Sent implements engine.Delivery: a downlink PUBLISH was written to a
 // device (the deliver hop of a traced command).
-func (h *Hook) Sent(clientID string, m *engine.Message, dup bool) {
+func (h *Hook) Sent(clientID string, m *engine.Message, pid uint16, dup bool) {
 	if h.opts.Trace == nil {
 		return
 	}
 	_, tr := splitRef(m.Ref)
-	h.traceDeliver(tr, clientID, m.Topic, m.QoS, 0, dup, downWritten)
+	h.traceDeliver(tr, clientID, m.Topic, m.QoS, pid, dup, downWritten)
 }
 
 // Delivered implements engine.Delivery: the device acknowledged a command
 // (PUBACK, PUBCOMP) — its "delivered" receipt. QoS 0 has none: nothing
 // acknowledges it.
-func (h *Hook) Delivered(clientID string, m *engine.Message) {
+func (h *Hook) Delivered(clientID string, m *engine.Message, pid uint16) {
 	h.wake(clientID)
 	if m.QoS == 0 {
 		return
 	}
 	id, tr := splitRef(m.Ref)
-	h.traceDeviceAck(tr, clientID, m.Topic, m.QoS)
+	h.traceDeviceAck(tr, clientID, m.Topic, m.QoS, pid)
 	h.receipt(clientID, &Receipt{MessageID: id, ClientID: clientID, Outcome: OutcomeDelivered, Topic: m.Topic}, tr)
 }
 

@@ -78,6 +78,9 @@ func (h *Hook) traceUplink(cl *engine.Client, pk *engine.Message, msg *core.Mess
 	if cl.Remote() != "" {
 		a["remote"] = cl.Remote()
 	}
+	if pk.PacketID != 0 {
+		a[attrPacketID] = strconv.Itoa(int(pk.PacketID))
+	}
 	a["rule"] = rule
 	if v, ok := h.conns.Load(cl); ok {
 		cs := v.(connSession)
@@ -123,10 +126,11 @@ func (h *Hook) traceStored(t *upTrace, r *core.SendResult) {
 // traceAck records the ack hop of a traced publish, acknowledged once the
 // core stored it as id (the engine writes the ack next, in order).
 func (h *Hook) traceAck(cl *engine.Client, m *engine.Message, id core.MessageID) {
-	h.opts.Trace.Record(trace.Event{ID: id, Hop: trace.HopPuback, Actor: cl.ID(), Attrs: map[string]string{
-		attrQoS: qosLabel[m.QoS&3],
-		"code":  "0x00",
-	}})
+	a := map[string]string{attrQoS: qosLabel[m.QoS&3], "code": "0x00"}
+	if m.PacketID != 0 {
+		a[attrPacketID] = strconv.Itoa(int(m.PacketID))
+	}
+	h.opts.Trace.Record(trace.Event{ID: id, Hop: trace.HopPuback, Actor: cl.ID(), Attrs: a})
 }
 
 // downTrace says how a downlink message is traced: under id, as a message
@@ -213,11 +217,14 @@ func (h *Hook) traceDeliver(t downTrace, client, mqttTopic string, qos byte, pid
 
 // traceDeviceAck records a device's acknowledgement (PUBACK or PUBCOMP) of
 // a downlink message.
-func (h *Hook) traceDeviceAck(t downTrace, client, mqttTopic string, qos byte) {
+func (h *Hook) traceDeviceAck(t downTrace, client, mqttTopic string, qos byte, pid uint16) {
 	if !h.traced(t) {
 		return
 	}
 	a := map[string]string{attrQoS: qosLabel[qos&3]}
+	if pid != 0 {
+		a[attrPacketID] = strconv.Itoa(int(pid))
+	}
 	if mqttTopic != "" {
 		a[attrMQTTTopic] = mqttTopic
 	}

@@ -145,11 +145,11 @@ type refusingDelivery struct {
 	calls    *atomic.Int32
 }
 
-func (d *refusingDelivery) Sent(id string, m *engine.Message, dup bool) {
-	d.env.Load().Bridge.Sent(id, m, dup)
+func (d *refusingDelivery) Sent(id string, m *engine.Message, pid uint16, dup bool) {
+	d.env.Load().Bridge.Sent(id, m, pid, dup)
 }
-func (d *refusingDelivery) Delivered(id string, m *engine.Message) {
-	d.env.Load().Bridge.Delivered(id, m)
+func (d *refusingDelivery) Delivered(id string, m *engine.Message, pid uint16) {
+	d.env.Load().Bridge.Delivered(id, m, pid)
 }
 func (d *refusingDelivery) Discarded(id string, m *engine.Message, expired bool, reason string) {
 	d.env.Load().Bridge.Discarded(id, m, expired, reason)
@@ -307,13 +307,8 @@ func (passwordIsUser) Authenticate(r *auth.Request) (auth.Identity, error) {
 // credentials may not take the client ID over (CONNACK refused), the owner
 // resumes it and gets what was queued.
 func TestParkedSessionKeepsItsOwner(t *testing.T) {
-	var sessions atomic.Pointer[session.Store]
-	hook := auth.NewHook(auth.HookOptions{
-		Chain:        &auth.Chain{Providers: []auth.Provider{passwordIsUser{}}},
-		SessionOwner: func(id string) (string, bool) { return sessions.Load().Owner(id) },
-	})
+	hook := auth.NewHook(auth.HookOptions{Chain: &auth.Chain{Providers: []auth.Provider{passwordIsUser{}}}})
 	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, Auth: hook})
-	sessions.Store(env.Sessions)
 	persistent := func(user string) func(*paho3.ClientOptions) {
 		return func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetUsername(user).SetPassword("pw-" + user) }
 	}

@@ -155,12 +155,12 @@ func TestSpecTopicAliasOverMaximum(t *testing.T) {
 	check()
 }
 
-// A panic in mochi's read path (v2.7.9 indexes past the end of an MQTT 5
-// SUBSCRIBE without its options byte) is caught by the gateway, which
-// closes that connection as for any Malformed Packet [MQTT-4.13.1-1] and,
-// since the client sent no DISCONNECT, publishes its will [MQTT-3.1.2-8]
-// and reports the disconnect as malformed_packet.
-func TestSpecPanicClosePublishesWill(t *testing.T) {
+// [MQTT-3.8.3-1] An MQTT 5 SUBSCRIBE whose filter has no options byte is
+// a Malformed Packet (mochi v2.7.9's decoder panicked on it): the engine
+// closes that connection with DISCONNECT 0x81 [MQTT-4.13.1-1] and, since
+// the client sent no DISCONNECT, publishes its will [MQTT-3.1.2-8] and
+// reports the disconnect as malformed_packet.
+func TestSpecSubscribeWithoutOptionsClosesWithWill(t *testing.T) {
 	env := gatewaytest.Start(t, gatewaytest.Options{})
 	check := bystanders(t, env.TCP)
 	// CONNECT: clean start, will flag, will QoS 0; payload: client ID, no
@@ -169,7 +169,7 @@ func TestSpecPanicClosePublishesWill(t *testing.T) {
 	c := rawConn(t, env.TCP, connect)
 	_, err := c.Write(packet(0x82, []byte{0, 1, 0}, str("a")))
 	require.NoError(t, err)
-	requireClosedSilently(t, c)
+	requireDisconnect(t, c, 0x81)
 	require.Eventually(t, func() bool {
 		return len(byKey(readAll(t, env.Store, "status"))["car-p"]) == 1
 	}, 10*time.Second, 10*time.Millisecond, "the will reaches the core")
