@@ -126,6 +126,9 @@ func (h *Hook) traceStored(t *upTrace, r *core.SendResult) {
 // traceAck records the ack hop of a traced publish, acknowledged once the
 // core stored it as id (the engine writes the ack next, in order).
 func (h *Hook) traceAck(cl *engine.Client, m *engine.Message, id core.MessageID) {
+	if m.QoS == 0 || m.Will {
+		return // nothing acknowledges QoS 0, nor a will
+	}
 	a := map[string]string{attrQoS: qosLabel[m.QoS&3], "code": "0x00"}
 	if m.PacketID != 0 {
 		a[attrPacketID] = strconv.Itoa(int(m.PacketID))
