@@ -571,6 +571,26 @@ type Stats struct {
 	Counters      map[string]uint64
 }
 
+// Held counts the outbound QoS 1/2 messages of every session: in flight
+// (sent, awaiting the client's ack) and queued behind them (or for an
+// offline session). It visits each session (for a metrics scrape, not a
+// hot path).
+func (e *Engine) Held() (inflight, queued int) {
+	e.mu.Lock()
+	list := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		list = append(list, s)
+	}
+	e.mu.Unlock()
+	for _, s := range list {
+		s.mu.Lock()
+		inflight += len(s.inflight)
+		queued += len(s.queue)
+		s.mu.Unlock()
+	}
+	return inflight, queued
+}
+
 // Stats returns the current figures.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()

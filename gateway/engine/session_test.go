@@ -62,6 +62,8 @@ func TestOfflineQueueBounded(t *testing.T) {
 		wait(t, pub.Publish("cmd/car-8", 1, false, []byte(p)))
 	}
 	require.Equal(t, uint64(2), e.Stats().Counters["dropped_queue_full"])
+	inflight, queued := e.Held()
+	require.Equal(t, [2]int{0, 2}, [2]int{inflight, queued}, "queued for the offline session")
 	var in inbox
 	dialV3(t, addr, "car-8", persistent, func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(in.handler) })
 	require.Eventually(t, func() bool { return len(in.payloads()) == 2 }, 5*time.Second, 5*time.Millisecond)
