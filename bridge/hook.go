@@ -276,8 +276,13 @@ func (h *Hook) Publish(c *engine.Client, m *engine.Message, done func(engine.Res
 		if err == nil && tr != nil {
 			h.traceAck(c, m, r.ID)
 		}
-		if err != nil {
-			h.log.Debug().Err(err).Str(logClient, c.ID()).Msg("core refused a publish")
+		switch {
+		case err == nil:
+		case c.Protocol() < 5 || res.Disconnect != 0:
+			// One line per connection ended (the client publishes again).
+			h.log.Warn().Err(err).Str(logClient, c.ID()).Msg("core refused a publish; client disconnected without ack")
+		default: // a negative PUBACK/PUBREC, possibly many a second: counted in the metrics
+			h.log.Debug().Err(err).Str(logClient, c.ID()).Msg("core refused a publish; negative ack")
 		}
 		done(res)
 	})

@@ -53,6 +53,14 @@ func newMetrics(g *Gateway) *metrics {
 		st := g.e.Stats()
 		return float64(int64(st.Sessions) - st.Connected)
 	})
+	gauge("ferrymq_mqtt_inflight", "QoS 1/2 messages sent to MQTT clients and not yet acknowledged.", func() float64 {
+		inflight, _ := g.e.Held()
+		return float64(inflight)
+	})
+	gauge("ferrymq_mqtt_queued", "QoS 1/2 messages waiting in MQTT sessions behind their inflight window (or offline).", func() float64 {
+		_, queued := g.e.Held()
+		return float64(queued)
+	})
 	gauge("ferrymq_mqtt_subscriptions", "MQTT subscriptions.", func() float64 { return float64(g.e.Stats().Subscriptions) })
 	gauge("ferrymq_mqtt_retained_messages", "Retained MQTT messages.", func() float64 { return float64(g.e.Stats().Retained) })
 	gauge("ferrymq_mqtt_workers", "Goroutines of the engine's work pool.", func() float64 { return float64(g.e.Stats().Goroutines) })
