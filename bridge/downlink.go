@@ -108,8 +108,8 @@ func compileDownlink(rules []DownlinkRule) ([]downlinkRule, error) {
 	return out, errors.Join(errs...)
 }
 
-// downlink consumes the downlink topics; started when mochi serves
-// (OnStarted), stopped before mochi's hooks stop.
+// downlink consumes the downlink topics; started once the engine serves
+// (Hook.Start), stopped by Drain.
 type downlink struct {
 	group  string
 	cancel context.CancelFunc

@@ -6,8 +6,9 @@ import "errors"
 // decoders), in the order they are checked.
 var (
 	// ErrNotSessionLog is returned by Open when dir/sessions.log does not
-	// start with a session log header (another file, or a log of the
-	// mochi-based store, whose first byte is 0xF5). The file is not touched.
+	// start with a session log header (another file; a log of the
+	// mochi-based store, whose first byte is 0xF5, is set aside as
+	// sessions.log.v1 instead). The file is not touched.
 	ErrNotSessionLog = errors.New("session: not a session log")
 	// ErrVersion is returned for a log header, record or value of a format
 	// version this build does not read (written by a newer one).

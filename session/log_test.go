@@ -245,12 +245,28 @@ func TestDamagedRecordLosesOnlyItself(t *testing.T) {
 	require.Len(t, sessions[1].Messages, 3, "b's other records load")
 }
 
-// The log of the mochi-based store (no header) is refused, not replayed
-// as damage.
-func TestOpenRefusesAnotherFile(t *testing.T) {
+// The log of the mochi-based store (its first byte 0xF5, no header) is set
+// aside as sessions.log.v1, untouched, and a new log begins; another file
+// is refused, not replayed as damage.
+func TestOpenSetsAsideThePreviousFormat(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, logName), []byte{0xF5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, 0o644))
-	_, err := Open(dir, Options{})
+	old := []byte{0xF5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, logName), old, 0o644))
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	sessions, _ := load(t, s)
+	require.Empty(t, sessions)
+	require.NoError(t, s.Close())
+	kept, err := os.ReadFile(filepath.Join(dir, logName+".v1"))
+	require.NoError(t, err)
+	require.Equal(t, old, kept)
+	s, err = Open(dir, Options{}) // the new log opens as one
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	other := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(other, logName), []byte("not a session log at all"), 0o644))
+	_, err = Open(other, Options{})
 	require.ErrorIs(t, err, ErrNotSessionLog)
 }
 

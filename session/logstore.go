@@ -61,6 +61,7 @@ func (o Options) validate() error {
 // compactName and renames it over.
 const (
 	logName     = "sessions.log"
+	oldLogMagic = 0xF5 // the first byte of the mochi-based store's log (its record magic)
 	compactName = "sessions.log.compact"
 )
 
@@ -117,6 +118,18 @@ func openLog(dir string, o Options, fs fsys) (*Store, error) {
 		}
 	case err != nil:
 		return nil, fmt.Errorf("session: read %s: %w", b.path, err)
+	case data[0] == oldLogMagic:
+		// The mochi-based gateway's log: its records do not map onto the
+		// engine's sessions, so it is set aside (kept, for an operator) and
+		// its sessions are not resumed.
+		old := b.path + ".v1"
+		if err := fs.Rename(b.path, old); err != nil {
+			return nil, fmt.Errorf("session: set aside the previous format's log: %w", err)
+		}
+		s.log.Warn().Str("file", old).Msg("session log of the previous (mochi-based) format set aside: its sessions are not resumed")
+		if err := b.create(); err != nil {
+			return nil, err
+		}
 	default:
 		if err := b.replay(data); err != nil {
 			return nil, err

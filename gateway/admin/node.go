@@ -24,7 +24,7 @@ type nodeInfo struct {
 type mqttSummary struct {
 	Listeners        []listenerInfo `json:"listeners"`
 	ClientsConnected int64          `json:"clients_connected"`
-	Retained         int            `json:"retained"` // including mochi's $SYS topics
+	Retained         int            `json:"retained"`
 }
 
 type listenerInfo struct {
