@@ -808,6 +808,7 @@ const (
 	reasonConnectTimeout = "connect_timeout"
 	reasonRefused        = "refused"
 	reasonCore           = "core_refused"
+	reasonStore          = "session_store" // its session's messages could not be loaded
 )
 
 func firstLines(b []byte, n int) []byte {

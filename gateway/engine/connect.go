@@ -274,10 +274,16 @@ func (c *conn) connect(pk *packets.Packet) error {
 
 	// What the session had on its way goes out after the CONNACK.
 	s.mu.Lock()
+	var err error
 	if s.conn == c {
-		e.resumeLocked(s)
+		err = e.resumeLocked(s)
 	}
 	s.mu.Unlock()
+	if err != nil {
+		// Served later: the client connects again; its messages stay.
+		e.log.Error().Err(err).Str(logClient, id).Msg("session not resumed")
+		c.end(ServerBusy, reasonStore, err)
+	}
 	return nil
 }
 
@@ -334,7 +340,6 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 			s = nil
 		} else {
 			present = true
-			e.unstubLocked(s)
 		}
 	}
 	if s == nil {
@@ -344,6 +349,7 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 	}
 	s.generation++
 	s.conn = c
+	s.resuming = true
 	s.online.Store(true)
 	if !tookOver {
 		e.routeOnlineLocked(s, true)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,9 @@ type session struct {
 	expiring   []*outMsg // expired, waiting for its discards to be recorded (finishExpiry)
 	wheelAt    int64     // deadline of s's live entry in the wheel; 0 none
 	generation uint64    // counts connections, to tell a stale one
+	// resuming: a connection was attached and its CONNACK is not out yet;
+	// new messages queue behind what the session had (resumeLocked).
+	resuming bool
 }
 
 // willSpec is a session's will: the message, its delay and its expiry
@@ -153,7 +157,7 @@ func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs [
 		s.byPID = make(map[uint16]*outMsg)
 	}
 	s.byPID[pid] = om
-	if c != nil && len(s.queue) == 0 && len(s.inflight) < s.windowLocked(e) {
+	if c != nil && !s.resuming && len(s.queue) == 0 && len(s.inflight) < s.windowLocked(e) {
 		s.inflight = append(s.inflight, om)
 		e.storeMessage(s, om)
 		c.sendOut(s, om)
@@ -181,11 +185,12 @@ func (e *Engine) stubLocked(s *session, om *outMsg) {
 }
 
 // unstubLocked reloads the payloads of s's stubs from the store (resume).
+// On an error nothing changes: the stubs stay for a later resume.
 // A message the store no longer has is dropped.
-func (e *Engine) unstubLocked(s *session) {
+func (e *Engine) unstubLocked(s *session) error {
 	st := e.opts.Hooks.Sessions
 	if st == nil {
-		return
+		return nil
 	}
 	has := false
 	for _, om := range s.byPID {
@@ -195,11 +200,11 @@ func (e *Engine) unstubLocked(s *session) {
 		}
 	}
 	if !has {
-		return
+		return nil
 	}
 	stored, err := st.LoadMessages(s.id)
 	if err != nil {
-		e.log.Error().Err(err).Str(logClient, s.id).Msg("load queued messages")
+		return fmt.Errorf("load the queued messages of %s: %w", s.id, err)
 	}
 	full := make(map[uint16]*Message, len(stored))
 	for _, sm := range stored {
@@ -223,6 +228,7 @@ func (e *Engine) unstubLocked(s *session) {
 	}
 	s.inflight = keep(s.inflight)
 	s.queue = keep(s.queue)
+	return nil
 }
 
 // fillWindowLocked moves queued messages into the window while there is
@@ -319,19 +325,45 @@ func (e *Engine) removeInflightLocked(s *session, om *outMsg) {
 // resumeLocked sends what a resumed session has on its way to its new
 // connection: unacknowledged PUBLISHes again with DUP, PUBRELs for those
 // past PUBREC, in their original order [MQTT-4.4.0-1], then the queue.
-func (e *Engine) resumeLocked(s *session) {
+// No more PUBLISHes than the window holds are in flight [MQTT-3.3.4-9]:
+// what a restart restored, or a larger window left, waits at the head of
+// the queue. An error is the store's (the payloads of an offline
+// session's messages): nothing was sent, the session keeps them.
+func (e *Engine) resumeLocked(s *session) error {
+	s.resuming = false
+	if err := e.unstubLocked(s); err != nil {
+		return err
+	}
 	c := s.conn
+	w := s.windowLocked(e)
+	keep, publishes := s.inflight[:0], 0
+	var back []*outMsg
 	for _, om := range s.inflight {
-		if om.sent && om.gen == s.generation {
-			continue // delivered to this connection while it was accepted: already behind the CONNACK
+		if !om.released && publishes >= w {
+			back = append(back, om)
+			continue
 		}
+		keep = append(keep, om)
 		if om.released {
 			c.queueBytes(appendAck(nil, packets.Pubrel, om.pid, Success, c.version == 5), false)
 			continue
 		}
+		publishes++
+		if om.sent && om.gen == s.generation {
+			continue // written to this connection already, behind its CONNACK
+		}
 		c.sendOut(s, om)
 	}
+	clear(s.inflight[len(keep):])
+	s.inflight = keep
+	if len(back) > 0 {
+		for _, om := range back {
+			s.queueBytes += om.m.payloadSize()
+		}
+		s.queue = append(back, s.queue...)
+	}
 	e.fillWindowLocked(s)
+	return nil
 }
 
 // discard tells the Delivery hook a message with a Ref will never reach
