@@ -563,7 +563,10 @@ func (e *Engine) Subscribers(topic string) int {
 
 // Stats are the engine's figures.
 type Stats struct {
-	Connected     int64
+	Connected int64 // clients past CONNACK
+	// Sockets are the connections open: connected, connecting, and those
+	// closing (lingering until their client has read the last packet).
+	Sockets       int64
 	Sessions      int
 	Subscriptions int
 	Retained      int
@@ -599,7 +602,7 @@ func (e *Engine) Stats() Stats {
 	e.retained.mu.RLock()
 	r := e.retained.count
 	e.retained.mu.RUnlock()
-	return Stats{Connected: e.m.connected.Load(), Sessions: n, Subscriptions: e.subs.Len(), Retained: r,
+	return Stats{Connected: e.m.connected.Load(), Sockets: int64(e.connCount()), Sessions: n, Subscriptions: e.subs.Len(), Retained: r,
 		Goroutines: e.pool.goroutines(), Counters: e.m.snapshot()}
 }
 

@@ -61,9 +61,13 @@ func TestLingeringCloseDeliversDisconnect(t *testing.T) {
 				_, err := c.Write([]byte{0x62, 2, 0, byte(1 + i%2)})
 				require.NoError(t, err, "write %d after the server's DISCONNECT", i)
 			}
+			require.Equal(t, int64(1), e.Stats().Sockets, "lingering: the socket stays open")
 			first, body := readFrame(t, c)
 			require.Equal(t, byte(0xE0), first, "DISCONNECT")
 			require.Equal(t, byte(0x93), body[0], "Receive Maximum exceeded")
+			require.NoError(t, c.Close())
+			require.Eventually(t, func() bool { return e.Stats().Sockets == 0 }, 5*time.Second, time.Millisecond,
+				"closed once the client closed")
 		})
 	}
 }
