@@ -476,6 +476,12 @@ func (n *node) close(ctx context.Context) error {
 		<-n.terms
 		n.election = nil
 	}
+	if n.sessions != nil {
+		// After the engine (it wrote its last changes) and the core term
+		// (its janitor adopts gone nodes' sessions); before NATS closes.
+		errs = append(errs, n.sessions.Close())
+		n.sessions = nil
+	}
 	errs = append(errs, n.stopCore(ctx))
 	if n.trace != nil {
 		errs = append(errs, n.trace.Close()) // after everything that records
