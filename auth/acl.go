@@ -28,8 +28,8 @@ package auth
 //
 // A subscription is granted when the first rule covering its filter
 // allows it, and every message is checked again on delivery against its
-// concrete topic (mochi asks OnACLCheck before each PUBLISH it sends; the
-// session store asks before queueing for a parked session). So a deny rule
+// concrete topic (the engine asks CanRead before it delivers or queues a
+// message for a session, connected or not). So a deny rule
 // shields its topics whatever the subscription: "deny devices/secret" then
 // "allow devices/#" grants "devices/+" and "devices/#" — they receive
 // every devices/… topic except devices/secret — while "devices/secret"

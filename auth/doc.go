@@ -80,13 +80,12 @@
 //
 // # The gateway hook
 //
-// Hook (hook.go) is all of the above as one mochi hook. It keeps state
-// only for live connections: once authenticated, a client's
-// Properties.Username is set to its Identity's Username, so that an
-// offline session (in mochi's client list, or parked on disk and named by
-// HookOptions.SessionOwner) still names its owner. A client ID whose
-// session exists may be taken only by that identity, with or without a
-// clean start. Publishes to $SYS and into the internal $ferrymq/
+// Hook (hook.go) is all of the above as the MQTT engine's Authenticator,
+// Authorizer and Limiter (engine.go). It keeps state only for live
+// connections: an authenticated client's username is its Identity's
+// Username, which the engine keeps with the session while it is offline,
+// so a client ID whose session exists may be taken only by that identity,
+// with or without a clean start. Publishes to $SYS and into the internal $ferrymq/
 // namespace are refused like an ACL refusal (MQTT 5: PUBACK/PUBREC 0x87).
 //
 // # Secrets

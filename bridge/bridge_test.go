@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 // A bad filter in an uplink rule is refused with ErrBadRule.
@@ -98,31 +99,28 @@ func TestUplinkRulesInOrder(t *testing.T) {
 	require.Zero(t, rule)
 }
 
-// A traced downlink message's origin carries its trace; an untraced one's
-// (and one stored before tracing existed) is unchanged and reads as untraced.
-func TestDownlinkOriginCarriesTrace(t *testing.T) {
+// A traced downlink message's Ref carries its trace; an untraced one's (and
+// one stored before tracing existed) is the bare message ID and reads as
+// untraced.
+func TestDownlinkRefCarriesTrace(t *testing.T) {
 	id := core.NewCommitLogID(1, 42, 100)
 	traceID := core.NewCommitLogID(1, 7, 100)
 	tr := downTrace{id: traceID, topic: "commands"}
 	for _, c := range []struct {
-		name, origin string
-		want         pendingDown
+		name, ref string
+		want      downTrace
 	}{
-		{"p2p untraced", originP2P + id.String() + "/cmd/car7", pendingDown{id: id.String(), topic: "cmd/car7"}},
-		{"p2p traced", originP2P + tr.ref(id.String()) + "/cmd/car7", pendingDown{id: id.String(), topic: "cmd/car7", tr: tr}},
-		{"topic untraced", originDown + id.String(), pendingDown{id: id.String(), topic: "cars/x"}},
-		{"topic traced", originDown + tr.ref(id.String()), pendingDown{id: id.String(), topic: "cars/x", tr: tr}},
-		{"bad trace ID", originDown + id.String() + "~zz~commands", pendingDown{id: id.String(), topic: "cars/x"}},
+		{"untraced", id.String(), downTrace{}},
+		{"traced", tr.ref(id.String()), tr},
+		{"bad trace ID", id.String() + "~zz~commands", downTrace{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, ok := downlinkOf(c.origin, "cars/x")
-			require.True(t, ok)
+			gotID, got := splitRef(c.ref)
+			require.Equal(t, id.String(), gotID)
 			require.Equal(t, c.want, got)
 		})
 	}
 	require.Equal(t, id.String(), downTrace{}.ref(id.String()))
-	_, ok := downlinkOf("car7", "cars/x")
-	require.False(t, ok, "a device's own publish")
 }
 
 func TestUplinkRejectsBadRules(t *testing.T) {
@@ -139,24 +137,17 @@ func TestUplinkRejectsBadRules(t *testing.T) {
 	}
 }
 
-func TestAppendAck(t *testing.T) {
-	require.Equal(t, []byte{0x40, 2, 0x12, 0x34}, appendAck(nil, 4, 0x1234, 0, ""))
-	require.Equal(t, []byte{0x50, 2, 0, 1}, appendAck(nil, 5, 1, 0, ""))
-	require.Equal(t, []byte{0x40, 3, 0, 1, 0x97}, appendAck(nil, 4, 1, 0x97, ""))
-	require.Equal(t, []byte{0x40, 9, 0, 1, 0x80, 5, 0x1F, 0, 2, 'n', 'o'}, appendAck(nil, 4, 1, 0x80, "no"))
-	long := appendAck(nil, 4, 1, 0x80, string(make([]byte, 200)))
-	require.Equal(t, []byte{0x40, 0xD0, 0x01}, long[:3], "remaining length 208 (id 2 + code 1 + props length 2 + props 203) as a 2-byte varint")
-	require.Len(t, long, 3+208)
-}
-
 func TestReasonCodes(t *testing.T) {
 	disk := fmt.Errorf("%w: %w", core.ErrStoreFailed, syscall.ENOSPC)
-	require.Equal(t, byte(0x97), reasonCode(disk))
+	require.Equal(t, engine.QuotaExceeded, reasonCode(disk))
 	require.Equal(t, "disk_full", failureReason(disk))
-	require.Equal(t, byte(0x95), reasonCode(fmt.Errorf("x: %w", core.ErrMessageTooLarge)))
-	require.Equal(t, byte(0x80), reasonCode(fmt.Errorf("%w: %w", core.ErrStoreFailed, errors.New("eio"))))
+	require.Equal(t, engine.PacketTooLarge, reasonCode(fmt.Errorf("x: %w", core.ErrMessageTooLarge)))
+	require.Equal(t, engine.Result{Code: 0x95, Reason: "x: core: message too large", Disconnect: 0x95}, resultOf(fmt.Errorf("x: %w", core.ErrMessageTooLarge)))
+	require.Equal(t, engine.UnspecifiedError, reasonCode(fmt.Errorf("%w: %w", core.ErrStoreFailed, errors.New("eio"))))
 	require.Equal(t, "store_failed", failureReason(fmt.Errorf("%w: eio", core.ErrStoreFailed)))
-	require.Equal(t, byte(0x90), reasonCode(core.ErrTopicNotFound))
+	require.Equal(t, engine.TopicNameInvalid, reasonCode(core.ErrTopicNotFound))
+	require.Equal(t, engine.Result{}, resultOf(nil))
+	require.Len(t, resultOf(errors.New(string(make([]byte, 300)))).Reason, 200, "reason strings are bounded")
 }
 
 // FuzzParseTemplate: template parsing (config input) never panics, and a

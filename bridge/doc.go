@@ -1,11 +1,12 @@
-// Package bridge maps MQTT traffic onto the core, as one mochi-mqtt hook.
+// Package bridge maps MQTT traffic onto the core, as the MQTT engine's
+// Uplink, Presence and Delivery hooks (gateway/engine).
 //
 // Uplink: every MQTT PUBLISH is matched against the uplink rules (first
 // match wins; with no configuration, every non-'$' topic's first level
 // names the core topic and the client ID is the sharding key) and becomes
 // a core message with the MQTT metadata as mqtt.* properties. QoS 0 is
-// appended without waiting. QoS 1 and 2 are taken over from mochi: the
-// PUBACK/PUBREC is written only when the core reports the message durable
+// appended without waiting. QoS 1 and 2 are deferred (engine.Defer): the
+// engine writes the PUBACK/PUBREC only when the core reports the message durable
 // under its flush policy, in the order the client sent the publishes, and
 // only then is the message delivered to MQTT subscribers. Many publishes of
 // one client are in flight at once (up to Options.MaxInflight) so they
@@ -22,11 +23,11 @@
 // gave it): mqtt.publish, stored (or delayed) and, for QoS 1/2, mqtt.ack
 // once the PUBACK/PUBREC is written; a command (under trace.IDOf):
 // mqtt.deliver when written to a device or queued for it, mqtt.device-ack
-// and receipt. A traced command carries its trace in the origin of its
-// packets (trace.go), so the trace survives a parked session and a
-// restart. Recording never blocks; an untraced topic costs one atomic load.
+// and receipt. A traced command carries its trace in its engine Ref
+// (trace.go), so the trace survives an offline session and a restart.
+// Recording never blocks; an untraced topic costs one atomic load.
 //
-// The Hook is safe for concurrent use by mochi's connection goroutines.
+// The Hook is safe for concurrent use by the engine's goroutines.
 // Drain waits for everything handed to the core; call it after the
 // listeners closed and before closing the core. docs/gateway.md has the
 // full contract, the event format and the metrics.

@@ -9,10 +9,8 @@ import (
 	"sync"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
-
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
@@ -72,18 +70,6 @@ type Receipt struct {
 	Reason    string    `json:"reason,omitempty"`
 }
 
-// Each client is subscribed to mqtttopic.P2P+clientID so point-to-point
-// messages travel mochi's normal path (queue, inflight, packet IDs,
-// resend); the topic is rewritten to the real one as the packet is
-// encoded. Clients cannot subscribe or unsubscribe in mqtttopic.Internal.
-//
-// Origins of downlink packets (never a client ID: '$' prefix): originDown+id
-// for topic deliveries, originP2P+id+"/"+topic for P2P.
-const (
-	originDown = mqtttopic.Internal + "down/"
-	originP2P  = mqtttopic.P2P
-)
-
 type downlinkRule struct {
 	DownlinkRule
 	mqtt template
@@ -122,46 +108,50 @@ func compileDownlink(rules []DownlinkRule) ([]downlinkRule, error) {
 	return out, errors.Join(errs...)
 }
 
-// downlink consumes the downlink topics; started when mochi serves
-// (OnStarted), stopped before mochi's hooks stop.
+// downlink consumes the downlink topics; started once the engine serves
+// (Hook.Start), stopped by Drain.
 type downlink struct {
 	group  string
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu        sync.Mutex
-	pending   map[string]map[uint16]pendingDown // online client → packet ID → what it carries
-	held      map[string]*heldQueue             // unknown client → commands held for it (held.go)
+	held      map[string]*heldQueue // unknown client → commands held for it (held.go)
 	heldN     int
 	heldBytes int
 	waiters   map[string]chan struct{} // client → closed when its inflight window moves
 }
 
-// downWindow is how many QoS 1/2 messages one client may have unacknowledged
-// before point-to-point delivery to it waits (so a burst of commands is not
-// dropped by mochi's bounded per-client queue); downWait bounds the wait.
+// downWindow is how many QoS 1/2 messages one client may have in flight or
+// queued before point-to-point delivery to it waits (so a burst of commands
+// is not dropped by the session's bounded queue); downWait bounds the
+// wait.
 const (
 	downWindow = 64
 	downWait   = 30 * time.Second
 )
 
-// waitWindow waits until cl has room in its inflight window, it goes away,
-// or downWait passes (false: not delivered).
-func (h *Hook) waitWindow(ctx context.Context, cl *mqtt.Client) bool {
+// waitWindow waits until client has room, it goes away, or downWait
+// passes (false: not delivered).
+func (h *Hook) waitWindow(ctx context.Context, client string) bool {
 	deadline := time.NewTimer(downWait)
 	defer deadline.Stop()
-	for cl.State.Inflight.Len() >= downWindow {
-		if cl.Closed() {
+	busy := func() bool {
+		inflight, queued, _, ok := h.e.Window(client)
+		return ok && inflight+queued >= downWindow
+	}
+	for busy() {
+		if !h.e.Connected(client) {
 			return false
 		}
 		h.dl.mu.Lock()
-		ch := h.dl.waiters[cl.ID]
+		ch := h.dl.waiters[client]
 		if ch == nil {
 			ch = make(chan struct{})
-			h.dl.waiters[cl.ID] = ch
+			h.dl.waiters[client] = ch
 		}
 		h.dl.mu.Unlock()
-		if cl.State.Inflight.Len() < downWindow { // moved while registering
+		if !busy() { // moved while registering
 			break
 		}
 		select {
@@ -175,7 +165,7 @@ func (h *Hook) waitWindow(ctx context.Context, cl *mqtt.Client) bool {
 	return true
 }
 
-// wake releases whoever waits for cl's window.
+// wake releases whoever waits for client's window.
 func (h *Hook) wake(client string) {
 	h.dl.mu.Lock()
 	if ch := h.dl.waiters[client]; ch != nil {
@@ -183,13 +173,6 @@ func (h *Hook) wake(client string) {
 		delete(h.dl.waiters, client)
 	}
 	h.dl.mu.Unlock()
-}
-
-// pendingDown is what a downlink packet sent to a device carries: the
-// message ID, its MQTT topic and its trace.
-type pendingDown struct {
-	id, topic string
-	tr        downTrace
 }
 
 // groupName is the per-node broadcast group: each node has its own offsets.
@@ -206,17 +189,15 @@ func groupName(node string) string {
 	return string(b)
 }
 
-// OnStarted starts consuming the downlink topics.
-func (h *Hook) OnStarted() {
-	if h.opts.DisableDownlink || h.server == nil || len(h.down) == 0 {
+// Start starts consuming the downlink topics; call it once the engine
+// serves.
+func (h *Hook) Start() {
+	if h.opts.DisableDownlink || h.e == nil || len(h.down) == 0 {
 		return
-	}
-	for _, cl := range h.server.Clients.GetAll() { // sessions restored from storage
-		h.subscribeP2P(cl)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.dl.cancel = cancel
-	start := time.Now() // before Gateway.Start returns: nothing produced after that is skipped
+	start := time.Now() // before the gateway's Start returns: nothing produced after that is skipped
 	if h.opts.HoldUnknown > 0 {
 		h.dl.wg.Go(func() { h.sweepHeld(ctx) })
 	}
@@ -289,140 +270,114 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 		return
 	}
 	now := time.Now()
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos},
-		TopicName:   topic,
-		Payload:     m.Body,
-		Created:     now.Unix(),
-		PacketID:    uint16(qos), // mochi's validity check wants one for QoS > 0; never used inbound
-	}
+	msg := &engine.Message{Topic: topic, Payload: m.Body, QoS: qos, Ref: tr.ref(id), Created: now.UnixNano()}
 	if left > 0 {
-		secs := int64((left + time.Second - 1) / time.Second)
-		pk.Properties.MessageExpiryInterval = uint32(secs)
-		pk.Expiry = now.Unix() + secs
+		msg.Expiry = now.Unix() + int64((left+time.Second-1)/time.Second)
 	}
-	origin := originDown + tr.ref(id)
-	queued := false // for an offline client, in mochi's inflight window
-	if target != "" {
-		if !validP2PClient(target) {
-			h.m.downlink.WithLabelValues("not_here").Inc()
+	if target == "" {
+		msg.Retain = props[PropRetain] == "true"
+		if err := h.e.Publish(msg, false); err != nil {
+			h.log.Debug().Err(err).Str("topic", topic).Msg("downlink publish")
 			return
 		}
-		pk.TopicName = mqtttopic.P2P + target
-		origin = originP2P + tr.ref(id) + "/" + topic
-		pk.Origin = origin // a queued packet keeps it; an injected one gets it from Connect.ClientIdentifier
-		pk.Connect.ClientIdentifier = origin
-		cl, here := h.server.Clients.Get(target)
-		switch {
-		case here: // delivered below
-		case h.opts.Sessions != nil && h.opts.Sessions.Parked(target):
-			h.queueParked(receiptKey, target, id, topic, pk, tr)
-			return
-		case h.opts.HoldUnknown > 0 && qos > 0:
-			deadline := now.Add(h.opts.HoldUnknown)
-			if left > 0 && now.Add(left).Before(deadline) {
-				deadline = now.Add(left)
-			}
-			h.hold(target, heldMsg{pk: pk, id: id, topic: topic, receiptKey: receiptKey, deadline: deadline, tr: tr})
-			return
-		default:
-			h.m.downlink.WithLabelValues("not_here").Inc()
-			return // connected to another node (holding is off), or QoS 0
-		}
-		if cl.Closed() { // offline, not parked yet: mochi queues QoS 1/2 in its inflight window
-			reason := ""
-			n, bytes := inflightOf(cl)
-			switch {
-			case qos == 0:
-				reason = "QoS 0 is not queued for an offline device"
-			case n >= h.opts.OfflineMaxMessages || n >= int(h.server.Options.Capabilities.MaximumInflight):
-				reason = "the offline device's queue is full (messages)"
-			case bytes+len(m.Body) > h.opts.OfflineMaxBytes:
-				reason = "the offline device's queue is full (bytes)"
-			}
-			if reason != "" {
-				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason}, tr)
-				return
-			}
-			queued = true
-		} else if qos > 0 && !h.waitWindow(ctx, cl) {
-			if ctx.Err() == nil {
-				h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic,
-					Reason: "the device did not acknowledge earlier messages in time"}, tr)
-			}
-			return
-		}
-	} else {
-		pk.FixedHeader.Retain = props[PropRetain] == "true"
-	}
-	pk.Connect.ClientIdentifier = origin // becomes pk.Origin in OnPublish
-	if err := h.server.InjectPacket(h.inline, pk); err != nil {
-		h.log.Debug().Err(err).Str("topic", topic).Msg("downlink publish")
+		h.m.downlink.WithLabelValues("published").Inc()
 		return
 	}
-	h.m.downlink.WithLabelValues("published").Inc()
-	if queued { // a connected device's deliver hop is recorded as the packet is written (OnPacketEncode)
-		h.traceDeliver(tr, target, topic, &pk, downQueued)
+	// Point-to-point: that client only, subscribed or not.
+	drop := func(reason string) {
+		h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason}, tr)
 	}
-}
-
-// queueParked queues a point-to-point message (addressed and with its
-// origin) for a parked session.
-func (h *Hook) queueParked(receiptKey, target, id, topic string, pk packets.Packet, tr downTrace) {
-	reason := "QoS 0 is not queued for an offline device"
-	if pk.FixedHeader.Qos > 0 {
-		err := h.opts.Sessions.Enqueue(target, pk)
-		if err == nil {
-			h.m.downlink.WithLabelValues("queued").Inc()
-			h.traceDeliver(tr, target, topic, &pk, downQueued)
+	switch {
+	case !validP2PClient(target):
+		h.m.downlink.WithLabelValues("not_here").Inc()
+		return
+	case h.e.Connected(target):
+		if qos > 0 && !h.waitWindow(ctx, target) {
+			if ctx.Err() == nil {
+				drop("the device did not acknowledge earlier messages in time")
+			}
 			return
 		}
-		reason = err.Error()
+	case h.e.HasSession(target):
+		if qos == 0 {
+			drop("QoS 0 is not queued for an offline device")
+			return
+		}
+		if err := h.e.Send(target, msg); err != nil {
+			drop(err.Error())
+			return
+		}
+		h.m.downlink.WithLabelValues("queued").Inc()
+		h.traceDeliver(tr, target, topic, qos, 0, false, downQueued)
+		return
+	case h.opts.HoldUnknown > 0 && qos > 0:
+		deadline := now.Add(h.opts.HoldUnknown)
+		if left > 0 && now.Add(left).Before(deadline) {
+			deadline = now.Add(left)
+		}
+		h.hold(target, heldMsg{m: msg, id: id, topic: topic, receiptKey: receiptKey, deadline: deadline, tr: tr})
+		return
+	default:
+		h.m.downlink.WithLabelValues("not_here").Inc()
+		return // connected to another node (holding is off), or QoS 0
 	}
-	h.receipt(receiptKey, &Receipt{MessageID: id, ClientID: target, Outcome: OutcomeDropped, Topic: topic, Reason: reason}, tr)
+	switch err := h.e.Send(target, msg); {
+	case err == nil:
+		h.m.downlink.WithLabelValues("published").Inc()
+	case errors.Is(err, engine.ErrNotConnected):
+		drop("QoS 0 is not queued for an offline device")
+	default:
+		h.m.downlink.WithLabelValues("not_here").Inc() // the session went away meanwhile
+	}
 }
 
-// inflightOf counts an offline client's queued messages and their bytes.
-func inflightOf(cl *mqtt.Client) (n, bytes int) {
-	for _, pk := range cl.State.Inflight.GetAll(false) {
-		n++
-		bytes += len(pk.Payload)
+// Sent implements engine.Delivery: a downlink PUBLISH was written to a
+// device (the deliver hop of a traced command).
+func (h *Hook) Sent(clientID string, m *engine.Message, pid uint16, dup bool) {
+	if h.opts.Trace == nil {
+		return
 	}
-	return n, bytes
+	_, tr := splitRef(m.Ref)
+	h.traceDeliver(tr, clientID, m.Topic, m.QoS, pid, dup, downWritten)
 }
 
-// Discarded turns a queued message the session store gave up on into a
-// receipt, when it is a downlink message.
-func (h *Hook) Discarded(clientID string, pk packets.Packet, expired bool, reason string) {
-	if r, tr, ok := discardReceipt(clientID, pk, expired, reason); ok {
-		h.receipt(clientID, r, tr)
+// Delivered implements engine.Delivery: the device acknowledged a command
+// (PUBACK, PUBCOMP) — its "delivered" receipt. QoS 0 has none: nothing
+// acknowledges it.
+func (h *Hook) Delivered(clientID string, m *engine.Message, pid uint16) {
+	h.wake(clientID)
+	if m.QoS == 0 {
+		return
 	}
+	id, tr := splitRef(m.Ref)
+	h.traceDeviceAck(tr, clientID, m.Topic, m.QoS, pid)
+	h.receipt(clientID, &Receipt{MessageID: id, ClientID: clientID, Outcome: OutcomeDelivered, Topic: m.Topic}, tr)
 }
 
-// discardReceipt is the receipt of a queued message the session store
-// discarded, if it is a downlink command (ok).
-func discardReceipt(clientID string, pk packets.Packet, expired bool, reason string) (*Receipt, downTrace, bool) {
-	d, ok := downlinkOf(pk.Origin, pk.TopicName)
-	if !ok {
-		return nil, downTrace{}, false
-	}
+// Discarded implements engine.Delivery: a command will never reach the
+// device — its "expired" or "dropped" receipt.
+func (h *Hook) Discarded(clientID string, m *engine.Message, expired bool, reason string) {
+	h.wake(clientID)
+	r, tr := discardReceipt(clientID, m, expired, reason)
+	h.receipt(clientID, r, tr)
+}
+
+func discardReceipt(clientID string, m *engine.Message, expired bool, reason string) (*Receipt, downTrace) {
+	id, tr := splitRef(m.Ref)
 	outcome := OutcomeDropped
 	if expired {
 		outcome = OutcomeExpired
 	}
-	return &Receipt{MessageID: d.id, ClientID: clientID, Outcome: outcome, Topic: d.topic, Reason: reason}, d.tr, true
+	return &Receipt{MessageID: id, ClientID: clientID, Outcome: outcome, Topic: m.Topic, Reason: reason}, tr
 }
 
-// DiscardedDurably is Discarded for a message the session store keeps
-// queued until its receipt is stored (session.Options.DiscardedDurably): it
-// stores the receipt and waits for the core. nil: stored, or none is due
-// (not a downlink command, receipts disabled); an error: not stored (the
-// core refuses writes, ctx ended), and the store offers it again later.
-func (h *Hook) DiscardedDurably(ctx context.Context, clientID string, pk packets.Packet, expired bool, reason string) error {
-	r, tr, ok := discardReceipt(clientID, pk, expired, reason)
-	if !ok {
-		return nil
-	}
+// DiscardedDurably implements engine.DurableDelivery: Discarded for a
+// command leaving an offline session (expired there, or its session
+// expired), stored before the engine lets it go. nil: stored (or receipts
+// are off); an error: not stored (the core refuses writes, ctx ended), and
+// the engine offers it again at its next sweep.
+func (h *Hook) DiscardedDurably(ctx context.Context, clientID string, m *engine.Message, expired bool, reason string) error {
+	r, tr := discardReceipt(clientID, m, expired, reason)
 	if !h.opts.DisableReceipts {
 		done := make(chan error, 1)
 		h.core.ProduceAsync([]*core.Message{h.receiptMessage(clientID, r)}, func(_ []core.SendResult, err error) { done <- err })
@@ -451,173 +406,6 @@ func validTopicName(t string) bool {
 
 // validP2PClient: the client ID can be part of a topic filter.
 func validP2PClient(id string) bool { return id != "" && !strings.ContainsAny(id, "+#\x00") }
-
-// subscribeP2P gives a client its internal point-to-point subscription.
-func (h *Hook) subscribeP2P(cl *mqtt.Client) {
-	if !validP2PClient(cl.ID) {
-		return
-	}
-	sub := packets.Subscription{Filter: mqtttopic.P2P + cl.ID, Qos: 2}
-	if h.server.Topics.Subscribe(cl.ID, sub) {
-		atomicAdd(&h.server.Info.Subscriptions, 1)
-	}
-	cl.State.Subscriptions.Add(sub.Filter, sub)
-}
-
-// OnSubscribe refuses filters in the internal namespace: a client must not
-// read another client's point-to-point messages.
-func (h *Hook) OnSubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet {
-	for i := range pk.Filters {
-		if _, f, _ := mqtttopic.Unshare(pk.Filters[i].Filter); strings.HasPrefix(f, mqtttopic.Internal) {
-			pk.Filters[i].Filter = "#/refused" // invalid: answered 0x8F (v5) / 0x80 (v3)
-		}
-	}
-	return pk
-}
-
-// OnUnsubscribe keeps the internal subscription in place.
-func (h *Hook) OnUnsubscribe(_ *mqtt.Client, pk packets.Packet) packets.Packet {
-	for i := range pk.Filters {
-		if strings.HasPrefix(pk.Filters[i].Filter, mqtttopic.Internal) {
-			pk.Filters[i].Filter = mqtttopic.Internal + "none"
-		}
-	}
-	return pk
-}
-
-// OnPacketEncode gives point-to-point packets their real topic (and no
-// topic alias: the alias mochi may have set names the internal topic),
-// and records the deliver hop of traced downlink packets as they are
-// written.
-func (h *Hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
-	if pk.FixedHeader.Type != packets.Publish {
-		return pk
-	}
-	switch {
-	case strings.HasPrefix(pk.Origin, originP2P):
-		ref, topic, ok := parseP2POrigin(pk.Origin)
-		if !ok {
-			return pk
-		}
-		pk.TopicName = topic
-		pk.Properties.TopicAlias, pk.Properties.TopicAliasFlag = 0, false
-		if h.opts.Trace != nil {
-			_, tr := splitRef(ref)
-			h.traceDeliver(tr, cl.ID, topic, &pk, downWritten)
-		}
-	case h.opts.Trace != nil && strings.HasPrefix(pk.Origin, originDown):
-		_, tr := splitRef(pk.Origin[len(originDown):])
-		h.traceDeliver(tr, cl.ID, pk.TopicName, &pk, downWritten)
-	}
-	return pk
-}
-
-// parseP2POrigin splits a point-to-point origin into the message's
-// reference (its ID, and its trace: splitRef) and MQTT topic.
-func parseP2POrigin(o string) (ref, topic string, ok bool) {
-	rest := strings.TrimPrefix(o, originP2P)
-	return strings.Cut(rest, "/")
-}
-
-// downlinkOf says which downlink message a packet with this origin and
-// topic carries; false if none.
-func downlinkOf(origin, topic string) (pendingDown, bool) {
-	var ref string
-	switch {
-	case strings.HasPrefix(origin, originP2P):
-		var ok bool
-		if ref, topic, ok = parseP2POrigin(origin); !ok {
-			return pendingDown{}, false
-		}
-	case strings.HasPrefix(origin, originDown):
-		ref = origin[len(originDown):]
-	default:
-		return pendingDown{}, false
-	}
-	id, tr := splitRef(ref)
-	return pendingDown{id: id, topic: topic, tr: tr}, true
-}
-
-// OnQosPublish remembers which downlink message a QoS 1/2 packet carries.
-func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
-	d, ok := downlinkOf(pk.Origin, pk.TopicName)
-	if !ok || pk.FixedHeader.Type != packets.Publish || cl.Closed() {
-		return // an offline client's queue is tracked again when it is resent
-	}
-	h.dl.mu.Lock()
-	m := h.dl.pending[cl.ID]
-	if m == nil {
-		m = map[uint16]pendingDown{}
-		h.dl.pending[cl.ID] = m
-	}
-	m[pk.PacketID] = d // a resend replaces the entry
-	h.dl.mu.Unlock()
-}
-
-func (h *Hook) takePending(client string, pid uint16) (pendingDown, bool) {
-	h.dl.mu.Lock()
-	defer h.dl.mu.Unlock()
-	m := h.dl.pending[client]
-	p, ok := m[pid]
-	if ok {
-		delete(m, pid)
-		if len(m) == 0 {
-			delete(h.dl.pending, client)
-		}
-	}
-	return p, ok
-}
-
-// OnQosComplete turns a device's PUBACK / PUBCOMP into a receipt.
-func (h *Hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if pk.FixedHeader.Type != packets.Puback && pk.FixedHeader.Type != packets.Pubcomp {
-		return
-	}
-	h.wake(cl.ID)
-	if p, ok := h.takePending(cl.ID, pk.PacketID); ok {
-		h.traceDeviceAck(p.tr, cl.ID, &pk, p.topic)
-		h.receipt(cl.ID, &Receipt{MessageID: p.id, ClientID: cl.ID, Outcome: OutcomeDelivered, Topic: p.topic}, p.tr)
-	}
-}
-
-// OnQosDropped: mochi gave up on a packet — expired in the inflight
-// window, or its session was discarded (a clean start). A takeover moving
-// the packet to the new connection is not a drop.
-func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
-	h.wake(cl.ID)
-	if cl.IsTakenOver() {
-		return
-	}
-	h.takePending(cl.ID, pk.PacketID)
-	d, ok := downlinkOf(pk.Origin, pk.TopicName)
-	if !ok || pk.FixedHeader.Type != packets.Publish {
-		return
-	}
-	outcome, reason := OutcomeExpired, ""
-	if pk.Expiry > 0 && pk.Expiry > time.Now().Unix() {
-		outcome, reason = OutcomeDropped, "the session was discarded"
-	}
-	h.receipt(cl.ID, &Receipt{MessageID: d.id, ClientID: cl.ID, Outcome: outcome, Topic: d.topic, Reason: reason}, d.tr)
-}
-
-// forgetPending forgets a client's sent messages when its connection ends
-// (a resumed session resends them, which tracks them again).
-func (h *Hook) forgetPending(client string) {
-	h.dl.mu.Lock()
-	delete(h.dl.pending, client)
-	h.dl.mu.Unlock()
-}
-
-// OnPublishDropped: mochi's queue to a device was full. A downlink message
-// gets a "dropped" receipt.
-func (h *Hook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
-	d, ok := downlinkOf(pk.Origin, pk.TopicName)
-	if !ok {
-		return
-	}
-	h.receipt(cl.ID, &Receipt{MessageID: d.id, ClientID: cl.ID, Outcome: OutcomeDropped, Topic: d.topic,
-		Reason: "the device's outbound queue was full"}, d.tr)
-}
 
 // receipt counts a downlink message's outcome and stores its receipt; a
 // traced message (tr) records its receipt hop.

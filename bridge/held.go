@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 // Point-to-point commands for a client ID that has no session on this node
@@ -18,8 +18,8 @@ import (
 
 // heldMsg is one held command.
 type heldMsg struct {
-	pk         packets.Packet // ready to inject: internal P2P topic, origin set
-	id, topic  string         // message ID and MQTT topic, for receipts
+	m          *engine.Message // ready to send
+	id, topic  string          // message ID and MQTT topic, for receipts
 	receiptKey string
 	deadline   time.Time
 	tr         downTrace
@@ -36,7 +36,7 @@ func (h *Hook) hold(target string, m heldMsg) {
 	reason := ""
 	h.dl.mu.Lock()
 	q := h.dl.held[target]
-	size := len(m.pk.Payload)
+	size := len(m.m.Payload)
 	switch {
 	case q != nil && len(q.msgs) >= h.opts.OfflineMaxMessages:
 		reason = "the unknown client's hold is full (messages)"
@@ -62,10 +62,11 @@ func (h *Hook) hold(target string, m heldMsg) {
 		return
 	}
 	h.m.downlink.WithLabelValues("held").Inc()
-	h.traceDeliver(m.tr, target, m.topic, &m.pk, downHeld)
+	h.traceDeliver(m.tr, target, m.topic, m.m.QoS, 0, false, downHeld)
 }
 
-// releaseHeld delivers what is held for a client that just connected.
+// releaseHeld hands what is held to a client that is connecting (before
+// its CONNACK: the engine sends it right after).
 func (h *Hook) releaseHeld(client string) {
 	h.dl.mu.Lock()
 	q := h.dl.held[client]
@@ -84,11 +85,8 @@ func (h *Hook) releaseHeld(client string) {
 			h.expireHeld(client, m)
 			continue
 		}
-		if m.pk.Expiry > 0 {
-			m.pk.Properties.MessageExpiryInterval = uint32(max(1, m.pk.Expiry-now.Unix()))
-		}
-		if err := h.server.InjectPacket(h.inline, m.pk); err != nil {
-			h.log.Debug().Err(err).Str("client", client).Msg("held command publish")
+		if err := h.e.Send(client, m.m); err != nil {
+			h.log.Debug().Err(err).Str(logClient, client).Msg("held command publish")
 			continue
 		}
 		h.m.downlink.WithLabelValues("published").Inc()
@@ -124,8 +122,8 @@ func (h *Hook) sweepHeld(ctx context.Context) {
 						continue
 					}
 					out = append(out, gone{client, m})
-					q.bytes -= len(m.pk.Payload)
-					h.dl.heldBytes -= len(m.pk.Payload)
+					q.bytes -= len(m.m.Payload)
+					h.dl.heldBytes -= len(m.m.Payload)
 					h.dl.heldN--
 				}
 				q.msgs = kept

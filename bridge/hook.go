@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,13 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/trace"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
@@ -64,10 +62,6 @@ type Options struct {
 	// queued for an offline device. Defaults 1,000 and 1 MiB.
 	OfflineMaxMessages int
 	OfflineMaxBytes    int
-	// Sessions, if set, holds the parked persistent sessions (offline ones
-	// that are no longer mochi clients): point-to-point messages for them
-	// are queued there (package session's Store).
-	Sessions Sessions
 	// HoldUnknown is how long a point-to-point command for a client ID with
 	// no session on this node is held in memory in case it connects (then
 	// it gets it; else an "expired" receipt). 0 means DefaultHoldUnknown;
@@ -98,41 +92,24 @@ type Options struct {
 	Logger *zerolog.Logger
 }
 
-// Sessions is what the downlink needs of the session store.
-type Sessions interface {
-	// Parked reports whether clientID has a parked session.
-	Parked(clientID string) bool
-	// Enqueue queues a QoS 1/2 publish for a parked session; an error says
-	// why it was refused (queue full, say).
-	Enqueue(clientID string, pk packets.Packet) error
-	// InboundQoS2 records that a QoS 2 publish of clientID was stored and
-	// is answered PUBREC (its PUBREL may come after a restart).
-	InboundQoS2(clientID string, pid uint16)
-}
-
-// Hook is the bridge as one mochi-mqtt hook: uplink (publishes into the
-// core, acknowledged once durable) and device presence events. Add it to
-// the server, then call Attach with that server before serving.
+// Hook is the bridge on the gateway engine: its Uplink (publishes into
+// the core, acknowledged once durable), Presence (device events) and
+// Delivery (receipts of downlink commands), and the downlink consumers.
+// Attach it to the engine before the engine starts, Start it after.
 type Hook struct {
-	mqtt.HookBase
+	opts Options
+	core Core
+	up   *Uplink
+	log  zerolog.Logger
+	m    *metrics
+	e    *engine.Engine
 
-	opts   Options
-	core   Core
-	up     *Uplink
-	log    zerolog.Logger
-	m      *metrics
-	server *mqtt.Server
-	inline *mqtt.Client // republishes durable messages to MQTT subscribers
-
-	clients   sync.Map // *mqtt.Client → *clientState, while QoS≥1 publishes are on the way
-	takenOver sync.Map // *mqtt.Client → struct{}: its session was taken over
-	// conns: *mqtt.Client → connSession, while connected and only when
+	// conns: *engine.Client → connSession, while connected and only when
 	// tracing is on: the connect session a traced publish names.
 	conns sync.Map
 	seq   atomic.Uint64
 
 	produces sync.WaitGroup // ProduceAsync calls whose done has not run
-	flushers sync.WaitGroup // ack flushers running
 
 	down      []downlinkRule
 	downTopic map[string]bool // core topics consumed by the downlink: never uplink targets
@@ -146,6 +123,12 @@ type Hook struct {
 	evOnce   sync.Once
 	evDone   chan struct{} // closed when the events goroutine ended
 }
+
+var (
+	_ engine.Uplink          = (*Hook)(nil)
+	_ engine.Presence        = (*Hook)(nil)
+	_ engine.DurableDelivery = (*Hook)(nil)
+)
 
 // New builds the hook. Rules are checked here: a bad rule is an error.
 func New(o Options) (*Hook, error) {
@@ -220,7 +203,6 @@ func New(o Options) (*Hook, error) {
 		h.downTopic[r.Topic] = true
 	}
 	h.dl.group = groupName(o.Node)
-	h.dl.pending = map[string]map[uint16]pendingDown{}
 	h.dl.waiters = map[string]chan struct{}{}
 	h.dl.held = map[string]*heldQueue{}
 	if o.Logger != nil {
@@ -232,47 +214,23 @@ func New(o Options) (*Hook, error) {
 	return h, nil
 }
 
-// Attach gives the hook the server it republishes through. Call it once,
-// after mqtt.New and before Serve.
-func (h *Hook) Attach(s *mqtt.Server) {
-	h.server = s
-	h.inline = s.NewClient(nil, mqtt.LocalListener, "$ferrymq-bridge", true)
-}
-
-// ID implements mqtt.Hook.
-func (h *Hook) ID() string { return "ferrymq-bridge" }
-
-// Provides implements mqtt.Hook.
-func (h *Hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{
-		mqtt.OnPublish, mqtt.OnWillSent, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect,
-		mqtt.OnStarted, mqtt.OnSubscribe, mqtt.OnUnsubscribe, mqtt.OnPacketEncode,
-		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnPublishDropped,
-	}, []byte{b})
-}
+// Attach gives the hook the engine it delivers downlink commands through.
+// Call it once, before the engine starts.
+func (h *Hook) Attach(e *engine.Engine) { h.e = e }
 
 // Collectors returns the bridge's metrics for a Prometheus registry.
 func (h *Hook) Collectors() []prometheus.Collector { return h.m.collectors() }
 
-// Stop implements mqtt.Hook: mochi calls it when the server closes, after
-// every client is gone. It stores the queued presence events.
-func (h *Hook) Stop() error {
-	h.stopDownlink()
-	h.stopNotices()
-	return nil
-}
-
-// Drain waits until everything handed to the core has completed and its
-// acknowledgement was written (or the client was gone). Call it after the
-// listeners are closed and before closing the core; it also ends the
-// presence-events goroutine if mochi did not (Stop).
+// Drain stops the downlink, stores the queued presence events and receipts,
+// and waits until everything handed to the core has completed. Call it
+// after the engine shut down (every ack is written or its connection gone)
+// and before closing the core.
 func (h *Hook) Drain(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		h.stopDownlink()
 		h.stopNotices()
 		h.produces.Wait()
-		h.flushers.Wait()
 		close(done)
 	}()
 	select {
@@ -283,50 +241,52 @@ func (h *Hook) Drain(ctx context.Context) error {
 	}
 }
 
-// OnPublish maps an MQTT publish onto the core. QoS 0 is appended without
-// waiting. QoS 1/2 is taken over from mochi (ErrRejectPacket): the PUBACK
-// or PUBREC is written, and the message delivered to MQTT subscribers, only
-// once the core has it durably; many publishes of one client are in flight
-// at once and share the core's group commit.
-func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if cl == h.inline {
-		// Our own republish of a durable message: restore its origin so
-		// no-local subscriptions and retained messages see the publisher.
-		pk.Origin, pk.Connect.ClientIdentifier = pk.Connect.ClientIdentifier, ""
-		return pk, nil
-	}
-	if cl.Net.Inline {
-		return pk, nil
-	}
+// Publish implements engine.Uplink: an MQTT publish (or a will) mapped onto
+// the core. QoS 0 is appended without waiting and delivered at once. QoS
+// 1/2 is deferred: the engine writes the PUBACK/PUBREC, and delivers the
+// message to MQTT subscribers, only once the core has it durably; many
+// publishes of one client are on their way at once (the engine's Receive
+// Maximum bounds them) and share the core's group commit. A publish no rule
+// maps stays MQTT-only.
+func (h *Hook) Publish(c *engine.Client, m *engine.Message, done func(engine.Result)) (engine.Decision, engine.Result) {
 	var received time.Time // when tracing: the publish hop's time
 	if h.opts.Trace != nil {
 		received = time.Now()
 	}
-	qos := pk.FixedHeader.Qos
-	h.m.received.WithLabelValues(qosLabel[qos&3]).Inc()
-	if inner, d, ok, err := mqtttopic.Delayed(pk.TopicName); ok {
-		return h.delayedPublish(cl, pk, inner, d, err, received)
+	h.m.received.WithLabelValues(qosLabel[m.QoS&3]).Inc()
+	if inner, d, ok, err := mqtttopic.Delayed(m.Topic); ok {
+		return h.delayedPublish(c, m, inner, d, err, received, done)
 	}
-	msg, rule, ok := h.mapPublish(cl, &pk)
+	msg, rule, ok := h.mapPublish(c, m, m.Topic)
 	if !ok {
-		return pk, nil
+		return engine.Deliver, engine.Result{}
 	}
-	tr := h.traceUplink(cl, &pk, msg, rule, received)
-	if qos == 0 {
+	tr := h.traceUplink(c, m, msg, rule, received)
+	if m.Will && tr != nil {
+		tr.attrs["will"] = "true"
+	}
+	if m.QoS == 0 {
 		h.produce(msg, tr, nil)
-		return pk, nil
-	}
-	st := h.state(cl)
-	if !st.admit(&pk, h.opts.MaxInflight) {
-		h.m.duplicates.Inc()
-		return pk, packets.ErrRejectPacket
+		return engine.Deliver, engine.Result{}
 	}
 	h.m.inflight.Inc()
-	takeReceiveQuota(cl)
 	h.produce(msg, tr, func(r core.SendResult, err error) {
-		st.complete(h, ack{pk: pk, err: err, id: r.ID, traced: tr != nil})
+		h.m.inflight.Dec()
+		res := resultOf(err)
+		if err == nil && tr != nil {
+			h.traceAck(c, m, r.ID)
+		}
+		switch {
+		case err == nil:
+		case c.Protocol() < 5 || res.Disconnect != 0:
+			// One line per connection ended (the client publishes again).
+			h.log.Warn().Err(err).Str(logClient, c.ID()).Msg("core refused a publish; client disconnected without ack")
+		default: // a negative PUBACK/PUBREC, possibly many a second: counted in the metrics
+			h.log.Debug().Err(err).Str(logClient, c.ID()).Msg("core refused a publish; negative ack")
+		}
+		done(res)
 	})
-	return pk, packets.ErrRejectPacket
+	return engine.Defer, engine.Result{}
 }
 
 // delayedPublish bridges a publish to "$delayed/{seconds}/{topic}" as a
@@ -337,51 +297,47 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 // beyond MaxDelay or a topic no rule bridges is refused: reason code 0x90
 // on MQTT 5 (QoS 1/2); an MQTT 3 client is disconnected without an ack, as
 // for any refused publish; a QoS 0 one is dropped and counted.
-func (h *Hook) delayedPublish(cl *mqtt.Client, pk packets.Packet, inner string, d time.Duration, err error,
-	received time.Time) (packets.Packet, error) {
+func (h *Hook) delayedPublish(c *engine.Client, m *engine.Message, inner string, d time.Duration, err error,
+	received time.Time, done func(engine.Result)) (engine.Decision, engine.Result) {
 	var msg *core.Message
 	var tr *upTrace
 	if err == nil && d > h.opts.MaxDelay {
-		err = fmt.Errorf("%w: %q: %v is beyond the longest delay, %v", mqtttopic.ErrBadDelayed, pk.TopicName, d, h.opts.MaxDelay)
+		err = fmt.Errorf("%w: %q: %v is beyond the longest delay, %v", mqtttopic.ErrBadDelayed, m.Topic, d, h.opts.MaxDelay)
 	}
 	if err == nil {
-		mapped := pk
-		mapped.TopicName = inner
 		var ok bool
 		var rule string
-		if msg, rule, ok = h.mapPublish(cl, &mapped); ok {
+		if msg, rule, ok = h.mapPublish(c, m, inner); ok {
 			setDelay(msg, d)
-			tr = h.traceUplink(cl, &pk, msg, rule, received)
+			tr = h.traceUplink(c, m, msg, rule, received)
 			tr.delayedUntil(msg.DeliverAt, d)
 		} else {
-			err = fmt.Errorf("%w: %q: no uplink rule bridges %q", mqtttopic.ErrBadDelayed, pk.TopicName, inner)
+			err = fmt.Errorf("%w: %q: no uplink rule bridges %q", mqtttopic.ErrBadDelayed, m.Topic, inner)
 		}
 	}
 	if err != nil {
 		h.m.unbridged.WithLabelValues("bad_delayed").Inc()
-		h.log.Debug().Err(err).Str("client", cl.ID).Msg("delayed publish refused")
-	}
-	if pk.FixedHeader.Qos == 0 {
-		if err == nil {
-			h.produce(msg, tr, nil)
+		h.log.Debug().Err(err).Str(logClient, c.ID()).Msg("delayed publish refused")
+		if m.QoS == 0 {
+			return engine.Consume, engine.Result{}
 		}
-		return pk, packets.ErrRejectPacket // not for MQTT subscribers
+		return engine.Refuse, resultOf(err)
 	}
-	st := h.state(cl)
-	if !st.admit(&pk, h.opts.MaxInflight) {
-		h.m.duplicates.Inc()
-		return pk, packets.ErrRejectPacket
+	if m.QoS == 0 {
+		h.produce(msg, tr, nil)
+		return engine.Consume, engine.Result{} // not for MQTT subscribers
 	}
 	h.m.inflight.Inc()
-	takeReceiveQuota(cl)
-	if err != nil {
-		st.complete(h, ack{pk: pk, err: err, held: true})
-		return pk, packets.ErrRejectPacket
-	}
 	h.produce(msg, tr, func(r core.SendResult, err error) {
-		st.complete(h, ack{pk: pk, err: err, held: true, id: r.ID, traced: tr != nil})
+		h.m.inflight.Dec()
+		res := resultOf(err)
+		res.Hold = true // acknowledged, never delivered to MQTT subscribers
+		if err == nil && tr != nil {
+			h.traceAck(c, m, r.ID)
+		}
+		done(res)
 	})
-	return pk, packets.ErrRejectPacket
+	return engine.Defer, engine.Result{}
 }
 
 // setDelay makes msg a delayed message, due d from now.
@@ -390,51 +346,11 @@ func setDelay(msg *core.Message, d time.Duration) {
 	msg.Properties[PropDelay] = strconv.FormatInt(int64(d/time.Second), 10)
 }
 
-// OnWillSent bridges a will message like any publish (it is not
-// acknowledged to anyone, so nothing waits for it).
-func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
-	var received time.Time
-	if h.opts.Trace != nil {
-		received = time.Now()
-	}
-	var msg *core.Message
-	var rule string
-	var ok bool
-	inner, d, delayed, err := mqtttopic.Delayed(pk.TopicName)
-	if delayed {
-		// A will to "$delayed/{seconds}/{topic}" is delayed like a publish.
-		if err != nil || d > h.opts.MaxDelay {
-			h.m.unbridged.WithLabelValues("bad_delayed").Inc()
-			return
-		}
-		mapped := pk
-		mapped.TopicName = inner
-		if msg, rule, ok = h.mapPublish(cl, &mapped); !ok {
-			return
-		}
-		setDelay(msg, d)
-	} else if msg, rule, ok = h.mapPublish(cl, &pk); !ok {
-		return
-	}
-	tr := h.traceUplink(cl, &pk, msg, rule, received)
-	if tr != nil {
-		tr.attrs["will"] = "true"
-	}
-	if delayed {
-		tr.delayedUntil(msg.DeliverAt, d)
-	}
-	h.produce(msg, tr, func(_ core.SendResult, err error) {
-		if err != nil {
-			h.log.Warn().Err(err).Str("client", cl.ID).Msg("will not bridged")
-		}
-	})
-}
-
 // mapPublish applies the uplink rules to pk and says which rule's filter
 // matched; false (counted by reason) when it stays MQTT-only. No loops: a
 // downlink topic is fed by backends only, never by the uplink.
-func (h *Hook) mapPublish(cl *mqtt.Client, pk *packets.Packet) (*core.Message, string, bool) {
-	msg, rule, err := h.up.MapRule(publishOf(cl, pk))
+func (h *Hook) mapPublish(c *engine.Client, m *engine.Message, topic string) (*core.Message, string, bool) {
+	msg, rule, err := h.up.MapRule(publishOf(c, m, topic))
 	if err == nil && h.downTopic[msg.Topic] {
 		err = errDownlinkTopic
 	}
@@ -473,42 +389,24 @@ func (h *Hook) produce(msg *core.Message, tr *upTrace, done func(core.SendResult
 	})
 }
 
-func (h *Hook) state(cl *mqtt.Client) *clientState {
-	if v, ok := h.clients.Load(cl); ok {
-		return v.(*clientState)
-	}
-	v, _ := h.clients.LoadOrStore(cl, &clientState{cl: cl})
-	return v.(*clientState)
-}
-
-// republish hands a durable message to mochi for its MQTT subscribers and
-// retained store, as the publisher's own publish would have been.
-func (h *Hook) republish(origin string, pk packets.Packet) {
-	pk.Connect.ClientIdentifier = origin
-	pk.FixedHeader.Dup = false
-	if err := h.server.InjectPacket(h.inline, pk); err != nil {
-		h.log.Debug().Err(err).Str("client", origin).Msg("republish to mqtt subscribers")
-	}
-}
-
 var qosLabel = [4]string{"0", "1", "2", "3"}
 
-func publishOf(cl *mqtt.Client, pk *packets.Packet) *Publish {
+func publishOf(c *engine.Client, m *engine.Message, topic string) *Publish {
 	p := &Publish{
-		Topic:    pk.TopicName,
-		ClientID: cl.ID,
-		Username: string(cl.Properties.Username),
-		QoS:      pk.FixedHeader.Qos,
-		Retain:   pk.FixedHeader.Retain,
-		Payload:  pk.Payload,
+		Topic:    topic,
+		ClientID: c.ID(),
+		Username: c.Username(),
+		QoS:      m.QoS,
+		Retain:   m.Retain,
+		Payload:  m.Payload,
 	}
-	if cl.Properties.ProtocolVersion == 5 {
-		for _, u := range pk.Properties.User {
-			p.User = append(p.User, UserProperty{Key: u.Key, Value: u.Val})
+	if pr := m.Props; pr != nil {
+		for _, u := range pr.User {
+			p.User = append(p.User, UserProperty{Key: u.Key, Value: u.Value})
 		}
-		p.ContentType = pk.Properties.ContentType
-		p.ResponseTopic = pk.Properties.ResponseTopic
-		p.CorrelationData = pk.Properties.CorrelationData
+		p.ContentType = pr.ContentType
+		p.ResponseTopic = pr.ResponseTopic
+		p.CorrelationData = pr.CorrelationData
 	}
 	return p
 }
@@ -525,4 +423,5 @@ func unbridgedReason(err error) string {
 	return "no_rule"
 }
 
-func atomicAdd(p *int64, d int64) { atomic.AddInt64(p, d) }
+// logClient is the log field naming a client.
+const logClient = "client"

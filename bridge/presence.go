@@ -1,19 +1,12 @@
 package bridge
 
 import (
-	"errors"
-	"io"
-	"net"
-	"sort"
 	"strconv"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
-
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 // Presence event names; also the message tag, so consumers can filter.
@@ -57,98 +50,51 @@ const (
 	ReasonMalformed  = "malformed_packet"  // a packet could not be decoded
 	ReasonTakenOver  = "taken_over"        // not emitted: the takeover event says it
 	ReasonCoreRefuse = "core_refused"      // an MQTT 3 client's publish was refused by the core
+	ReasonTimeout    = "connect_timeout"   // no CONNECT in time
+	ReasonRefused    = "refused"           // CONNACK refused it (never connected: no event)
 )
 
-// OnSessionEstablish runs once a connection is accepted, before mochi
-// takes over an existing session and before the CONNACK: the takeover
-// event (a live connection with this client ID is replaced) and the
-// connected event are emitted here, so they are stored before anything the
-// client can do after its CONNACK — including being taken over itself.
-func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
-	if h.server != nil && !h.opts.DisableDownlink {
-		if _, exists := h.server.Clients.Get(cl.ID); !exists || !pk.Connect.Clean {
-			// Before the CONNACK: a command sent the moment the client is
-			// told it is connected finds its subscription. (A clean start
-			// over an existing session gets it in OnSessionEstablished:
-			// mochi drops the old session's subscriptions, which are filed
-			// under the same client ID, in between.)
-			h.subscribeP2P(cl)
-		}
-	}
-	if h.server != nil && !cl.Properties.Clean {
-		if old, ok := h.server.Clients.Get(cl.ID); ok && old != cl {
-			orderInflight(old)
-		}
-	}
+// Connected implements engine.Presence. It runs before the CONNACK is
+// written, so the takeover event (a live connection with this client ID is
+// replaced) and the connected event are stored before anything the client
+// can do after its CONNACK — including being taken over itself. Commands
+// held for the client go out after its CONNACK.
+func (h *Hook) Connected(c *engine.Client, _ bool, replaced *engine.Client) {
 	traced := false
 	if all, topics := h.opts.Trace.Traced(); all || len(topics) > 0 {
 		traced = true
-		h.conns.Store(cl, connSession{at: time.Now()})
+		h.conns.Store(c, connSession{at: time.Now()})
+	}
+	if !h.opts.DisableDownlink {
+		h.releaseHeld(c.ID())
 	}
 	if h.opts.DisableEvents {
 		return
 	}
-	if h.server != nil {
-		if old, ok := h.server.Clients.Get(cl.ID); ok && old != cl && !old.Closed() {
-			h.takenOver.Store(old, struct{}{})
-			h.emit(&Event{Event: EventTakeover, ClientID: cl.ID, Username: string(cl.Properties.Username),
-				Remote: cl.Net.Remote, Listener: cl.Net.Listener, OldRemote: old.Net.Remote})
-		}
+	if replaced != nil {
+		h.emit(&Event{Event: EventTakeover, ClientID: c.ID(), Username: c.Username(),
+			Remote: c.Remote(), Listener: c.Listener(), OldRemote: replaced.Remote()})
 	}
-	seq := h.emit(&Event{Event: EventConnected, ClientID: cl.ID, Username: string(cl.Properties.Username),
-		Remote: cl.Net.Remote, Listener: cl.Net.Listener, Proto: cl.Properties.ProtocolVersion,
-		Clean: cl.Properties.Clean, Keepalive: cl.State.Keepalive})
+	seq := h.emit(&Event{Event: EventConnected, ClientID: c.ID(), Username: c.Username(),
+		Remote: c.Remote(), Listener: c.Listener(), Proto: c.Protocol(), Clean: c.Clean(), Keepalive: c.Keepalive()})
 	if traced {
-		h.conns.Store(cl, connSession{at: time.Now(), seq: seq})
+		h.conns.Store(c, connSession{at: time.Now(), seq: seq})
 	}
 }
 
-// OnSessionEstablished makes sure the client has its point-to-point
-// subscription (after mochi restored or dropped any session it replaced)
-// and releases the commands held for it.
-func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
-	if h.server != nil && !h.opts.DisableDownlink {
-		h.subscribeP2P(cl)
-		h.releaseHeld(cl.ID)
-	}
-}
-
-// OnDisconnect emits the disconnected event (a connection that was taken
-// over has its takeover event instead) and forgets the client's pipeline.
-func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
-	if cl.Net.Conn == nil {
-		return // a session loaded from storage at start, not a connection
-	}
-	h.clients.Delete(cl)
-	h.conns.Delete(cl)
-	h.wake(cl.ID)
-	if !cl.IsTakenOver() {
-		h.forgetPending(cl.ID) // rebuilt from the resent packets if the session resumes
-	}
-	if _, ok := h.takenOver.LoadAndDelete(cl); ok || h.opts.DisableEvents {
+// Disconnected implements engine.Presence: the disconnected event, unless
+// the connection was taken over (the new connection's takeover event says
+// it). reason is the engine's: the Reason… names below.
+func (h *Hook) Disconnected(c *engine.Client, reason string, cause error, takenOver bool) {
+	h.conns.Delete(c)
+	h.wake(c.ID())
+	if takenOver || h.opts.DisableEvents {
 		return
 	}
-	if cl.IsTakenOver() {
-		return
-	}
-	e := &Event{Event: EventDisconnected, ClientID: cl.ID, Username: string(cl.Properties.Username),
-		Remote: cl.Net.Remote, Listener: cl.Net.Listener}
-	e.Reason, e.Error = disconnectReason(cl, err)
-	h.emit(e)
-}
-
-// ClientClosed is for the gateway when a connection ended without mochi's
-// OnDisconnect (a recovered panic): the event and cleanup still happen.
-func (h *Hook) ClientClosed(cl *mqtt.Client, reason string, err error) {
-	h.clients.Delete(cl)
-	h.takenOver.Delete(cl)
-	if h.opts.DisableEvents {
-		return
-	}
-	e := &Event{Event: EventDisconnected, ClientID: cl.ID, Username: string(cl.Properties.Username),
-		Remote: cl.Net.Remote, Listener: cl.Net.Listener, Reason: reason}
-	if err != nil {
-		e.Error = err.Error()
+	e := &Event{Event: EventDisconnected, ClientID: c.ID(), Username: c.Username(), Remote: c.Remote(), Listener: c.Listener(),
+		Reason: reason}
+	if reason != ReasonNormal && cause != nil {
+		e.Error = cause.Error()
 	}
 	h.emit(e)
 }
@@ -322,86 +268,4 @@ func appendJSONString(b []byte, s string) []byte {
 		i += size
 	}
 	return append(b, '"')
-}
-
-// disconnectReason classifies why a connection ended.
-func disconnectReason(cl *mqtt.Client, err error) (reason, detail string) {
-	if cause := cl.StopCause(); cause != nil && err == nil {
-		err = cause
-	} else if cause != nil {
-		var code packets.Code
-		if errors.As(cause, &code) {
-			err = cause // the server's own reason beats "use of closed connection"
-		}
-	}
-	if err == nil {
-		return ReasonNormal, ""
-	}
-	detail = err.Error()
-	var code packets.Code
-	var ne net.Error
-	switch {
-	case errors.As(err, &code):
-		switch code.Code {
-		case packets.CodeDisconnect.Code, packets.CodeDisconnectWillMessage.Code:
-			return ReasonNormal, ""
-		case packets.ErrServerShuttingDown.Code:
-			return ReasonShutdown, detail
-		case packets.ErrSessionTakenOver.Code:
-			return ReasonTakenOver, detail
-		case packets.ErrKeepAliveTimeout.Code:
-			return ReasonKeepalive, detail
-		case packets.ErrMalformedPacket.Code:
-			return ReasonMalformed, detail
-		case packets.ErrProtocolViolation.Code:
-			return ReasonProtocol, detail
-		}
-		if code.Code >= 0x80 && code.Code < 0x88 {
-			return ReasonProtocol, detail
-		}
-		return ReasonKicked, detail
-	case errors.As(err, &ne) && ne.Timeout():
-		return ReasonKeepalive, detail
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, net.ErrClosed), errors.Is(err, syscall.EPIPE):
-		return ReasonLost, detail
-	case errors.Is(err, core.ErrStoreFailed), errors.Is(err, core.ErrClosed):
-		return ReasonCoreRefuse, detail
-	}
-	return ReasonProtocol, detail
-}
-
-// orderInflight makes mochi resend a resumed session's messages in the
-// order they were first sent [MQTT-4.6.0-1]. mochi sorts them by the low 16
-// bits of their creation time in seconds, so messages of the same second
-// come back in random order; here their creation times are rewritten to
-// consecutive seconds in packet ID order (IDs are handed out in sending
-// order; the order starts after the widest gap in the 16-bit ID circle).
-func orderInflight(cl *mqtt.Client) {
-	pks := cl.State.Inflight.GetAll(false)
-	if len(pks) < 2 {
-		return
-	}
-	sort.Slice(pks, func(i, j int) bool { return pks[i].PacketID < pks[j].PacketID })
-	start, gap := 0, -1
-	for i := range pks {
-		next := pks[(i+1)%len(pks)].PacketID
-		d := int(next) - int(pks[i].PacketID)
-		if d <= 0 {
-			d += 1 << 16
-		}
-		if d > gap {
-			gap, start = d, (i+1)%len(pks)
-		}
-	}
-	now := time.Now().Unix()
-	base := now - now%(1<<16) // uint16(base+i) grows with i
-	if base+int64(len(pks)) > now {
-		base -= 1 << 16
-	}
-	for i := range pks {
-		pk := pks[(start+i)%len(pks)]
-		pk.Created = base + int64(i)
-		cl.State.Inflight.Set(pk)
-	}
 }

@@ -5,11 +5,9 @@ import (
 	"strings"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
-
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/trace"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 // The bridge records the MQTT hops of traced messages (Options.Trace) —
@@ -62,26 +60,26 @@ type upTrace struct {
 // traceUplink returns the trace of pk, received at at and mapped by the
 // uplink rule whose filter is rule onto msg, or nil when msg's core topic
 // is not traced.
-func (h *Hook) traceUplink(cl *mqtt.Client, pk *packets.Packet, msg *core.Message, rule string, at time.Time) *upTrace {
+func (h *Hook) traceUplink(cl *engine.Client, pk *engine.Message, msg *core.Message, rule string, at time.Time) *upTrace {
 	if !h.opts.Trace.Enabled(msg.Topic) {
 		return nil
 	}
 	if at.IsZero() {
 		at = time.Now()
 	}
-	qos := pk.FixedHeader.Qos
+	qos := pk.QoS
 	a := make(map[string]string, 8)
-	a[attrMQTTTopic] = pk.TopicName
+	a[attrMQTTTopic] = pk.Topic
 	a[attrQoS] = qosLabel[qos&3]
-	if qos > 0 && pk.PacketID != 0 {
+	a["protocol"] = strconv.Itoa(int(cl.Protocol())) // 3 = 3.1, 4 = 3.1.1, 5 = 5.0
+	if cl.Username() != "" {
+		a["username"] = cl.Username()
+	}
+	if cl.Remote() != "" {
+		a["remote"] = cl.Remote()
+	}
+	if pk.PacketID != 0 {
 		a[attrPacketID] = strconv.Itoa(int(pk.PacketID))
-	}
-	a["protocol"] = strconv.Itoa(int(cl.Properties.ProtocolVersion)) // 3 = 3.1, 4 = 3.1.1, 5 = 5.0
-	if len(cl.Properties.Username) > 0 {
-		a["username"] = string(cl.Properties.Username)
-	}
-	if cl.Net.Remote != "" {
-		a["remote"] = cl.Net.Remote
 	}
 	a["rule"] = rule
 	if v, ok := h.conns.Load(cl); ok {
@@ -91,7 +89,7 @@ func (h *Hook) traceUplink(cl *mqtt.Client, pk *packets.Packet, msg *core.Messag
 			a["connect_seq"] = strconv.FormatUint(cs.seq, 10) // the seq of its "connected" presence event
 		}
 	}
-	return &upTrace{at: at, client: cl.ID, key: msg.ShardingKey, attrs: a}
+	return &upTrace{at: at, client: cl.ID(), key: msg.ShardingKey, attrs: a}
 }
 
 // delayedUntil marks t (if any) as a delayed publish, due at due, d after
@@ -125,21 +123,17 @@ func (h *Hook) traceStored(t *upTrace, r *core.SendResult) {
 	rec.Record(trace.Event{ID: r.ID, Hop: hop, At: r.StoredAt, Attrs: a})
 }
 
-// traceAcks records the ack hop of the traced publishes among items, whose
-// acknowledgements were written to cl.
-func (h *Hook) traceAcks(cl *mqtt.Client, items []ack) {
-	for i := range items {
-		a := &items[i]
-		if !a.traced || a.err != nil {
-			continue
-		}
-		qos := a.pk.FixedHeader.Qos
-		h.opts.Trace.Record(trace.Event{ID: a.id, Hop: trace.HopPuback, Actor: cl.ID, Attrs: map[string]string{
-			attrPacketID: strconv.Itoa(int(a.pk.PacketID)),
-			attrQoS:      qosLabel[qos&3],
-			"code":       "0x00",
-		}})
+// traceAck records the ack hop of a traced publish, acknowledged once the
+// core stored it as id (the engine writes the ack next, in order).
+func (h *Hook) traceAck(cl *engine.Client, m *engine.Message, id core.MessageID) {
+	if m.QoS == 0 || m.Will {
+		return // nothing acknowledges QoS 0, nor a will
 	}
+	a := map[string]string{attrQoS: qosLabel[m.QoS&3], "code": "0x00"}
+	if m.PacketID != 0 {
+		a[attrPacketID] = strconv.Itoa(int(m.PacketID))
+	}
+	h.opts.Trace.Record(trace.Event{ID: id, Hop: trace.HopPuback, Actor: cl.ID(), Attrs: a})
 }
 
 // downTrace says how a downlink message is traced: under id, as a message
@@ -149,9 +143,9 @@ type downTrace struct {
 	topic string
 }
 
-// A traced downlink message carries its downTrace in the origin of its
-// packets, so the trace follows the packet through mochi's queues, a parked
-// session and a restart: the message ID (32 hex digits) is followed by
+// A traced downlink message carries its downTrace in its engine Ref, so the
+// trace follows it through the session's queue, the session store and a
+// restart: the message ID (32 hex digits) is followed by
 // "~" + the ID it is traced under + "~" + its core topic. Core topic names
 // hold neither '~' nor '/'; an untraced message's origin is as before.
 const refSep = "~"
@@ -196,23 +190,22 @@ const (
 	downHeld           // held for a client this node does not know yet
 )
 
-// traceDeliver records the deliver hop of a downlink packet for client.
-func (h *Hook) traceDeliver(t downTrace, client, mqttTopic string, pk *packets.Packet, how int) {
+// traceDeliver records the deliver hop of a downlink message for client.
+func (h *Hook) traceDeliver(t downTrace, client, mqttTopic string, qos byte, pid uint16, dup bool, how int) {
 	if !h.traced(t) {
 		return
 	}
-	qos := pk.FixedHeader.Qos
 	a := make(map[string]string, 6)
-	if mqttTopic != "" { // empty when a topic alias stands for it
+	if mqttTopic != "" {
 		a[attrMQTTTopic] = mqttTopic
 	}
 	a[attrQoS] = qosLabel[qos&3]
 	switch how {
 	case downWritten:
-		if qos > 0 {
-			a[attrPacketID] = strconv.Itoa(int(pk.PacketID))
+		if pid != 0 {
+			a[attrPacketID] = strconv.Itoa(int(pid))
 		}
-		if pk.FixedHeader.Dup {
+		if dup {
 			a["dup"] = "true"
 		}
 	case downHeld:
@@ -226,16 +219,15 @@ func (h *Hook) traceDeliver(t downTrace, client, mqttTopic string, pk *packets.P
 }
 
 // traceDeviceAck records a device's acknowledgement (PUBACK or PUBCOMP) of
-// a downlink packet.
-func (h *Hook) traceDeviceAck(t downTrace, client string, pk *packets.Packet, mqttTopic string) {
+// a downlink message.
+func (h *Hook) traceDeviceAck(t downTrace, client, mqttTopic string, qos byte, pid uint16) {
 	if !h.traced(t) {
 		return
 	}
-	qos := "1"
-	if pk.FixedHeader.Type == packets.Pubcomp {
-		qos = "2"
+	a := map[string]string{attrQoS: qosLabel[qos&3]}
+	if pid != 0 {
+		a[attrPacketID] = strconv.Itoa(int(pid))
 	}
-	a := map[string]string{attrPacketID: strconv.Itoa(int(pk.PacketID)), attrQoS: qos}
 	if mqttTopic != "" {
 		a[attrMQTTTopic] = mqttTopic
 	}

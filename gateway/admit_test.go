@@ -2,28 +2,32 @@ package gateway_test
 
 import (
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
 )
 
-// admitN is a hook that admits the first n sockets at a time (the auth
-// package's quotas implement the same interface).
+// admitN is a Limiter that admits the first n sockets at a time (the auth
+// package's quotas do the same per IP).
 type admitN struct {
-	mqtt.HookBase
 	n, open atomic.Int64
 }
 
-func (a *admitN) ID() string { return "admit-n" }
+func (a *admitN) AllowPublish(*engine.Client, string, int) (engine.ReasonCode, time.Duration, bool) {
+	return engine.Success, 0, false
+}
 
-func (a *admitN) AdmitConnection(net.Addr) (func(), error) {
+func (a *admitN) AllowSubscription(*engine.Client, string, int) engine.ReasonCode {
+	return engine.Success
+}
+
+func (a *admitN) Admit(string) (func(), error) {
 	if a.open.Add(1) > a.n.Load() {
 		a.open.Add(-1)
 		return nil, errors.New("too many connections")
@@ -36,13 +40,12 @@ func (a *admitN) AdmitConnection(net.Addr) (func(), error) {
 	}, nil
 }
 
-// A hook implementing gateway.Admitter refuses sockets before a byte is
-// read; released slots are reused.
+// A Limiter refuses sockets before a byte is read; released slots are
+// reused.
 func TestAdmitterRefusesBeforeReading(t *testing.T) {
 	a := &admitN{}
 	a.n.Store(1)
-	var _ gateway.Admitter = a
-	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{Hooks: []mqtt.Hook{a}}})
+	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{Hooks: engine.Hooks{Limits: a}}})
 	first := rawConn(t, env.TCP, connectV4("first"))
 	second := rawConn(t, env.TCP, nil)
 	requireClosed(t, second, 5*time.Second)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/auth"
@@ -29,7 +28,7 @@ func BenchmarkConnectAuth(b *testing.B) {
 	require.NoError(b, err)
 	for _, tc := range []struct {
 		name string
-		hook mqtt.Hook
+		hook *auth.Hook
 		cred func(i int) (id, user, pass string)
 	}{
 		{"none", nil, func(i int) (string, string, string) { return "c" + strconv.Itoa(i), "u", "p" }},

@@ -377,32 +377,27 @@ func connackV5(t *testing.T, addr, id, password string, clean bool, expiry uint3
 }
 
 // A client ID's session belongs to the identity that made it, also while
-// it is offline and once the session layer parked it (SessionOwner): a
-// different identity is refused, with or without a clean start.
+// it is offline (the engine keeps its username): a different identity is
+// refused, with or without a clean start.
 func TestSessionOwnerRefusesOthers(t *testing.T) {
 	secret := []byte("jwt-secret")
 	p, err := auth.NewJWT(auth.JWTOptions{Secret: secret})
 	require.NoError(t, err)
-	parked := map[string]string{"car-parked": "owner"}
 	env := gatewaytest.Start(t, gatewaytest.Options{Auth: auth.NewHook(auth.HookOptions{
 		Chain: &auth.Chain{Providers: []auth.Provider{p}},
-		SessionOwner: func(id string) (string, bool) {
-			u, ok := parked[id] // read only
-			return u, ok
-		},
 	})})
 
-	// An offline persistent session, still in mochi's client list.
+	// An offline persistent session.
 	owner, err := dialAuth(t, env.TCP, "car-p", "any", jwtFor(t, secret, "car-p", "owner"), func(o *paho3.ClientOptions) {
 		o.SetCleanSession(false)
 	})
 	require.NoError(t, err)
 	owner.Disconnect(50)
 	require.Eventually(t, func() bool {
-		cl, ok := env.Gateway.Server().Clients.Get("car-p")
-		return ok && cl.Closed()
+		e := env.Gateway.Engine()
+		return e.HasSession("car-p") && !e.Connected("car-p")
 	}, 5*time.Second, 10*time.Millisecond, "the session stays, offline")
-	for _, id := range []string{"car-p", "car-parked"} {
+	for _, id := range []string{"car-p"} {
 		_, err = dialAuth(t, env.TCP, id, "owner", jwtFor(t, secret, id, "intruder"))
 		require.Error(t, err, "%s: MQTT 3 clean session of another identity", id)
 		require.Equal(t, byte(0x86), connackV5(t, env.TCP, id, jwtFor(t, secret, id, "intruder"), true, 0),

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -226,7 +225,7 @@ func TestThousandAbruptDrops(t *testing.T) {
 	}
 	wg.Wait()
 	require.Eventually(t, func() bool {
-		return atomic.LoadInt64(&env.Gateway.Server().Info.ClientsConnected) == 0
+		return env.Gateway.Engine().Stats().Connected == 0
 	}, 10*time.Second, 10*time.Millisecond)
 	healthy(t, env)
 }

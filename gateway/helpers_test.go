@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -124,3 +125,11 @@ func keys(m map[string][]string) []string {
 }
 
 func zerologNop() zerolog.Logger { return zerolog.Nop() }
+
+// sessionOf returns what the engine holds of clientID's session: queued
+// counts its messages in flight and queued; offline says it has no
+// connection.
+func sessionOf(env *gatewaytest.Env, clientID string) (queued int, offline, ok bool) {
+	ci, ok := env.Gateway.Engine().Client(clientID)
+	return ci.Inflight + ci.Queued, !ci.Connected, ok
+}

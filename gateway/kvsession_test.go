@@ -24,14 +24,15 @@ import (
 	"github.com/ferrymq/ferrymq/session"
 )
 
-// Two (or more) gateway nodes — each a mochi server with its bridge and its
+// Two (or more) gateway nodes — each an MQTT engine with its bridge and its
 // own embedded core — keep their sessions in one NATS JetStream
 // key-value bucket, on a real nats-server.
 
 const kvBucket = "ferrymq_sessions"
 
-// kvFast parks offline sessions after 50 ms and sweeps every 100 ms.
-var kvFast = session.Options{ParkAfter: 50 * time.Millisecond, SweepInterval: 100 * time.Millisecond}
+// kvFast are the session options of the nodes (the defaults: a session is
+// offline, its messages queued, as soon as its connection ends).
+var kvFast = session.Options{}
 
 // jsConnect connects to the NATS server at url (one connection per node,
 // as separate processes would have).
@@ -66,11 +67,20 @@ func bucket(t testing.TB, url string) (jetstream.JetStream, jetstream.KeyValue) 
 
 func tok(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
-// holds reports whether env's store holds clientID's session, and whether
-// parked.
+// holds reports whether env's engine holds clientID's session, and whether
+// it is offline (parked).
 func holds(env *gatewaytest.Env, clientID string) (held, parked bool) {
-	in, ok := env.Sessions.Session(clientID)
-	return ok, in.Parked
+	e := env.Gateway.Engine()
+	held = e.HasSession(clientID)
+	return held, held && !e.Connected(clientID)
+}
+
+// subscriptions is how many subscriptions clientID's session has on env.
+func subscriptions(env *gatewaytest.Env, clientID string) int {
+	if ci, ok := env.Gateway.Engine().Client(clientID); ok {
+		return len(ci.Subscriptions)
+	}
+	return -1
 }
 
 func persistent3(o *paho3.ClientOptions) { o.SetCleanSession(false) }
@@ -105,7 +115,7 @@ func TestKVSessionResumesOnAnotherNode(t *testing.T) {
 
 	other := dialV3(t, a.TCP, "backend-a")
 	publish3(t, other, "cars/car1/cmd", 1, false, "unlock")
-	require.Eventually(t, func() bool { in, _ := a.Sessions.Session("car1"); return in.Queued == 1 },
+	require.Eventually(t, func() bool { return queued(a, "car1") == 1 && a.Sessions.Stats().Backlog == 0 },
 		10*time.Second, 10*time.Millisecond, "queued on A, in the bucket")
 
 	var got received
@@ -117,7 +127,7 @@ func TestKVSessionResumesOnAnotherNode(t *testing.T) {
 	require.False(t, parked)
 	require.Eventually(t, func() bool { held, _ := holds(a, "car1"); return !held }, 10*time.Second, 10*time.Millisecond,
 		"A forgot the session B took")
-	require.Eventually(t, func() bool { in, _ := b.Sessions.Session("car1"); return in.Queued == 0 },
+	require.Eventually(t, func() bool { return queued(b, "car1") == 0 && b.Sessions.Stats().Backlog == 0 },
 		10*time.Second, 10*time.Millisecond, "acknowledged on B: gone from the bucket")
 
 	// The subscription came along: a publish on B reaches the device.
@@ -141,7 +151,7 @@ func TestKVInflightResentByAnotherNode(t *testing.T) {
 	subscribe3(t, dev, "meters/9/cmd", 1, func(_ paho3.Client, m paho3.Message) { first.Add(1) }) // never acked
 	publish3(t, dialV3(t, a.TCP, "backend-a"), "meters/9/cmd", 1, false, "read")
 	require.Eventually(t, func() bool { return first.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { in, _ := a.Sessions.Session("meter9"); return in.Queued == 1 },
+	require.Eventually(t, func() bool { return queued(a, "meter9") == 1 && a.Sessions.Stats().Backlog == 0 },
 		10*time.Second, 10*time.Millisecond, "inflight, stored")
 	a.Stop(t)
 
@@ -161,7 +171,7 @@ func TestKVInflightResentByAnotherNode(t *testing.T) {
 	got := func() []msg { mu.Lock(); defer mu.Unlock(); return append([]msg(nil), again...) }
 	require.Eventually(t, func() bool { return len(got()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, msg{"read", true}, got()[0], "resent with DUP")
-	require.Eventually(t, func() bool { in, _ := b.Sessions.Session("meter9"); return in.Queued == 0 },
+	require.Eventually(t, func() bool { return queued(b, "meter9") == 0 && b.Sessions.Stats().Backlog == 0 },
 		10*time.Second, 10*time.Millisecond, "acknowledged")
 	require.Never(t, func() bool { return len(got()) > 1 }, 300*time.Millisecond, 20*time.Millisecond, "nothing further")
 	keys, err := kv.ListKeysFiltered(t.Context(), "i."+tok("meter9")+".*")
@@ -204,7 +214,7 @@ func TestKVTakeoverAcrossNodes(t *testing.T) {
 	})
 	_, err = old.Subscribe(t.Context(), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "phones/5/#", QoS: 1}}})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { in, _ := a.Sessions.Session("phone5"); return in.Subscriptions == 1 },
+	require.Eventually(t, func() bool { return subscriptions(a, "phone5") == 1 },
 		10*time.Second, 10*time.Millisecond)
 	before, err := kv.Get(t.Context(), "o."+tok("phone5"))
 	require.NoError(t, err)
@@ -227,8 +237,7 @@ func TestKVTakeoverAcrossNodes(t *testing.T) {
 	held, _ := holds(b, "phone5")
 	require.True(t, held)
 	require.Equal(t, int64(1), a.Sessions.Stats().TakenOver)
-	_, inMochi := a.Gateway.Server().Clients.Get("phone5")
-	require.False(t, inMochi, "A's mochi forgot it")
+	require.False(t, a.Gateway.Engine().HasSession("phone5"), "A's engine forgot it")
 
 	// A publish on A matching what the session subscribed: A no longer
 	// serves the session, so nothing is queued or written there; B's
@@ -288,7 +297,7 @@ func TestKVArbitraryClientIDs(t *testing.T) {
 			dev.Disconnect(100)
 			require.Eventually(t, func() bool { _, p := holds(a, id); return p }, 10*time.Second, 10*time.Millisecond)
 			publish3(t, other, topic, 1, false, "hello "+id)
-			require.Eventually(t, func() bool { in, _ := a.Sessions.Session(id); return in.Queued == 1 },
+			require.Eventually(t, func() bool { return queued(a, id) == 1 && a.Sessions.Stats().Backlog == 0 },
 				10*time.Second, 10*time.Millisecond, "queued on A (the bridge republishes after the PUBACK)")
 
 			var got received
@@ -338,7 +347,7 @@ func TestKVNATSUnavailable(t *testing.T) {
 	subscribe3(t, dev, "trackers/3/b", 1, nil)
 	require.Eventually(t, func() bool { return a.Sessions.Stats().WriteErrors["unavailable"] > 0 },
 		10*time.Second, 10*time.Millisecond, "the failed write is counted")
-	require.Contains(t, logs.String(), "session write failed")
+	require.Contains(t, logs.String(), "session change not stored")
 	require.Contains(t, logs.String(), session.ErrUnavailable.Error())
 
 	publish3(t, dialV3(t, a.TCP, "backend-a"), "trackers/3/b", 1, false, "ping")
@@ -376,7 +385,7 @@ func TestKVRetainedSharedByNodes(t *testing.T) {
 
 	publish3(t, dialV3(t, b.TCP, "lamp-b"), "lamps/1/state", 1, true, "")
 	require.Eventually(t, func() bool {
-		return a.Sessions.Stats().Retained == 0 && len(a.Gateway.Server().Topics.Messages("lamps/#")) == 0
+		return len(a.Gateway.Engine().Retained("lamps/#")) == 0
 	}, 10*time.Second, 10*time.Millisecond, "cleared on A too")
 	var onA received
 	subscribe3(t, dialV3(t, a.TCP, "app-a"), "lamps/#", 1, onA.add)
@@ -406,7 +415,7 @@ func TestKVNodeRestartTakesBackSessions(t *testing.T) {
 
 	publish3(t, dialV3(t, a.TCP, "backend-a"), "cars/car9/door", 1, false, "open")
 	command(t, a, "car9", "wake", map[string]string{bridge.PropClientID: "car9"})
-	require.Eventually(t, func() bool { in, _ := a.Sessions.Session("car9"); return in.Queued == 2 },
+	require.Eventually(t, func() bool { return queued(a, "car9") == 2 && a.Sessions.Stats().Backlog == 0 },
 		10*time.Second, 10*time.Millisecond, "queued in the bucket by the restarted node")
 
 	var got received
@@ -434,13 +443,13 @@ func TestKVSessionsOnCluster(t *testing.T) {
 		dev.Disconnect(100)
 		require.Eventually(t, func() bool { _, p := holds(from, "van2"); return p }, 10*time.Second, 10*time.Millisecond)
 		publish3(t, dialV3(t, from.TCP, "backend"), "vans/2/cmd", 1, false, body)
-		require.Eventually(t, func() bool { in, _ := from.Sessions.Session("van2"); return in.Queued == 1 },
+		require.Eventually(t, func() bool { return queued(from, "van2") == 1 && from.Sessions.Stats().Backlog == 0 },
 			10*time.Second, 10*time.Millisecond)
 		var got received
 		again := dialV3(t, to.TCP, "van2", persistent3, func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(got.add) })
 		require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
 		require.Equal(t, []string{"vans/2/cmd=" + body}, got.get())
-		require.Eventually(t, func() bool { in, _ := to.Sessions.Session("van2"); return in.Queued == 0 },
+		require.Eventually(t, func() bool { return queued(to, "van2") == 0 && to.Sessions.Stats().Backlog == 0 },
 			10*time.Second, 10*time.Millisecond)
 		again.Disconnect(100)
 	}

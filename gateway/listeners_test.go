@@ -12,13 +12,12 @@ import (
 
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
-	"github.com/ferrymq/ferrymq/gateway/listener"
 )
 
 // Devices on WebSocket and on TLS (with a client certificate) are bridged
 // like TCP ones.
 func TestWebsocketAndTLSListenersBridge(t *testing.T) {
-	srvTLS, err := listener.LoadTLS("../testdata/tls/server.pem", "../testdata/tls/server-key.pem", "../testdata/tls/ca.pem")
+	srvTLS, err := gateway.LoadTLS("../testdata/tls/server.pem", "../testdata/tls/server-key.pem", "../testdata/tls/ca.pem")
 	require.NoError(t, err)
 	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{Listeners: []gateway.Listener{
 		{Type: "tcp", Addr: "127.0.0.1:0"},

@@ -45,7 +45,7 @@ func TestMosquittoClients(t *testing.T) {
 	subCmd.Stdout = &subOut
 	require.NoError(t, subCmd.Start())
 	require.Eventually(t, func() bool {
-		return len(env.Gateway.Server().Topics.Subscribers("alerts/x").Subscriptions) == 1
+		return env.Gateway.Engine().Subscribers("alerts/x") == 1
 	}, 10*time.Second, 10*time.Millisecond)
 
 	for _, v := range []string{"mqttv311", "mqttv5"} {

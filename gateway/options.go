@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 // Listener is one network endpoint for MQTT clients.
@@ -25,6 +25,10 @@ type Listener struct {
 	Path string `yaml:"path"`
 	// TLS, when set, serves TLS (and mTLS if it requires client certs).
 	TLS *tls.Config `yaml:"-"`
+	// ProxyProtocol makes a plain TCP listener expect a PROXY protocol v1
+	// or v2 header from a load balancer (that terminates TLS); the client's
+	// address is then the header's source (auth, ACL, logs, presence).
+	ProxyProtocol bool `yaml:"proxy_protocol"`
 }
 
 // Options configure a Gateway. Zero values mean the defaults below, chosen
@@ -33,17 +37,15 @@ type Listener struct {
 // without identifying itself.
 type Options struct {
 	Listeners []Listener
-	// Hooks are mochi hooks (bridge, auth, session…), added in order.
-	// Optional extras they may implement: Attach(*mqtt.Server) before
-	// serving, Drain(ctx) error at shutdown (after the listeners closed),
-	// Collectors() for /metrics, ClientClosed for connections that died
-	// without mochi's OnDisconnect.
-	Hooks []mqtt.Hook
+	// Hooks are the engine's hooks (auth, sessions, bridge, cluster…). A
+	// hook object may fill several fields; it is attached, started,
+	// drained and its metrics registered once.
+	Hooks engine.Hooks
 
-	// MaxPacketBytes bounds every MQTT packet, checked from the fixed
-	// header before anything is allocated; MQTT 5 clients are told it in
-	// CONNACK (Maximum Packet Size) [MQTT-3.2.2-15] and get DISCONNECT 0x95
-	// past it. Default 1 MiB.
+	// MaxPacketBytes bounds every MQTT packet both ways, checked from the
+	// fixed header before anything is allocated; MQTT 5 clients are told it
+	// in CONNACK (Maximum Packet Size) [MQTT-3.2.2-15] and get DISCONNECT
+	// 0x95 past it. Default 1 MiB.
 	MaxPacketBytes int
 	// ConnectTimeout closes a socket that has not sent a complete CONNECT
 	// (and, for TLS, finished its handshake) in time. Default 10 s.
@@ -55,28 +57,30 @@ type Options struct {
 	// WriteTimeout disconnects a client that does not take a write in time
 	// (a stalled or malicious reader); default 15 s.
 	WriteTimeout time.Duration
-	// MaxPendingWrites bounds the packets queued to one client (mochi's
-	// outbound queue, allocated up front: 8 bytes per slot per connection).
-	// A publish that finds it full is dropped for that subscriber and
-	// counted (ferrymq_mqtt_messages_dropped_total). Default 256.
+	// MaxPendingWrites bounds the packets queued to one client and not yet
+	// taken by its socket. A QoS 0 message that finds it full is dropped
+	// for that subscriber and counted (ferrymq_mqtt_messages_dropped_total);
+	// QoS 1/2 wait in the session. Default 256.
 	MaxPendingWrites int
-	// ReadBufferBytes sizes each connection's read buffer (allocated for
-	// the connection's life); default 512. WriteBufferBytes is how much
-	// mochi gathers before a write while packets are queued (allocated only
-	// during bursts, freed after); default 4096.
-	ReadBufferBytes, WriteBufferBytes int
-	// ReceiveMaximum is the number of QoS 1/2 publishes an MQTT 5 client
-	// may have unacknowledged [MQTT-3.3.4-7], announced in CONNACK; one more
-	// gets DISCONNECT 0x93. Default 256.
+	// ReceiveMaximum is the number of QoS 1/2 publishes a client may have
+	// unacknowledged [MQTT-3.3.4-7], announced to MQTT 5 clients in
+	// CONNACK (one more gets DISCONNECT 0x93); an MQTT 3 client past it is
+	// not read from until acks catch up. Default 256.
 	ReceiveMaximum uint16
-	// MaxInflight bounds outbound QoS 1/2 messages held per client
-	// awaiting its ack (memory is used only while they wait; mochi scans the
-	// window on every packet from the client, so it is not free). Default 1024.
+	// MaxInflight bounds outbound QoS 1/2 messages awaiting a client's ack
+	// (and its Receive Maximum, if lower). Default 1024.
 	MaxInflight int
+	// MaxQueued and MaxQueuedBytes bound the outbound messages a session
+	// holds beyond its inflight window, and while offline. Defaults 1,000
+	// and 1 MiB of payload.
+	MaxQueued, MaxQueuedBytes int
 	// MaxClients refuses connections past this many; 0 means no limit.
 	MaxClients int64
-	// SysInterval is how often $SYS topics are published; default 30 s.
-	SysInterval time.Duration
+	// Workers bounds the goroutines that handle connections' packets.
+	// Default 256.
+	Workers int
+	// Node names this gateway in logs.
+	Node string
 
 	// Store, if set, adds the embedded store's counters to /metrics.
 	Store  *store.Store
@@ -117,20 +121,11 @@ func (o *Options) withDefaults() {
 	if o.MaxPendingWrites == 0 {
 		o.MaxPendingWrites = 256
 	}
-	if o.ReadBufferBytes == 0 {
-		o.ReadBufferBytes = 512
-	}
-	if o.WriteBufferBytes == 0 {
-		o.WriteBufferBytes = 4096
-	}
 	if o.ReceiveMaximum == 0 {
 		o.ReceiveMaximum = 256
 	}
 	if o.MaxInflight == 0 {
 		o.MaxInflight = 1024
-	}
-	if o.SysInterval == 0 {
-		o.SysInterval = 30 * time.Second
 	}
 }
 
@@ -149,11 +144,16 @@ func (o *Options) validate() error {
 	if o.MaxPacketBytes < 64 || o.MaxPacketBytes > 256<<20 {
 		errs = append(errs, fmt.Errorf("max packet bytes %d: want 64 B–256 MiB", o.MaxPacketBytes))
 	}
-	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 || o.SysInterval < time.Second {
-		errs = append(errs, errors.New("timeouts must not be negative; sys interval at least 1s"))
+	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
+		errs = append(errs, errors.New("timeouts must not be negative"))
 	}
-	if o.MaxPendingWrites < 1 || o.ReadBufferBytes < 64 || o.WriteBufferBytes < 64 || o.MaxInflight < 1 || o.MaxClients < 0 {
-		errs = append(errs, errors.New("queue and buffer sizes must be positive (buffers at least 64 B)"))
+	if o.MaxPendingWrites < 1 || o.MaxInflight < 1 || o.MaxClients < 0 || o.MaxQueued < 0 || o.MaxQueuedBytes < 0 || o.Workers < 0 {
+		errs = append(errs, errors.New("queue bounds must be positive"))
+	}
+	for _, l := range o.Listeners {
+		if l.ProxyProtocol && (l.Type != "tcp" || l.TLS != nil) {
+			errs = append(errs, fmt.Errorf("listener %q: proxy_protocol needs a plain TCP listener (TLS ends at the load balancer)", l.Name))
+		}
 	}
 	return errors.Join(errs...)
 }

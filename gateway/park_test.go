@@ -10,27 +10,23 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
-	"github.com/ferrymq/ferrymq/session"
 )
 
-// fastParking parks offline sessions after 50 ms and sweeps expiry every
-// 100 ms (compressed time).
-var fastParking = session.Options{ParkAfter: 50 * time.Millisecond, SweepInterval: 100 * time.Millisecond}
-
+// waitParked waits until id's session is offline (its messages in the
+// session store, stubs in memory).
 func waitParked(t *testing.T, env *gatewaytest.Env, id string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		in, ok := env.Sessions.Session(id)
-		return ok && in.Parked
-	}, 10*time.Second, 10*time.Millisecond, "%s parked", id)
-	_, inMochi := env.Gateway.Server().Clients.Get(id)
-	require.False(t, inMochi, "a parked session is not a mochi client")
+		_, offline, ok := sessionOf(env, id)
+		return ok && offline
+	}, 10*time.Second, 10*time.Millisecond, "%s offline", id)
 }
 
 // An offline car is parked; what reaches it afterwards — another device's
@@ -39,7 +35,7 @@ func waitParked(t *testing.T, env *gatewaytest.Env, id string) {
 // non-matching topics are not; when it reconnects it gets the three in
 // order, and the two commands get "delivered" receipts.
 func TestParkedSessionQueuesOnDisk(t *testing.T) {
-	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking})
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true})
 	persistent := func(o *paho3.ClientOptions) { o.SetCleanSession(false) }
 	c := dialV3(t, env.TCP, "car9", persistent)
 	for _, f := range []string{"cars/car9/#", "fleet/all"} {
@@ -60,17 +56,17 @@ func TestParkedSessionQueuesOnDisk(t *testing.T) {
 		require.True(t, tok.WaitTimeout(5*time.Second))
 		require.NoError(t, tok.Error())
 	}
-	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car9"); return in.Queued == 1 },
+	require.Eventually(t, func() bool { q, _, _ := sessionOf(env, "car9"); return q == 1 },
 		10*time.Second, 10*time.Millisecond, "the QoS 1 publish is queued, the QoS 0 one and car10's are not")
 	p2p := command(t, env, "car9", "wake", map[string]string{bridge.PropClientID: "car9"})
-	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car9"); return in.Queued == 2 },
+	require.Eventually(t, func() bool { q, _, _ := sessionOf(env, "car9"); return q == 2 },
 		10*time.Second, 10*time.Millisecond)
 	fleet := command(t, env, "fleet", "update", map[string]string{bridge.PropTopic: "fleet/all"})
-	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car9"); return in.Queued == 3 },
+	require.Eventually(t, func() bool { q, _, _ := sessionOf(env, "car9"); return q == 3 },
 		10*time.Second, 10*time.Millisecond)
-	in, _ := env.Sessions.Session("car9")
-	require.True(t, in.Parked)
-	require.Equal(t, len("open")+len("wake")+len("update"), in.QueuedBytes)
+	ci, ok := env.Gateway.Engine().Client("car9")
+	require.True(t, ok && !ci.Connected)
+	require.Equal(t, len("open")+len("wake")+len("update"), ci.QueuedBytes)
 
 	var got received
 	again := dialV3(t, env.TCP, "car9", persistent, func(o *paho3.ClientOptions) {
@@ -82,9 +78,9 @@ func TestParkedSessionQueuesOnDisk(t *testing.T) {
 		rs := receipts(t, env)
 		return rs[p2p].Outcome == bridge.OutcomeDelivered && rs[fleet].Outcome == bridge.OutcomeDelivered
 	}, 10*time.Second, 10*time.Millisecond, "receipts for both commands")
-	in, _ = env.Sessions.Session("car9")
-	require.False(t, in.Parked)
-	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car9"); return in.Queued == 0 },
+	_, offline, _ := sessionOf(env, "car9")
+	require.False(t, offline)
+	require.Eventually(t, func() bool { q, _, _ := sessionOf(env, "car9"); return q == 0 },
 		10*time.Second, 10*time.Millisecond, "acknowledged messages leave the log")
 
 	// Subscriptions came back too: a new publish reaches the online car.
@@ -98,7 +94,7 @@ func TestParkedSessionQueuesOnDisk(t *testing.T) {
 // "expired" receipt and is not delivered; a parked MQTT 5 session whose
 // expiry passes is dropped with its queue ("expired" receipts).
 func TestParkedExpiry(t *testing.T) {
-	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking})
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true})
 	c := dialV3(t, env.TCP, "car11", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
 	c.Disconnect(100)
 	waitParked(t, env, "car11")
@@ -106,8 +102,8 @@ func TestParkedExpiry(t *testing.T) {
 	long := command(t, env, "car11", "fresh", map[string]string{bridge.PropClientID: "car11"})
 	require.Eventually(t, func() bool { return receipts(t, env)[short].Outcome == bridge.OutcomeExpired },
 		10*time.Second, 20*time.Millisecond, "expired receipt for the 1 s command")
-	in, _ := env.Sessions.Session("car11")
-	require.Equal(t, 1, in.Queued)
+	q, _, _ := sessionOf(env, "car11")
+	require.Equal(t, 1, q)
 	var got received
 	dialV3(t, env.TCP, "car11", func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetDefaultPublishHandler(got.add) })
 	require.Eventually(t, func() bool { return receipts(t, env)[long].Outcome == bridge.OutcomeDelivered },
@@ -122,7 +118,7 @@ func TestParkedExpiry(t *testing.T) {
 	orphan := command(t, env, "car12", "never", map[string]string{bridge.PropClientID: "car12"})
 	require.Eventually(t, func() bool {
 		r := receipts(t, env)[orphan]
-		_, stored := env.Sessions.Session("car12")
+		_, _, stored := sessionOf(env, "car12")
 		return r.Outcome == bridge.OutcomeExpired && r.Reason == "the session expired" && !stored
 	}, 10*time.Second, 20*time.Millisecond, "the session expired with its queue")
 }
@@ -135,17 +131,36 @@ func startRefusingReceipts(t *testing.T) (env *gatewaytest.Env, refusing *atomic
 	var envp atomic.Pointer[gatewaytest.Env]
 	refusing, calls = new(atomic.Bool), new(atomic.Int32)
 	refusing.Store(true)
-	opts := fastParking
-	opts.DiscardedDurably = func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
-		calls.Add(1)
-		if refusing.Load() {
-			return errors.New("the core refuses writes")
-		}
-		return envp.Load().Bridge.DiscardedDurably(ctx, id, pk, expired, reason)
-	}
-	env = gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: opts})
+	d := &refusingDelivery{env: &envp, refusing: refusing, calls: calls}
+	env = gatewaytest.Start(t, gatewaytest.Options{Sessions: true, Gateway: gateway.Options{Hooks: engine.Hooks{Delivery: d}}})
 	envp.Store(env)
 	return env, refusing, calls
+}
+
+// refusingDelivery is the bridge's Delivery with its durable discards
+// refused while refusing is set.
+type refusingDelivery struct {
+	env      *atomic.Pointer[gatewaytest.Env]
+	refusing *atomic.Bool
+	calls    *atomic.Int32
+}
+
+func (d *refusingDelivery) Sent(id string, m *engine.Message, pid uint16, dup bool) {
+	d.env.Load().Bridge.Sent(id, m, pid, dup)
+}
+func (d *refusingDelivery) Delivered(id string, m *engine.Message, pid uint16) {
+	d.env.Load().Bridge.Delivered(id, m, pid)
+}
+func (d *refusingDelivery) Discarded(id string, m *engine.Message, expired bool, reason string) {
+	d.env.Load().Bridge.Discarded(id, m, expired, reason)
+}
+
+func (d *refusingDelivery) DiscardedDurably(ctx context.Context, id string, m *engine.Message, expired bool, reason string) error {
+	d.calls.Add(1)
+	if d.refusing.Load() {
+		return errors.New("the core refuses writes")
+	}
+	return d.env.Load().Bridge.DiscardedDurably(ctx, id, m, expired, reason)
 }
 
 // A queued command that expires while its car is parked leaves the queue
@@ -160,14 +175,14 @@ func TestParkedExpiryReceiptIsNotLost(t *testing.T) {
 	waitParked(t, env, "car14")
 	short := command(t, env, "car14", "stale", map[string]string{bridge.PropClientID: "car14", bridge.PropTTL: "1s"})
 	require.Eventually(t, func() bool { return calls.Load() >= 2 }, 10*time.Second, 10*time.Millisecond, "the receipt is asked for")
-	in, _ := env.Sessions.Session("car14")
-	require.Equal(t, 1, in.Queued, "refused: the command stays queued")
+	q, _, _ := sessionOf(env, "car14")
+	require.Equal(t, 1, q, "refused: the command stays queued")
 	_, receipted := receipts(t, env)[short]
 	require.False(t, receipted)
 	refusing.Store(false) // the store was reopened
 	require.Eventually(t, func() bool { return receipts(t, env)[short].Outcome == bridge.OutcomeExpired },
 		10*time.Second, 20*time.Millisecond, "stored once the core takes it")
-	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car14"); return in.Queued == 0 },
+	require.Eventually(t, func() bool { q, _, _ := sessionOf(env, "car14"); return q == 0 },
 		10*time.Second, 10*time.Millisecond, "and only then the command leaves the queue")
 	require.GreaterOrEqual(t, calls.Load(), int32(3))
 }
@@ -190,14 +205,16 @@ func TestExpiredSessionWaitsForItsReceipts(t *testing.T) {
 	b := command(t, env, "car15", "b", map[string]string{bridge.PropClientID: "car15"})
 	require.Eventually(t, func() bool { return calls.Load() >= 4 }, 10*time.Second, 10*time.Millisecond,
 		"the expired session's receipts are asked for")
-	in, stored := env.Sessions.Session("car15")
-	require.True(t, stored, "kept while its receipts are refused")
-	require.Equal(t, 2, in.Queued)
+	require.Eventually(t, func() bool { _, _, stored := sessionOf(env, "car15"); return !stored }, 10*time.Second, 10*time.Millisecond,
+		"expired: gone for its client at once")
+	for _, id := range []string{a, b} {
+		_, receipted := receipts(t, env)[id]
+		require.False(t, receipted, "no receipt while refused")
+	}
 	refusing.Store(false)
 	require.Eventually(t, func() bool {
 		rs := receipts(t, env)
-		_, stored := env.Sessions.Session("car15")
-		return rs[a].Reason == "the session expired" && rs[b].Reason == "the session expired" && !stored
+		return rs[a].Reason == "the session expired" && rs[b].Reason == "the session expired"
 	}, 10*time.Second, 20*time.Millisecond, "receipts stored, then the session ends")
 
 	// Expired and still held (receipts refused again): a reconnect finds
@@ -232,22 +249,21 @@ func TestExpiredSessionWaitsForItsReceipts(t *testing.T) {
 // A clean start discards a parked session: nothing is delivered, the
 // queued command gets a "dropped" receipt, CONNACK says no session.
 func TestCleanStartDiscardsParkedSession(t *testing.T) {
-	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking})
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true})
 	c := dialV3(t, env.TCP, "car13", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
 	c.Disconnect(100)
 	waitParked(t, env, "car13")
 	id := command(t, env, "car13", "old", map[string]string{bridge.PropClientID: "car13"})
-	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car13"); return in.Queued == 1 },
+	require.Eventually(t, func() bool { q, _, _ := sessionOf(env, "car13"); return q == 1 },
 		10*time.Second, 10*time.Millisecond)
 	var got received
 	clean := dialV3(t, env.TCP, "car13", func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(got.add) })
 	require.Eventually(t, func() bool { return receipts(t, env)[id].Outcome == bridge.OutcomeDropped },
 		10*time.Second, 20*time.Millisecond)
-	_, stored := env.Sessions.Session("car13")
-	require.False(t, stored, "a clean session is not stored")
-	time.Sleep(100 * time.Millisecond)
-	require.Empty(t, got.get())
+	require.Never(t, func() bool { return len(got.get()) > 0 }, 200*time.Millisecond, 10*time.Millisecond)
 	clean.Disconnect(100)
+	require.Eventually(t, func() bool { _, _, stored := sessionOf(env, "car13"); return !stored }, 5*time.Second, 10*time.Millisecond,
+		"a clean session is not kept")
 }
 
 // A point-to-point command for a client ID this node has never seen is
@@ -291,13 +307,8 @@ func (passwordIsUser) Authenticate(r *auth.Request) (auth.Identity, error) {
 // credentials may not take the client ID over (CONNACK refused), the owner
 // resumes it and gets what was queued.
 func TestParkedSessionKeepsItsOwner(t *testing.T) {
-	var sessions atomic.Pointer[session.Store]
-	hook := auth.NewHook(auth.HookOptions{
-		Chain:        &auth.Chain{Providers: []auth.Provider{passwordIsUser{}}},
-		SessionOwner: func(id string) (string, bool) { return sessions.Load().Owner(id) },
-	})
-	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking, Auth: hook})
-	sessions.Store(env.Sessions)
+	hook := auth.NewHook(auth.HookOptions{Chain: &auth.Chain{Providers: []auth.Provider{passwordIsUser{}}}})
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, Auth: hook})
 	persistent := func(user string) func(*paho3.ClientOptions) {
 		return func(o *paho3.ClientOptions) { o.SetCleanSession(false).SetUsername(user).SetPassword("pw-" + user) }
 	}
@@ -305,13 +316,13 @@ func TestParkedSessionKeepsItsOwner(t *testing.T) {
 	c.Disconnect(100)
 	waitParked(t, env, "car14")
 	command(t, env, "car14", "for-alice", map[string]string{bridge.PropClientID: "car14"})
-	require.Eventually(t, func() bool { in, _ := env.Sessions.Session("car14"); return in.Queued == 1 },
+	require.Eventually(t, func() bool { q, _, _ := sessionOf(env, "car14"); return q == 1 },
 		10*time.Second, 10*time.Millisecond)
 
 	_, err := dialAuth(t, env.TCP, "car14", "mallory", "pw-mallory", persistent("mallory"))
 	require.Error(t, err, "another identity may not take the parked session")
-	in, ok := env.Sessions.Session("car14")
-	require.True(t, ok && in.Parked && in.Queued == 1, "the session is untouched")
+	q, offline, ok := sessionOf(env, "car14")
+	require.True(t, ok && offline && q == 1, "the session is untouched")
 
 	var got received
 	dialV3(t, env.TCP, "car14", persistent("alice"), func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(got.add) })
@@ -385,6 +396,6 @@ func TestInboundQoS2SurvivesRestart(t *testing.T) {
 		break
 	}
 	require.Len(t, readAll(t, env.Store, "cars"), 1, "stored once")
-	in, _ := env.Sessions.Session("car17")
-	require.Equal(t, 0, in.Queued, "the PUBCOMP removed it from the log")
+	q, _, _ := sessionOf(env, "car17")
+	require.Equal(t, 0, q, "the PUBCOMP removed it from the session")
 }

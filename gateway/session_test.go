@@ -38,12 +38,10 @@ func TestPersistentSessionGetsCommandsAcrossRestart(t *testing.T) {
 	env.Stop(t)
 
 	env = gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
-	in, ok := env.Sessions.Session("car42")
+	q, offline, ok := sessionOf(env, "car42")
 	require.True(t, ok, "the offline session is back after the restart")
-	require.True(t, in.Parked, "parked at start: not a mochi client until it connects")
-	require.Equal(t, n, in.Queued)
-	_, ok = env.Gateway.Server().Clients.Get("car42")
-	require.False(t, ok)
+	require.True(t, offline)
+	require.Equal(t, n, q)
 	var got received
 	dialV3(t, env.TCP, "car42", persistent, func(o *paho3.ClientOptions) {
 		o.SetDefaultPublishHandler(got.add).SetOrderMatters(true)
@@ -93,17 +91,15 @@ func TestRetainedSurviveAndSessionsExpire(t *testing.T) {
 	keep := dialV3(t, env.TCP, "keeper", func(o *paho3.ClientOptions) { o.SetCleanSession(false) })
 	keep.Disconnect(100)
 	require.Eventually(t, func() bool {
-		_, ok := env.Gateway.Server().Clients.Get("short-lived")
-		_, stored := env.Sessions.Session("short-lived")
-		return !ok && !stored
+		_, _, stored := sessionOf(env, "short-lived")
+		return !stored
 	}, 10*time.Second, 50*time.Millisecond, "expired after 1 s")
 	env.Stop(t)
 
 	env = gatewaytest.Start(t, gatewaytest.Options{Dir: dir, Sessions: true})
-	in, ok := env.Sessions.Session("keeper")
-	require.True(t, ok)
-	require.True(t, in.Parked)
-	_, ok = env.Sessions.Session("short-lived")
+	_, offline, ok := sessionOf(env, "keeper")
+	require.True(t, ok && offline)
+	_, _, ok = sessionOf(env, "short-lived")
 	require.False(t, ok)
 	var got received
 	sub := dialV3(t, env.TCP, "reader")
@@ -115,14 +111,10 @@ func TestRetainedSurviveAndSessionsExpire(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// queued counts what waits for clientID: in mochi's inflight window while
-// it is an offline mochi client, in the session store once parked.
+// queued counts what waits for clientID's session, -1 without one.
 func queued(env *gatewaytest.Env, clientID string) int {
-	if cl, ok := env.Gateway.Server().Clients.Get(clientID); ok {
-		return cl.State.Inflight.Len()
-	}
-	if in, ok := env.Sessions.Session(clientID); ok && in.Parked {
-		return in.Queued
+	if q, _, ok := sessionOf(env, clientID); ok {
+		return q
 	}
 	return -1
 }

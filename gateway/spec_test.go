@@ -18,7 +18,6 @@ import (
 
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
-	"github.com/ferrymq/ferrymq/gateway/listener"
 )
 
 // Bad input the gateway itself checks, before or around mochi, each over a
@@ -156,12 +155,12 @@ func TestSpecTopicAliasOverMaximum(t *testing.T) {
 	check()
 }
 
-// A panic in mochi's read path (v2.7.9 indexes past the end of an MQTT 5
-// SUBSCRIBE without its options byte) is caught by the gateway, which
-// closes that connection as for any Malformed Packet [MQTT-4.13.1-1] and,
-// since the client sent no DISCONNECT, publishes its will [MQTT-3.1.2-8]
-// and reports the disconnect as malformed_packet.
-func TestSpecPanicClosePublishesWill(t *testing.T) {
+// [MQTT-3.8.3-1] An MQTT 5 SUBSCRIBE whose filter has no options byte is
+// a Malformed Packet (mochi v2.7.9's decoder panicked on it): the engine
+// closes that connection with DISCONNECT 0x81 [MQTT-4.13.1-1] and, since
+// the client sent no DISCONNECT, publishes its will [MQTT-3.1.2-8] and
+// reports the disconnect as malformed_packet.
+func TestSpecSubscribeWithoutOptionsClosesWithWill(t *testing.T) {
 	env := gatewaytest.Start(t, gatewaytest.Options{})
 	check := bystanders(t, env.TCP)
 	// CONNECT: clean start, will flag, will QoS 0; payload: client ID, no
@@ -170,7 +169,7 @@ func TestSpecPanicClosePublishesWill(t *testing.T) {
 	c := rawConn(t, env.TCP, connect)
 	_, err := c.Write(packet(0x82, []byte{0, 1, 0}, str("a")))
 	require.NoError(t, err)
-	requireClosedSilently(t, c)
+	requireDisconnect(t, c, 0x81)
 	require.Eventually(t, func() bool {
 		return len(byKey(readAll(t, env.Store, "status"))["car-p"]) == 1
 	}, 10*time.Second, 10*time.Millisecond, "the will reaches the core")
@@ -295,7 +294,7 @@ func TestSpecWebsocketFraming(t *testing.T) {
 // interoperability client_test5.py test_flow_control2, docs/conformance.md).
 // The connection is still closed afterwards [MQTT-4.13.2-1].
 func TestLingeringCloseDeliversDisconnect(t *testing.T) {
-	srvTLS, err := listener.LoadTLS("../testdata/tls/server.pem", "../testdata/tls/server-key.pem", "")
+	srvTLS, err := gateway.LoadTLS("../testdata/tls/server.pem", "../testdata/tls/server-key.pem", "")
 	require.NoError(t, err)
 	env := gatewaytest.Start(t, gatewaytest.Options{Gateway: gateway.Options{
 		ReceiveMaximum: 2,
@@ -349,8 +348,7 @@ func TestLingeringCloseDeliversDisconnect(t *testing.T) {
 			// … so a third is one too many.
 			publish(3)
 			require.Eventually(t, func() bool {
-				_, ok := env.Gateway.Server().Clients.Get(id)
-				return !ok
+				return !env.Gateway.Engine().HasSession(id)
 			}, 10*time.Second, 5*time.Millisecond, "the gateway ends the connection")
 
 			// The server has sent DISCONNECT and is done with the connection;

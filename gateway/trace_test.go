@@ -211,7 +211,7 @@ func TestTraceDownlink(t *testing.T) {
 // A command for a parked session is traced as queued; once the device is
 // back it is delivered, acknowledged and receipted.
 func TestTraceParkedCommand(t *testing.T) {
-	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: fastParking,
+	env := gatewaytest.Start(t, gatewaytest.Options{Sessions: true,
 		Trace: &trace.Options{Topics: []string{"commands"}}})
 	persistent := func(o *paho3.ClientOptions) { o.SetCleanSession(false) }
 	c := dialV3(t, env.TCP, "car9", persistent)

@@ -2,49 +2,70 @@ package session
 
 import "errors"
 
-// Errors of Enqueue and Delete.
+// Errors of reading what is stored (Open, Load, LoadMessages, OpenKV, the
+// decoders), in the order they are checked.
 var (
-	// ErrNotParked is returned by Enqueue and Delete when no parked session
-	// of that client ID is held by this node.
-	ErrNotParked = errors.New("session: no parked session with that client ID")
-	// ErrQueueFull is returned by Enqueue when the session's queue is at
-	// Options.MaxQueued or MaxQueuedBytes (and for a QoS 0 message).
-	ErrQueueFull = errors.New("session: the session's queue is full")
-	// ErrNoPackets is returned by Enqueue when every packet ID of the
-	// session is taken.
-	ErrNoPackets = errors.New("session: no free packet ID in the session")
-	// ErrNotStored is returned by Enqueue when the backend did not take the
-	// message (the log failed, the bucket is unreachable, the message is
-	// too large, this node lost the session); it wraps the backend's error.
-	ErrNotStored = errors.New("session: the session store cannot be written")
-	// ErrHeld is returned by Delete for a session the MQTT server still
-	// holds: its client is connected, went away less than ParkAfter ago,
-	// or has a will pending. Disconnect it, wait a moment and delete again.
-	ErrHeld = errors.New("session: the session is held by the MQTT server")
+	// ErrNotSessionLog is returned by Open when dir/sessions.log does not
+	// start with a session log header (another file; a log of the
+	// mochi-based store, whose first byte is 0xF5, is set aside as
+	// sessions.log.v1 instead). The file is not touched.
+	ErrNotSessionLog = errors.New("session: not a session log")
+	// ErrVersion is returned for a log header, record or value of a format
+	// version this build does not read (written by a newer one).
+	ErrVersion = errors.New("session: unsupported format version")
+	// ErrCorrupt is returned for a header or record whose checksum does not
+	// match or whose lengths are out of bounds: bit rot, or a torn write
+	// that did not end the file.
+	ErrCorrupt = errors.New("session: corrupt record")
+	// ErrTorn is returned for a record cut short by the end of the file:
+	// the tail a crash leaves mid-write. Open cuts it off.
+	ErrTorn = errors.New("session: torn record at the end of the log")
+	// ErrBadValue is returned for a record value (client, subscription,
+	// message, retained message, offline time, marker, owner record) that
+	// does not decode: a length past its end, a QoS of 3, trailing bytes.
+	ErrBadValue = errors.New("session: malformed value")
+	// ErrBadKey is returned for a key (in the log or the bucket) that is
+	// not one of the store's, or not the one its value belongs under.
+	ErrBadKey = errors.New("session: bad key")
 )
 
-// Errors of the key-value backend (OpenKV), wrapped by what returns them.
+// Errors of writing. The write-through methods of engine.SessionStore
+// return nothing: these are logged (sampled), counted in Stats and the
+// metrics, and returned by the internal paths the tests reach.
 var (
-	// ErrValueTooLarge is returned when a record does not fit in one
-	// message (KVOptions.MaxValueBytes, JetStream's max payload) or a log
-	// key exceeds 64 KiB. The record is not stored; it is counted and
-	// logged.
+	// ErrValueTooLarge is returned for a value that does not fit the format
+	// (a string over 65,535 bytes, a payload over 256 MiB) or, on a
+	// bucket, one message (KVOptions.MaxValueBytes). It is not stored.
 	ErrValueTooLarge = errors.New("session: record too large to store")
+	// ErrLogFailed is returned for every write after a write or fsync of
+	// the log failed: the error is sticky, so that the file never holds a
+	// hole. It wraps the first error. Reopen the store to recover.
+	ErrLogFailed = errors.New("session: the session log failed")
+	// ErrClosed is returned for calls on a closed store.
+	ErrClosed = errors.New("session: store closed")
+)
+
+// Errors of the key-value backend (OpenKV).
+var (
 	// ErrUnavailable is returned when JetStream did not answer (not
 	// connected, timeout, no responders, an API error).
 	ErrUnavailable = errors.New("session: key-value bucket unavailable")
 	// ErrFenced is returned for a write of a session whose owner record
 	// changed since this node claimed it: another node took the session
-	// over, and this node's write was refused so as not to clobber its state.
+	// over, and this node's write was refused so as not to clobber its
+	// state.
 	ErrFenced = errors.New("session: another node owns the session")
+	// ErrNotOwner is returned for a write of a session this node holds no
+	// claim on (the bucket was unreachable when its client connected);
+	// nothing of it is written until the client connects again.
+	ErrNotOwner = errors.New("session: this node does not own the session")
+	// ErrBacklog is returned for a write that finds KVOptions.MaxBacklog
+	// writes queued and not yet acknowledged (JetStream too slow or gone).
+	ErrBacklog = errors.New("session: too many writes waiting for the bucket")
 	// ErrNotShared is returned by AdoptGone on a store that is not shared
 	// (opened with Open rather than OpenKV).
 	ErrNotShared = errors.New("session: the store is not shared by nodes")
-	// ErrNotOwner is returned for a write of a session this node could not
-	// claim (the bucket was unreachable when its client connected); nothing
-	// of it is written until the client connects again.
-	ErrNotOwner = errors.New("session: this node does not own the session")
-	// ErrBadKey is returned for a key in the bucket that is not one of the
-	// store's (or not the one its value says).
-	ErrBadKey = errors.New("session: bad key")
+	// ErrNotAttached is returned by AdoptGone before Attach: adopted
+	// sessions are handed to the engine.
+	ErrNotAttached = errors.New("session: no engine attached")
 )

@@ -7,24 +7,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
+	"github.com/ferrymq/ferrymq/gateway/engine"
+	"github.com/ferrymq/ferrymq/gateway/topictree"
 )
 
 // natsJS starts a real nats-server with JetStream and connects to it.
 func natsJS(t testing.TB) (*natstest.Server, jetstream.JetStream) {
 	t.Helper()
 	ns := natstest.RunServer(t)
-	nc, err := nats.Connect(ns.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return ns, connectJS(t, ns.URL)
+}
+
+func connectJS(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	return ns, js
+	return js
 }
 
 func openKV(t testing.TB, js jetstream.JetStream, o KVOptions) *Store {
@@ -37,13 +43,30 @@ func openKV(t testing.TB, js jetstream.JetStream, o KVOptions) *Store {
 	return s
 }
 
+// flush waits until the writes queued for session id have landed.
+func flush(t testing.TB, s *Store, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.kv.w.flush(ctx, "s"+id))
+}
+
+func claim(t testing.TB, s *Store, id string, clean bool) *engine.StoredSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.Claim(ctx, id, clean)
+	require.NoError(t, err)
+	return st
+}
+
 var validToken = regexp.MustCompile(`^[-_=A-Za-z0-9]+$`)
 
 // Every client ID, filter and topic — dots, slashes, wildcards, spaces,
 // any script, empty, very long — becomes one valid KV key token, and each
-// key maps back from the bucket to the same store key.
+// bucket key maps back to the store's key it came from.
 func TestKVKeysRoundTrip(t *testing.T) {
-	ids := []string{"car-7", "a.b.c", "cars/7/door", "ünïcødé/車/🚗", "*>", "with space", "", strings.Repeat("long/", 100)}
+	ids := []string{"car-7", "a.b.c", "cars/7/door", "ünïcødé/車/🚗", "*>", "with space", "", "nul\x00", strings.Repeat("long/", 100)}
 	seen := map[string]string{}
 	for _, id := range ids {
 		tok := token(id)
@@ -53,34 +76,26 @@ func TestKVKeysRoundTrip(t *testing.T) {
 			t.Fatalf("%q and %q share token %s", id, other, tok)
 		}
 		seen[tok] = id
-
-		client, _ := (&storage.Client{ID: id}).MarshalBinary()
+		if back, ok := untoken(tok); ok {
+			require.Equal(t, id, back)
+		} else {
+			require.True(t, strings.HasPrefix(tok, "="), "only hashed tokens do not map back")
+		}
 		filter := "f/" + id + "/#"
-		sub, _ := (&storage.Subscription{Filter: filter, Qos: 1}).MarshalBinary()
-		msg, err := encodeMsg(&storage.Message{TopicName: "t"}, 0)
+		sub, err := encodeSub(filter, topictree.Options{QoS: 1})
 		require.NoError(t, err)
-		for key, value := range map[string][]byte{
-			clientKey(id): client, kGone + id: make([]byte, 8), subKey(id, filter): sub, inflightKey(id, 0xBEEF): msg,
-		} {
-			kk, owner, err := kvKey(key)
-			require.NoError(t, err)
-			require.Equal(t, id, owner)
-			for _, part := range strings.Split(kk, ".") {
-				require.Regexp(t, validToken, part, "key %q", kk)
+		for _, k := range []key{{kind: kClient, id: id}, {kind: kOffline, id: id}, {kind: kSub, id: id, sub: filter},
+			{kind: kMessage, id: id, pid: 0xBEEF}, {kind: kReleased, id: id, pid: 1}, {kind: kInbound, id: id, pid: 2}} {
+			bk := bucketKey(k)
+			for _, part := range strings.Split(bk, ".") {
+				require.Regexp(t, validToken, part, "key %q", bk)
 			}
-			back, err := logicalKey(id, kk, value)
-			require.NoError(t, err, "key %q", kk)
-			require.Equal(t, key, back)
-			_, err = logicalKey(id+"x", kk, value)
+			back, err := storeKey(id, bk, sub)
+			require.NoError(t, err, "key %q", bk)
+			require.Equal(t, k, back)
+			_, err = storeKey(id+"x", bk, sub)
 			require.ErrorIs(t, err, ErrBadKey, "another client's key")
 		}
-		kk, owner, err := kvKey(retainedKey("r/" + id))
-		require.NoError(t, err)
-		require.Empty(t, owner)
-		rm, _ := (&storage.Message{TopicName: "r/" + id, Payload: []byte("x")}).MarshalBinary()
-		m, err := decodeRetained(strings.TrimPrefix(kk, kvRetained), rm)
-		require.NoError(t, err)
-		require.Equal(t, "r/"+id, m.TopicName)
 	}
 	o := owner{gen: 3, inc: 9, since: 12345, node: "gw-1", id: "ünï/c.d"}
 	got, err := decodeOwner(encodeOwner(o))
@@ -88,117 +103,156 @@ func TestKVKeysRoundTrip(t *testing.T) {
 	require.Equal(t, o, got)
 }
 
-// A node that lost a session cannot write it any more: once another node
-// claimed it (a newer owner revision), the stream refuses the first node's
-// puts and deletes, and its watcher tells it.
+// A session stored by one node is what another node's claim loads: every
+// kind of record, in order.
+func TestKVClaimLoadsWhatAnotherNodeStored(t *testing.T) {
+	_, js := natsJS(t)
+	a := openKV(t, js, KVOptions{NodeID: "a"})
+	b := openKV(t, js, KVOptions{NodeID: "b"})
+	require.Nil(t, claim(t, a, "dev", false), "no session anywhere")
+	fill(a, "dev")
+	flush(t, a, "dev")
+	require.Empty(t, a.Stats().WriteErrors)
+
+	st := claim(t, b, "dev", false)
+	require.NotNil(t, st)
+	wantFilled(t, *st, "dev")
+	msgs, err := b.LoadMessages("dev")
+	require.NoError(t, err)
+	require.Equal(t, st.Messages, msgs, "LoadMessages serves the claimed session's messages")
+	require.Eventually(t, func() bool { return a.Stats().TakenOver == 1 && a.Stats().Sessions == 0 }, 10*time.Second, 10*time.Millisecond,
+		"a's watcher saw b's claim")
+	require.Nil(t, claim(t, b, "dev", false), "b holds it now")
+}
+
+// A node that lost a session cannot write it any more: its writes after
+// another node's claim — before its watcher told it — are refused by the
+// stream itself.
 func TestKVWritesAreFencedByOwner(t *testing.T) {
 	_, js := natsJS(t)
 	a := openKV(t, js, KVOptions{NodeID: "a"})
 	b := openKV(t, js, KVOptions{NodeID: "b"})
-	client, _ := (&storage.Client{ID: "dev", T: storage.ClientKey}).MarshalBinary()
-	sub, _ := (&storage.Subscription{Filter: "x/#", Qos: 1}).MarshalBinary()
-
+	claim(t, a, "dev", false)
+	a.SaveClient(engine.ClientRecord{ID: "dev", Protocol: 4, Expiry: 60})
+	flush(t, a, "dev")
 	a.mu.Lock()
-	rev, prev, err := a.kv.claim("dev", nil, false)
-	if err == nil {
-		a.kv.hold("dev", rev, nil)
-	}
-	ce, putErr := a.putLocked(clientKey("dev"), client)
+	rev := a.kv.held["dev"]
 	a.mu.Unlock()
-	require.NoError(t, err)
-	require.Zero(t, prev)
-	require.NoError(t, putErr)
 
-	cur, err := b.kv.getOwner("dev")
-	require.NoError(t, err)
-	b.mu.Lock()
-	rev2, prev2, err := b.kv.claim("dev", cur, false)
-	b.kv.hold("dev", rev2, nil)
-	b.mu.Unlock()
-	require.NoError(t, err)
-	require.Equal(t, rev, prev2)
+	require.NotNil(t, claim(t, b, "dev", false))
+	require.Eventually(t, func() bool { return a.Stats().Sessions == 0 }, 10*time.Second, 10*time.Millisecond)
 
-	require.Eventually(t, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.kv.held["dev"] == 0
-	}, 10*time.Second, 10*time.Millisecond, "a's watcher saw b's claim")
-	require.Equal(t, int64(1), a.Stats().TakenOver)
-	require.Zero(t, b.Stats().TakenOver)
-
-	// Holding the old revision again is a's state before its watcher told
-	// it: a write racing the takeover. The stream itself must refuse it.
+	// a's state before its watcher told it: a write racing the takeover.
 	a.mu.Lock()
-	a.kv.hold("dev", rev, nil)
-	_, putErr = a.putLocked(subKey("dev", "x/#"), sub)
-	delErr := a.b.del(clientKey("dev"), ce)
+	a.kv.holdLocked("dev", rev)
+	a.ix.putClient("dev", loc{n: 1}, false)
 	a.mu.Unlock()
-	require.ErrorIs(t, putErr, ErrFenced)
-	require.ErrorIs(t, delErr, ErrFenced)
-	require.Equal(t, int64(2), a.Stats().WriteErrors["fenced"])
+	a.SaveSubscription("dev", "x/#", topictree.Options{QoS: 1})
+	a.Delete("dev")
+	flush(t, a, "dev")
+	require.Equal(t, int64(5), a.Stats().WriteErrors[reasonFenced],
+		"the subscription, then the session's delete: its client, offline and subscription keys and its owner record")
 
-	kv, err := js.KeyValue(t.Context(), "ferrymq_sessions")
+	kv, err := js.KeyValue(t.Context(), DefaultBucket)
 	require.NoError(t, err)
-	e, err := kv.Get(t.Context(), kvClient+token("dev"))
-	require.NoError(t, err, "the client record is still there")
-	require.Equal(t, uint64(ce.off), e.Revision())
-	_, err = kv.Get(t.Context(), kvSub+token("dev")+"."+token("x/#"))
+	_, err = kv.Get(t.Context(), bucketKey(key{kind: kSub, id: "dev", sub: "x/#"}))
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+	_, err = kv.Get(t.Context(), bucketKey(key{kind: kClient, id: "dev"}))
+	require.NoError(t, err, "the client record is still there")
 
-	b.mu.Lock()
-	_, err = b.putLocked(subKey("dev", "x/#"), sub)
-	b.kv.release("dev")
-	b.mu.Unlock()
+	b.SaveSubscription("dev", "x/#", topictree.Options{QoS: 1})
+	flush(t, b, "dev")
+	_, err = kv.Get(t.Context(), bucketKey(key{kind: kSub, id: "dev", sub: "x/#"}))
 	require.NoError(t, err, "the owner writes")
+	b.Delete("dev")
+	flush(t, b, "dev")
 	_, err = kv.Get(t.Context(), ownerKey("dev"))
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "released")
+	require.Empty(t, b.Stats().WriteErrors)
 }
 
-// A record larger than a message may be is refused with an error and
-// counted; the store goes on.
+// A clean session with no stored session anywhere costs one read: no
+// claim is written.
+func TestKVCleanSessionClaimsNothing(t *testing.T) {
+	_, js := natsJS(t)
+	a := openKV(t, js, KVOptions{NodeID: "a"})
+	require.Nil(t, claim(t, a, "dev", true))
+	kv, err := js.KeyValue(t.Context(), DefaultBucket)
+	require.NoError(t, err)
+	_, err = kv.Get(t.Context(), ownerKey("dev"))
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+}
+
+// A record larger than a message may be is refused and counted; the
+// store goes on.
 func TestKVRefusesOversizeValues(t *testing.T) {
 	_, js := natsJS(t)
 	s := openKV(t, js, KVOptions{NodeID: "a", MaxValueBytes: 1 << 10})
-	s.mu.Lock()
-	_, bigErr := s.putLocked(retainedKey("big"), make([]byte, 2<<10))
-	_, smallErr := s.putLocked(retainedKey("small"), []byte(`{"topic_name":"small"}`))
-	s.mu.Unlock()
-	require.ErrorIs(t, bigErr, ErrValueTooLarge)
-	require.NoError(t, smallErr)
-	require.Equal(t, int64(1), s.Stats().WriteErrors["too_large"])
+	claim(t, s, "dev", false)
+	s.SaveClient(engine.ClientRecord{ID: "dev", Protocol: 4, Expiry: 60})
+	s.SaveMessage("dev", 1, &engine.Message{Topic: "t", QoS: 1, Payload: make([]byte, 2<<10)}, nil)
+	s.SaveMessage("dev", 2, &engine.Message{Topic: "t", QoS: 1, Payload: []byte("small")}, nil)
+	s.SaveRetained(&engine.Message{Topic: "big", Payload: make([]byte, 2<<10)})
+	flush(t, s, "dev")
+	require.Equal(t, int64(2), s.Stats().WriteErrors[reasonTooLarge])
+	require.Equal(t, 1, s.Stats().Messages)
 }
 
-// FuzzKVValues: the decoders of what is read from the bucket — owner
-// records, session keys with their values, retained messages — never
-// panic, and what they accept is consistent.
-func FuzzKVValues(f *testing.F) {
-	f.Add("o."+token("dev"), encodeOwner(owner{gen: 1, inc: 2, since: 3, node: "gw-1", id: "dev"}))
-	client, _ := (&storage.Client{ID: "dev"}).MarshalBinary()
-	f.Add(kvClient+token("dev"), client)
-	sub, _ := (&storage.Subscription{Filter: "x/#", Qos: 1}).MarshalBinary()
-	f.Add(kvSub+token("dev")+"."+token("x/#"), sub)
-	f.Add(kvInflight+token("dev")+".00ff", []byte{msgVersion, 0, 0, 0, 0, 0, 0, 0, 0, '{', '}'})
-	f.Add(kvGone+token("dev"), make([]byte, 8))
-	rm, _ := (&storage.Message{TopicName: "a/b", Payload: []byte("x")}).MarshalBinary()
-	f.Add(kvRetained+token("a/b"), rm)
-	f.Add("o.x", []byte{ownerMagic, ownerVersion, 0xFF})
-	f.Fuzz(func(t *testing.T, key string, value []byte) {
-		if o, err := decodeOwner(value); err == nil {
-			again, err := decodeOwner(encodeOwner(o))
-			require.NoError(t, err)
-			require.Equal(t, o, again)
-			require.NotEmpty(t, o.node)
-		}
-		if k, err := logicalKey("dev", key, value); err == nil {
-			kk, id, err := kvKey(k)
-			require.NoError(t, err)
-			require.Equal(t, "dev", id)
-			require.Equal(t, key, kk, "the key maps back to itself")
-		}
-		if tok, ok := strings.CutPrefix(key, kvRetained); ok {
-			if m, err := decodeRetained(tok, value); err == nil {
-				require.Equal(t, tok, token(m.TopicName))
-			}
-		}
-	})
+// A node restarted with the same NodeID takes back the sessions it owned,
+// as they were.
+func TestKVNodeRestartTakesBackItsSessions(t *testing.T) {
+	_, js := natsJS(t)
+	a := openKV(t, js, KVOptions{NodeID: "a"})
+	claim(t, a, "dev", false)
+	fill(a, "dev")
+	claim(t, a, "online", false)
+	a.SaveClient(engine.ClientRecord{ID: "online", Protocol: 4, Expiry: 60})
+	a.SaveRetained(&engine.Message{Topic: "r/1", Payload: []byte("x"), QoS: 1})
+	require.NoError(t, a.Close())
+
+	a = openKV(t, js, KVOptions{NodeID: "a"})
+	sessions, retained, err := a.Load()
+	require.NoError(t, err)
+	require.Len(t, sessions, 2)
+	byID := map[string]engine.StoredSession{}
+	for _, st := range sessions {
+		byID[st.Client.ID] = st
+	}
+	wantFilled(t, byID["dev"], "dev")
+	require.True(t, byID["online"].Offline.IsZero(), "connected when its node stopped")
+	require.Len(t, retained, 1)
+	require.Equal(t, "r/1", retained[0].Topic)
+	require.Equal(t, 2, a.Stats().Sessions)
+	flush(t, a, "online")
+	require.Empty(t, a.Stats().WriteErrors)
+
+	b := openKV(t, js, KVOptions{NodeID: "b"})
+	sessions, _, err = b.Load()
+	require.NoError(t, err)
+	require.Empty(t, sessions, "not b's")
+}
+
+func TestKVOptionsAreValidated(t *testing.T) {
+	_, js := natsJS(t)
+	_, err := OpenKV(t.Context(), js, KVOptions{Replicas: 9, MarkerTTL: time.Millisecond, Writers: -1})
+	require.ErrorContains(t, err, "replicas")
+	require.ErrorContains(t, err, "marker TTL")
+	require.ErrorContains(t, err, "writers")
+}
+
+// A clean start that asks for a session expiry claims nothing at CONNECT
+// (Claim cannot tell it will be stored) but its first client record
+// claims it, ahead of its writes, which are fenced by that claim.
+func TestKVCleanStartWithExpiryClaimsAtItsFirstWrite(t *testing.T) {
+	_, js := natsJS(t)
+	a := openKV(t, js, KVOptions{NodeID: "a"})
+	b := openKV(t, js, KVOptions{NodeID: "b"})
+	require.Nil(t, claim(t, a, "dev", true))
+	a.SaveClient(engine.ClientRecord{ID: "dev", Protocol: 5, Expiry: 300})
+	a.SaveSubscription("dev", "x", topictree.Options{QoS: 1})
+	flush(t, a, "dev")
+	require.Empty(t, a.Stats().WriteErrors)
+	st := claim(t, b, "dev", false)
+	require.NotNil(t, st, "stored, under a's claim")
+	require.Equal(t, []engine.StoredSubscription{{Filter: "x", Options: topictree.Options{QoS: 1}}}, st.Subscriptions)
 }

@@ -7,13 +7,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
-
-	"github.com/mochi-mqtt/server/v2/hooks/storage"
 )
 
 // Keys in the bucket. NATS KV keys are dot-separated tokens of
-// [-/_=.A-Za-z0-9], so every client ID, filter and topic — arbitrary UTF-8,
-// dots, slashes, wildcards — becomes one token:
+// [-/_=.A-Za-z0-9], so every client ID, filter and topic — arbitrary
+// UTF-8, dots, slashes, wildcards — becomes one token:
 //
 //	token(s) = base64url(s), unpadded    when that is at most maxTokenBytes
 //	         = "=" + hex(SHA-256(s))     otherwise (65 bytes)
@@ -24,21 +22,25 @@ import (
 // value (the owner record carries the client ID, a subscription its
 // filter, a retained message its topic) and checked against the key.
 //
-//	key                       value                                     the log's key
-//	o.<client>                owner record (below)                      —
-//	c.<client>                mochi storage.Client, JSON                c/<client>
-//	d.<client>                when it went offline, 8 bytes BE unix s    d/<client>
-//	s.<client>.<filter>       mochi storage.Subscription, JSON          s/<client>\0<filter>
-//	i.<client>.<packet id>    queued message (codec.go); id 4 hex digits i/<client>\0<id>
-//	r.<topic>                 mochi storage.Message, JSON                r/<topic>
+//	bucket key                the log's key (key.go)   value
+//	o.<client>                —                        owner record (below)
+//	c.<client>                c | client               client record
+//	d.<client>                d | client               offline since
+//	s.<client>.<filter>       s | client | filter      subscription
+//	m.<client>.<pid, 4 hex>   m | client | pid         outbound message
+//	p.<client>.<pid, 4 hex>   p | client | pid         PUBREC marker
+//	q.<client>.<pid, 4 hex>   q | client | pid         inbound QoS 2 marker
+//	r.<topic>                 r | topic                retained message
 //
 // These are part of the format.
 const (
 	kvOwner       = "o."
 	kvClient      = "c."
-	kvGone        = "d."
+	kvOffline     = "d."
 	kvSub         = "s."
-	kvInflight    = "i."
+	kvMessage     = "m."
+	kvReleased    = "p."
+	kvInbound     = "q."
 	kvRetained    = "r."
 	maxTokenBytes = 128
 )
@@ -55,97 +57,99 @@ func token(s string) string {
 	return "=" + hex.EncodeToString(sum[:])
 }
 
+// untoken is the string a token stands for, when it is not hashed.
+func untoken(tok string) (string, bool) {
+	if tok == "=" {
+		return "", true
+	}
+	if strings.HasPrefix(tok, "=") {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || token(string(b)) != tok {
+		return "", false
+	}
+	return string(b), true
+}
+
 func ownerKey(id string) string { return kvOwner + token(id) }
 
-// kvKey maps a key of the store's scheme (store.go) to the bucket's, and
-// returns the session it belongs to ("" for a retained message).
-func kvKey(key string) (kk, id string, err error) {
-	if len(key) < 2 {
-		return "", "", fmt.Errorf("%w: %q", ErrBadKey, key)
-	}
-	prefix, rest := key[:2], key[2:]
-	switch prefix {
-	case kRetained:
-		return kvRetained + token(rest), "", nil
+// bucketKey maps a key of the store (key.go) to the bucket's.
+func bucketKey(k key) string {
+	switch k.kind {
 	case kClient:
-		return kvClient + token(rest), rest, nil
-	case kGone:
-		return kvGone + token(rest), rest, nil
+		return kvClient + token(k.id)
+	case kOffline:
+		return kvOffline + token(k.id)
+	case kSub:
+		return kvSub + token(k.id) + "." + token(k.sub)
+	case kMessage, kReleased, kInbound:
+		return fmt.Sprintf("%c.%s.%04x", k.kind, token(k.id), k.pid)
+	case kRetained:
+		return kvRetained + token(k.id)
 	}
-	id, sub, ok := strings.Cut(rest, "\x00")
-	switch {
-	case ok && prefix == kSub:
-		return kvSub + token(id) + "." + token(sub), id, nil
-	case ok && prefix == kInflight && len(sub) == 2:
-		return fmt.Sprintf("%s%s.%04x", kvInflight, token(id), binary.BigEndian.Uint16([]byte(sub))), id, nil
-	}
-	return "", "", fmt.Errorf("%w: %q", ErrBadKey, key)
+	return ""
 }
 
-// logicalKey maps key, one of session id's keys read from the bucket with
-// value, back to the store's scheme. It checks that the key is the one
-// the value belongs under.
-func logicalKey(id, key string, value []byte) (string, error) {
+// sessionSubjects are the bucket keys (wildcards) of every record of
+// session id but its owner record.
+func sessionSubjects(id string) []string {
 	tok := token(id)
-	bad := func(why string) error { return fmt.Errorf("%w: %q of client %q: %s", ErrBadKey, key, id, why) }
-	kind, rest, ok := strings.Cut(key, ".")
+	return []string{kvClient + tok, kvOffline + tok, kvSub + tok + ".*", kvMessage + tok + ".*",
+		kvReleased + tok + ".*", kvInbound + tok + ".*"}
+}
+
+// storeKey maps bucket key bk, one of session id's read with value, back
+// to the store's key. It checks that the key is the one the value belongs
+// under (a subscription's filter is in its value).
+func storeKey(id, bk string, value []byte) (key, error) {
+	bad := func(why string) (key, error) {
+		return key{}, fmt.Errorf("%w: %q of client %q: %s", ErrBadKey, bk, id, why)
+	}
+	kind, rest, ok := strings.Cut(bk, ".")
 	if !ok || len(kind) != 1 {
-		return "", bad("no kind")
+		return bad("no kind")
 	}
 	owner, sub, hasSub := strings.Cut(rest, ".")
-	if owner != tok {
-		return "", bad("another client's key")
+	if owner != token(id) {
+		return bad("another client's key")
 	}
-	switch kind + "." {
-	case kvClient:
+	k := key{kind: kind[0], id: id}
+	switch k.kind {
+	case kClient, kOffline:
 		if !hasSub {
-			return clientKey(id), nil
+			return k, nil
 		}
-	case kvGone:
-		if !hasSub && len(value) == 8 {
-			return kGone + id, nil
-		}
-	case kvSub:
+	case kSub:
 		if hasSub {
-			var s storage.Subscription
-			if err := s.UnmarshalBinary(value); err != nil {
-				return "", fmt.Errorf("%w: %w", errBadValue, err)
+			filter, _, err := decodeSub(value)
+			if err != nil {
+				return key{}, err
 			}
-			if token(s.Filter) != sub {
-				return "", bad("its subscription is for " + fmt.Sprintf("%q", s.Filter))
+			if token(filter) != sub {
+				return bad(fmt.Sprintf("its subscription is to %q", filter))
 			}
-			return subKey(id, s.Filter), nil
+			k.sub = filter
+			return k, nil
 		}
-	case kvInflight:
+	case kMessage, kReleased, kInbound:
 		if b, err := hex.DecodeString(sub); hasSub && err == nil && len(sub) == 4 && strings.ToLower(sub) == sub {
-			return inflightKey(id, binary.BigEndian.Uint16(b)), nil
+			k.pid = binary.BigEndian.Uint16(b)
+			return k, nil
 		}
 	}
-	return "", bad("not a session key")
-}
-
-// decodeRetained decodes the value of the retained key r.<tok>, checking
-// that the message's topic is the key's.
-func decodeRetained(tok string, value []byte) (storage.Message, error) {
-	var m storage.Message
-	if err := m.UnmarshalBinary(value); err != nil {
-		return m, fmt.Errorf("%w: %w", errBadValue, err)
-	}
-	if m.TopicName == "" || token(m.TopicName) != tok {
-		return m, fmt.Errorf("%w: retained message for %q under %q", ErrBadKey, m.TopicName, tok)
-	}
-	return m, nil
+	return bad("not a session key")
 }
 
 // The owner record, value of o.<client>: who serves the session. Written
-// by the node a client connects to (kv.Create or kv.Update with the
-// revision it read), so exactly one node holds each revision; every
-// write of the session's other keys is fenced by it (kv.go). Big-endian:
+// by the node a client connects to (kv.Create, or kv.Update with the
+// revision it read), so exactly one node holds each revision; every write
+// of the session's other keys is fenced by it (kv.go). Big-endian:
 //
 //	offset  size  field
 //	0       1     magic 0xF6
 //	1       1     version 1
-//	2       8     generation: the node's connection counter
+//	2       8     generation: the node's claim counter
 //	10      8     incarnation: random, one per process
 //	18      8     since, unix nanoseconds
 //	26      2     node ID length n (1 … 1024)
@@ -187,24 +191,26 @@ func encodeOwner(o owner) []byte {
 func decodeOwner(b []byte) (owner, error) {
 	var o owner
 	switch {
-	case len(b) < ownerFixed:
-		return o, fmt.Errorf("%w: owner record of %d bytes", errBadValue, len(b))
+	case len(b) < 2:
+		return o, fmt.Errorf("%w: owner record of %d bytes", ErrBadValue, len(b))
 	case b[0] != ownerMagic:
-		return o, fmt.Errorf("%w: owner record magic %#x", errBadValue, b[0])
+		return o, fmt.Errorf("%w: owner record magic %#02x", ErrBadValue, b[0])
 	case b[1] != ownerVersion:
-		return o, fmt.Errorf("%w: owner record version %d", errBadValue, b[1])
+		return o, fmt.Errorf("%w: owner record version %d, this build reads %d", ErrVersion, b[1], ownerVersion)
+	case len(b) < ownerFixed:
+		return o, fmt.Errorf("%w: owner record of %d bytes", ErrBadValue, len(b))
 	}
 	o.gen = binary.BigEndian.Uint64(b[2:])
 	o.inc = binary.BigEndian.Uint64(b[10:])
 	o.since = int64(binary.BigEndian.Uint64(b[18:]))
 	n := int(binary.BigEndian.Uint16(b[26:]))
 	if n == 0 || n > maxNodeBytes || 28+n+2 > len(b) {
-		return owner{}, fmt.Errorf("%w: owner record node length %d", errBadValue, n)
+		return owner{}, fmt.Errorf("%w: owner record node length %d", ErrBadValue, n)
 	}
 	o.node = string(b[28 : 28+n])
 	k := int(binary.BigEndian.Uint16(b[28+n:]))
 	if 30+n+k != len(b) {
-		return owner{}, fmt.Errorf("%w: owner record client ID length %d in %d bytes", errBadValue, k, len(b))
+		return owner{}, fmt.Errorf("%w: owner record client ID length %d in %d bytes", ErrBadValue, k, len(b))
 	}
 	o.id = string(b[30+n:])
 	return o, nil

@@ -2,72 +2,23 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/hooks/storage"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
-// startKV reads the retained messages and the owner records, takes back
-// the sessions this node owned and starts the two watchers (owned by s.wg,
-// ended by Close). On error nothing is left running once s.stop is closed
-// and s.wg waited for.
-func (s *Store) startKV(ctx context.Context) error {
-	k := s.kv
-	snapshot := max(10*k.timeout, time.Minute) // reading every owner record may take a while
-	rw, rcancel, err := k.watch(ctx, kvRetained+"*")
-	if err != nil {
-		return fmt.Errorf("session: watch retained messages: %w", err)
-	}
-	if err := initial(ctx, rw, snapshot, s.retainedEvent); err != nil {
-		stopWatch(rw)
-		rcancel()
-		return fmt.Errorf("session: load retained messages: %w", err)
-	}
-	ow, ocancel, err := k.watch(ctx, kvOwner+"*")
-	if err != nil {
-		stopWatch(rw)
-		rcancel()
-		return fmt.Errorf("session: watch owner records: %w", err)
-	}
-	var mine []jetstream.KeyValueEntry
-	err = initial(ctx, ow, snapshot, func(e jetstream.KeyValueEntry) {
-		if e.Operation() != jetstream.KeyValuePut {
-			return
-		}
-		if o, err := decodeOwner(e.Value()); err == nil && o.node == k.node && ownerKey(o.id) == e.Key() {
-			mine = append(mine, e)
-		}
-	})
-	if err != nil {
-		stopWatch(rw)
-		rcancel()
-		stopWatch(ow)
-		ocancel()
-		return fmt.Errorf("session: load owner records: %w", err)
-	}
-	s.wg.Go(func() { s.watchLoop(rw, rcancel, s.retainedEvent) })
-	s.wg.Go(func() { s.watchLoop(ow, ocancel, s.ownerEvent) })
-	n := s.adopt(mine)
-	s.mu.Lock()
-	s.log.Info().Str("bucket", k.bucket).Int("sessions", n).Int("retained", len(s.retained)).Msg("sessions loaded")
-	s.mu.Unlock()
-	return nil
-}
-
 // watch starts a watcher of keys whose consumer is created within ctx and
-// k.timeout, and that lives until the returned cancel is called (nats.go
-// ends a watcher when the context it was created with ends).
-func (k *kvBackend) watch(ctx context.Context, keys string) (jetstream.KeyWatcher, context.CancelFunc, error) {
+// Timeout, and that lives until the returned cancel is called (nats.go ends
+// a watcher when the context it was created with ends).
+func (k *kvBackend) watch(ctx context.Context, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, context.CancelFunc, error) {
 	life, cancel := context.WithCancel(context.Background())
 	late := time.AfterFunc(k.timeout, cancel)
 	stopLink := context.AfterFunc(ctx, cancel)
-	w, err := k.kv.Watch(life, keys)
+	w, err := k.kv.WatchFiltered(life, keys, opts...)
 	inTime := late.Stop()
 	linked := stopLink()
 	if err == nil && (!inTime || !linked) {
@@ -105,18 +56,18 @@ func initial(ctx context.Context, w jetstream.KeyWatcher, limit time.Duration, f
 }
 
 // watchLoop hands fn each update until Close, then stops the watcher.
-func (s *Store) watchLoop(w jetstream.KeyWatcher, cancel context.CancelFunc, fn func(jetstream.KeyValueEntry)) {
+func (k *kvBackend) watchLoop(w jetstream.KeyWatcher, cancel context.CancelFunc, fn func(jetstream.KeyValueEntry)) {
 	defer func() {
 		stopWatch(w)
 		cancel()
 	}()
 	for {
 		select {
-		case <-s.stop:
+		case <-k.s.stop:
 			return
 		case e, ok := <-w.Updates():
 			if !ok {
-				s.log.Error().Msg("session watcher ended (nats connection closed): takeovers and retained messages are no longer seen")
+				k.s.log.Error().Msg("session watcher ended (nats connection closed): takeovers and retained messages are no longer seen")
 				return
 			}
 			if e != nil {
@@ -144,133 +95,137 @@ func stopWatch(w jetstream.KeyWatcher) {
 	}
 }
 
+// Retained messages are shared: every node writes the ones its clients
+// set (unfenced, one lane per topic) and watches r.*, applying every
+// change to its engine (Engine.SetRetained). The newest revision of a topic
+// wins, so every node ends with the bucket's message. A node's own write
+// is applied locally before it lands; if the watcher applied an older one
+// from another node meanwhile, the node's own is applied again once it is
+// acknowledged.
+
+// saveRetainedLocked queues the write of a retained message (an empty
+// payload: its delete).
+func (k *kvBackend) saveRetainedLocked(m *engine.Message) {
+	s := k.s
+	var value []byte
+	if len(m.Payload) > 0 {
+		var err error
+		if value, err = encodeRetained(m); err != nil {
+			s.failed(reasonOf(err), err, "", "retained")
+			return
+		}
+		if len(value) > k.maxValue {
+			err := fmt.Errorf("%w: %d bytes, at most %d", ErrValueTooLarge, len(value), k.maxValue)
+			s.failed(reasonOf(err), err, "", "retained")
+			return
+		}
+	}
+	it := &kvWrite{lane: "r" + m.Topic, what: "retained", subj: k.prefix + kvRetained + token(m.Topic), value: value,
+		del: value == nil, topic: m.Topic}
+	if value != nil {
+		it.m = m
+	}
+	if err := k.w.enqueue(it); err != nil {
+		s.failed(reasonOf(err), err, "", "retained")
+		return
+	}
+	k.retPending[m.Topic]++
+	k.retTopic[token(m.Topic)] = m.Topic
+	if value != nil {
+		s.ix.putRetained(m.Topic, loc{n: uint32(len(value))})
+	} else {
+		s.ix.delRetained(m.Topic)
+	}
+}
+
+// retainedAcked follows this node's write of topic's retained message (m,
+// or a delete when m is nil): rev is its revision, 0 if it failed.
+func (k *kvBackend) retainedAcked(topic string, m *engine.Message, rev uint64) {
+	s := k.s
+	s.mu.Lock()
+	if n := k.retPending[topic] - 1; n > 0 {
+		k.retPending[topic] = n
+	} else {
+		delete(k.retPending, topic)
+	}
+	reapply := false
+	if rev > k.retApplied[topic] {
+		k.retApplied[topic] = rev
+		reapply = k.retPending[topic] == 0 && k.handed
+	}
+	k.cleanRetainedLocked(topic)
+	s.mu.Unlock()
+	if e := s.engine.Load(); reapply && e != nil {
+		if m == nil {
+			m = &engine.Message{Topic: topic}
+		}
+		e.SetRetained(m)
+	}
+}
+
+// cleanRetainedLocked forgets the revision of a topic with no retained
+// message and no write of this node on its way: the watcher delivers in
+// order, nothing older can come.
+func (k *kvBackend) cleanRetainedLocked(topic string) {
+	if _, live := k.s.ix.retained[topic]; !live && k.retPending[topic] == 0 {
+		delete(k.retApplied, topic)
+		delete(k.retTopic, token(topic))
+	}
+}
+
 // retainedEvent applies a retained message set or cleared on any node
-// (this one included) to this node: the newest revision of a topic wins,
-// so every node ends with the bucket's message. Until mochi loaded the
-// retained messages (StoredRetainedMessages) they are kept for it.
-func (s *Store) retainedEvent(e jetstream.KeyValueEntry) {
-	k := s.kv
+// (this one included) to this node.
+func (k *kvBackend) retainedEvent(e jetstream.KeyValueEntry) {
+	s := k.s
 	tok, ok := strings.CutPrefix(e.Key(), kvRetained)
 	if !ok {
 		return
 	}
 	rev := e.Revision()
+	var m *engine.Message
+	if e.Operation() == jetstream.KeyValuePut {
+		var err error
+		m, err = decodeRetained(e.Value())
+		if err == nil && token(m.Topic) != tok {
+			err = fmt.Errorf("%w: retained message of %q under %q", ErrBadKey, m.Topic, e.Key())
+		}
+		if err != nil {
+			s.log.Warn().Err(err).Str(logKey, e.Key()).Msg("retained message in the bucket does not decode; ignored")
+			return
+		}
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		topic, ok := k.retTok[tok]
-		if !ok {
-			return
-		}
-		if k.tomb[topic] == rev {
-			delete(k.tomb, topic) // our own delete, seen back: nothing older can follow
-			if _, live := s.retained[topic]; !live {
-				delete(k.retTok, tok)
-			}
-			return
-		}
-		old := s.retained[topic]
-		if old == nil || uint64(old.off) >= rev {
-			return
-		}
-		s.live -= int64(old.n)
-		delete(s.retained, topic)
-		delete(k.retTok, tok)
-		s.applyRetainedLocked(topic, nil)
-		return
-	}
-	m, err := decodeRetained(tok, e.Value())
-	if err != nil {
-		s.log.Warn().Err(err).Str("key", e.Key()).Msg("retained message in the bucket does not decode; ignored")
-		return
-	}
-	topic := m.TopicName
-	old := s.retained[topic]
-	if (old != nil && uint64(old.off) >= rev) || k.tomb[topic] > rev {
-		return // ours, or older than what this node set or cleared
-	}
-	delete(k.tomb, topic)
-	if old != nil {
-		s.live -= int64(old.n)
-	}
-	n := int32(max(len(e.Value()), 1))
-	s.retained[topic] = &entry{int64(rev), n}
-	s.live += int64(n)
-	k.retTok[tok] = topic
-	s.applyRetainedLocked(topic, &m)
-}
-
-// applyRetainedLocked sets (m) or clears (nil) topic's retained message in
-// the attached mochi server, or, before mochi loaded the retained
-// messages, in what it will load.
-func (s *Store) applyRetainedLocked(topic string, m *storage.Message) {
-	k := s.kv
-	if !k.handed || s.server == nil {
-		if m == nil {
-			delete(k.pending, topic)
-		} else {
-			k.pending[topic] = m
-		}
-		return
-	}
-	pk := packets.Packet{TopicName: topic}
+	topic, known := "", false
 	if m != nil {
-		pk = m.ToPacket()
+		topic, known = m.Topic, true
+	} else if topic, known = k.retTopic[tok]; !known {
+		topic, known = untoken(tok)
 	}
-	s.server.Topics.RetainMessage(pk)
-	atomic.StoreInt64(&s.server.Info.Retained, int64(s.server.Topics.Retained.Len()))
-}
-
-// retainedWrittenLocked follows this node's write of topic's retained
-// message (pk, or a clear when pk is nil) on a bucket: mochi has pk again,
-// in case the watcher applied an older message from another node between
-// mochi's set and this write; a clear leaves a tombstone so that an older
-// message still on its way is not applied.
-func (s *Store) retainedWrittenLocked(topic string, pk *packets.Packet, written bool) {
-	k := s.kv
-	k.retTok[token(topic)] = topic
-	if !written {
-		return
+	if !known || rev <= k.retApplied[topic] {
+		s.mu.Unlock()
+		return // a hashed topic never seen here (nothing to clear), or not newer than what is applied
 	}
-	if pk == nil {
-		k.tomb[topic] = k.lastRev
-		return
+	k.retApplied[topic] = rev
+	if m != nil {
+		k.retTopic[tok] = topic
+		s.ix.putRetained(topic, loc{off: int64(rev), n: uint32(len(e.Value()))})
+	} else {
+		s.ix.delRetained(topic)
+		k.cleanRetainedLocked(topic)
 	}
-	delete(k.tomb, topic)
-	if s.server != nil && k.handed {
-		s.server.Topics.RetainMessage(pk.Copy(false))
+	handed := k.handed
+	if !handed {
+		if m != nil {
+			k.initial[topic] = m
+		} else {
+			delete(k.initial, topic)
+		}
 	}
-}
-
-// storedRetainedLocked hands mochi the retained messages read from the
-// bucket; from then on the watcher applies changes to mochi directly.
-func (s *Store) storedRetainedLocked() []storage.Message {
-	k := s.kv
-	out := make([]storage.Message, 0, len(k.pending))
-	for _, m := range k.pending {
-		out = append(out, *m)
+	s.mu.Unlock()
+	if eng := s.engine.Load(); handed && eng != nil {
+		if m == nil {
+			m = &engine.Message{Topic: topic}
+		}
+		eng.SetRetained(m)
 	}
-	k.pending = map[string]*storage.Message{}
-	k.handed = s.server != nil
-	return out
-}
-
-// ownerRemote reads the username of clientID's session from the bucket
-// (a session this node does not hold).
-func (k *kvBackend) ownerRemote(clientID string) (string, bool) {
-	ctx, cancel := k.requestCtx()
-	defer cancel()
-	e, err := k.kv.Get(ctx, kvClient+token(clientID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", false
-	}
-	if err != nil {
-		k.errLog.Warn().Err(err).Str("client", clientID).Msg("session owner not read from the bucket")
-		return "", false
-	}
-	var c storage.Client
-	if err := c.UnmarshalBinary(e.Value()); err != nil || c.ID != clientID {
-		return "", true // stored but unreadable: owned by nobody anyone can prove to be
-	}
-	return string(c.Username), true
 }

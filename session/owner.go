@@ -2,52 +2,68 @@ package session
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"maps"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
-// Ownership of sessions kept in a key-value bucket (OpenKV). One node at a
-// time serves a session: the one whose claim wrote the current revision of
-// its owner record o.<client>.
+// Ownership of sessions kept in a bucket. One node at a time serves a
+// session: the one whose claim wrote the current revision of its owner
+// record o.<client>.
 //
-//   - A client connects (OnSessionEstablish): the node reads the owner
-//     record and claims the session with kv.Create (none) or kv.Update with
-//     the revision read — two nodes racing for it cannot both succeed; the
-//     loser reads again and claims after the winner (the newest connection
-//     wins, as MQTT wants [MQTT-3.1.4-3]). Unless this node already served
-//     the session at the revision it replaced, it loads the session from
-//     the bucket (one ordered consumer over its keys, served by the
-//     stream's leader) and rebuilds it as a mochi client, as for a parked
-//     one (hydrateLocked). A clean session costs one read of the owner
-//     record, and a claim only when a stored session of that ID exists.
+//   - A client connects: the engine calls Claim before it resumes or
+//     discards the session. The node reads the owner record; if it holds
+//     that revision already, there is nothing to claim (an offline
+//     session's messages are read now, for the resume). Otherwise it
+//     claims with kv.Create (no record) or kv.Update with the revision it
+//     read — of two nodes racing, one fails, reads again and claims after
+//     the other (the newest connection wins [MQTT-3.1.4-3]) — and loads
+//     the session from the bucket for the engine to adopt. A clean session
+//     with no stored session anywhere costs the one read.
 //   - Every node watches the owner records. A newer revision written by
 //     another process (or a delete) for a session this node holds means it
-//     was taken over: the node forgets it without writing anything, takes
-//     it out of mochi and disconnects its client with DISCONNECT 0x8E
-//     (session taken over), its will cleared — the device is alive
-//     elsewhere [MQTT-3.1.3-9].
+//     was taken over: the node forgets it without writing anything and the
+//     engine drops it (Engine.Forget: its connection gets DISCONNECT 0x8E,
+//     no will — the device is alive elsewhere [MQTT-3.1.3-9]).
 //   - Every write of the session's other keys is fenced by the owner
-//     revision held (kv.go), so a write racing the takeover — before the
-//     watcher told this node — is refused by the stream, not applied.
-//   - A node that starts takes back the sessions whose owner record names
-//     its node ID (a restart), claiming each anew; they are parked as the
-//     log's sessions are at start.
+//     revision held (kv.go): a write racing the takeover, before the
+//     watcher told this node, is refused by the stream.
+//   - At start (Load) a node takes back the sessions whose owner record
+//     names its node ID, claiming each anew; AdoptGone takes those of nodes
+//     that are gone.
+//
+// Claims and takeovers of one client ID are serialized here (claimLocks),
+// so that the engine never adopts a session and then forgets it for an
+// older takeover.
+
+// claimLocks serialize the claims and takeovers of a client ID.
+type claimLocks struct {
+	seed maphash.Seed
+	mu   [64]sync.Mutex
+}
+
+func (c *claimLocks) of(id string) *sync.Mutex {
+	return &c.mu[maphash.String(c.seed, id)%uint64(len(c.mu))]
+}
 
 // getOwner reads session id's owner record; nil when there is none.
-func (k *kvBackend) getOwner(id string) (jetstream.KeyValueEntry, error) {
-	ctx, cancel := k.requestCtx()
+func (k *kvBackend) getOwner(ctx context.Context, id string) (jetstream.KeyValueEntry, error) {
+	if st := k.nc.Status(); st != nats.CONNECTED {
+		return nil, fmt.Errorf("%w: nats connection %s", ErrUnavailable, st)
+	}
+	rctx, cancel := k.requestCtx(ctx)
 	defer cancel()
-	e, err := k.kv.Get(ctx, ownerKey(id))
+	e, err := k.kv.Get(rctx, ownerKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
@@ -59,23 +75,23 @@ func (k *kvBackend) getOwner(id string) (jetstream.KeyValueEntry, error) {
 
 // claim writes a new owner record for id in place of cur (nil: none) and
 // returns its revision and the revision it replaced (0: none). When
-// another node's claim came first it reads again and retries, unless
-// once is set (taking back a session at start: a session claimed
-// elsewhere meanwhile is left there).
-func (k *kvBackend) claim(id string, cur jetstream.KeyValueEntry, once bool) (rev, prev uint64, err error) {
-	if st := k.nc.Status(); st != nats.CONNECTED {
-		return 0, 0, fmt.Errorf("%w: nats connection %s", ErrUnavailable, st)
-	}
+// another node's claim came first it reads again and retries, unless once
+// is set (taking back a session: one claimed elsewhere meanwhile stays
+// there; ErrFenced).
+func (k *kvBackend) claim(ctx context.Context, id string, cur jetstream.KeyValueEntry, once bool) (rev, prev uint64, err error) {
 	key := ownerKey(id)
 	for attempt := 0; ; attempt++ {
-		k.gen++
-		v := encodeOwner(owner{gen: k.gen, inc: k.inc, since: time.Now().UnixNano(), node: k.node, id: id})
-		ctx, cancel := k.requestCtx()
+		if st := k.nc.Status(); st != nats.CONNECTED {
+			return 0, 0, fmt.Errorf("%w: nats connection %s", ErrUnavailable, st)
+		}
+		v := encodeOwner(owner{gen: k.gen.Add(1), inc: k.inc, since: time.Now().UnixNano(), node: k.node, id: id})
+		rctx, cancel := k.requestCtx(ctx)
+		prev = 0
 		if cur == nil {
-			rev, err = k.kv.Create(ctx, key, v)
+			rev, err = k.kv.Create(rctx, key, v)
 		} else {
 			prev = cur.Revision()
-			rev, err = k.kv.Update(ctx, key, v, prev)
+			rev, err = k.kv.Update(rctx, key, v, prev)
 		}
 		cancel()
 		if err == nil {
@@ -88,304 +104,351 @@ func (k *kvBackend) claim(id string, cur jetstream.KeyValueEntry, once bool) (re
 		if once || attempt >= 4 {
 			return 0, 0, fmt.Errorf("%w: claim %q: %w", ErrFenced, id, err)
 		}
-		prev = 0
-		if cur, err = k.getOwner(id); err != nil {
+		if cur, err = k.getOwner(ctx, id); err != nil {
 			return 0, 0, err
 		}
 	}
 }
 
-// load reads every key of session id (client, offline-since,
-// subscriptions, queued messages) with one ordered consumer, in stream
-// order.
-func (k *kvBackend) load(id string) ([]jetstream.KeyValueEntry, error) {
-	ctx, cancel := k.requestCtx()
-	defer cancel()
-	tok := token(id)
-	w, err := k.kv.WatchFiltered(ctx, []string{kvClient + tok, kvGone + tok, kvSub + tok + ".*", kvInflight + tok + ".*"},
-		jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("%w: load session %q: %w", ErrUnavailable, id, err)
-	}
-	defer stopWatch(w)
-	var out []jetstream.KeyValueEntry
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("%w: load session %q: watcher closed", ErrUnavailable, id)
-			}
-			if e == nil {
-				return out, nil
-			}
-			out = append(out, e)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: load session %q: %w", ErrUnavailable, id, ctx.Err())
-		}
-	}
-}
-
-// claimLocked is OnSessionEstablish's first step on a bucket: claim the
-// session of cl's client ID, whose owner record was read as cur (or
-// failed to read: err) and, unless this node already serves it at the
-// revision it replaced, load it from the bucket, parked, for the
-// parked-session path to rebuild (or discard, for a clean start). It
-// returns the local clients of a stale copy, to be disconnected.
-func (s *Store) claimLocked(cl *mqtt.Client, cur jetstream.KeyValueEntry, err error) (stale []*mqtt.Client, ds []discard) {
-	k, id := s.kv, cl.ID
-	ss := s.sessions[id]
-	held := k.held[id]
-	if err == nil && cur == nil && ss == nil && !persistent(cl) {
-		return nil, nil // no session anywhere, none to store
-	}
-	var rev, prev uint64
-	if err == nil {
-		rev, prev, err = k.claim(id, cur, false)
-	}
-	if err != nil {
-		// What this node has serves the client; its writes go on under the
-		// revision held, if any (else ErrNotOwner) until it connects again.
-		k.failed(err, id, ownerKey(id))
-		return nil, nil
-	}
-	k.hold(id, rev, cl)
-	if ss != nil && !ss.parked && prev == held {
-		// This node serves it, in mochi (or has the only copy: made while
-		// the bucket was unreachable): mochi resumes it, and what was not
-		// written is written now (OnSessionEstablished).
-		return nil, nil
-	}
-	if ss != nil {
-		// Parked here: the bucket has the same, read in one go below. A
-		// copy from an earlier revision: stale, someone served it since.
-		stale = s.forgetLocked(ss, cl)
-	}
-	if prev == 0 {
-		return stale, nil // no session anywhere: a new one
-	}
-	items, err := k.load(id)
-	if err != nil {
-		k.failed(err, id, ownerKey(id))
-		return stale, nil
-	}
-	return stale, s.installLocked(id, items, true)
-}
-
-// installLocked indexes session id's keys loaded from the bucket, the
-// client record first. When park is set it files the session as parked
-// (its expiry counted from when it went offline, or now if it was online)
-// and drops it if that expiry passed; the values stay in k.preload for
-// hydrateLocked to read. It returns the messages dropped.
-func (s *Store) installLocked(id string, items []jetstream.KeyValueEntry, park bool) []discard {
+// Claim claims clientID's session for a connection to this node (see the
+// ownership notes above) and returns it as stored when another node served
+// it last, for the engine to adopt; nil when this node holds it already or
+// there is none. On a store opened with Open it returns nil: one node owns
+// everything.
+func (s *Store) Claim(ctx context.Context, clientID string, clean bool) (*engine.StoredSession, error) {
 	k := s.kv
-	vals := make(map[string]kvValue, len(items))
-	order := make([]string, 0, len(items))
+	if k == nil {
+		return nil, nil
+	}
+	lk := k.claims.of(clientID)
+	lk.Lock()
+	defer lk.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	k.pruneCacheLocked(time.Now())
+	held := k.held[clientID]
+	ss := s.ix.sessions[clientID]
+	resume := !clean && ss != nil && ss.offline.ok() && len(ss.msgs) > 0
+	s.mu.Unlock()
+
+	cur, err := k.getOwner(ctx, clientID)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case held != 0 && cur != nil && cur.Revision() == held:
+		// This node serves it. An offline session's messages are read now,
+		// not under the engine's locks (LoadMessages).
+		if resume {
+			if err := k.fetchMessages(ctx, clientID); err != nil {
+				s.log.Warn().Err(err).Str(logClient, clientID).Msg("queued messages not read ahead of the resume")
+			}
+		}
+		return nil, nil
+	case held == 0 && cur == nil && clean:
+		return nil, nil // no session anywhere, none to store
+	case held != 0:
+		// The copy here is stale: another node served the session since, or
+		// ended it.
+		k.forgetLocally(clientID)
+	}
+	rev, prev, err := k.claim(ctx, clientID, cur, false)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	k.holdLocked(clientID, rev)
+	s.mu.Unlock()
+	if prev == 0 {
+		return nil, nil // no session anywhere: a new one
+	}
+	return k.loadSession(ctx, clientID, rev, true)
+}
+
+// loadSession reads session id, claimed at owner revision rev, from the
+// bucket into the index and returns it; nil if the bucket holds no client
+// record of it. cache keeps its messages for LoadMessages.
+func (k *kvBackend) loadSession(ctx context.Context, id string, rev uint64, cache bool) (*engine.StoredSession, error) {
+	s := k.s
+	items, err := k.read(ctx, id, sessionSubjects(id))
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k.held[id] != rev {
+		return nil, fmt.Errorf("%w: %q was claimed elsewhere while it loaded", ErrFenced, id)
+	}
+	st, ok := k.installLocked(id, items)
+	if !ok {
+		return nil, nil
+	}
+	if cache {
+		c := &msgCache{at: time.Now(), msgs: make(map[uint16]engine.StoredMessage, len(st.Messages))}
+		for _, sm := range st.Messages {
+			c.msgs[sm.PID] = sm
+		}
+		k.cache[id] = c
+	}
+	return &st, nil
+}
+
+// installLocked indexes session id's keys read from the bucket and builds
+// the session. The bucket keeps one value per key, so the order rules of
+// the log (index.go) are revision comparisons here: the client record
+// first; with the new-session flag, keys older than it belong to an
+// earlier session of that ID; an offline time counts if newer than the
+// client record, a PUBREC marker if newer than its message.
+func (k *kvBackend) installLocked(id string, items []jetstream.KeyValueEntry) (engine.StoredSession, bool) {
+	s := k.s
+	type item struct {
+		k key
+		e jetstream.KeyValueEntry
+	}
+	var client jetstream.KeyValueEntry
+	var rest []item
 	for _, e := range items {
-		key, err := logicalKey(id, e.Key(), e.Value())
+		pk, err := storeKey(id, e.Key(), e.Value())
 		if err != nil {
-			s.log.Warn().Err(err).Str("client", id).Msg("session key in the bucket does not decode; skipped")
+			s.log.Warn().Err(err).Str(logClient, id).Str(logKey, e.Key()).Msg("session key in the bucket does not decode; skipped")
 			continue
 		}
-		vals[key] = kvValue{e.Revision(), e.Value()}
-		order = append(order, key)
-	}
-	c, ok := vals[clientKey(id)]
-	if !ok {
-		s.log.Warn().Str("client", id).Int("keys", len(vals)).Msg("session in the bucket has no client record; starts afresh")
-		return nil
-	}
-	s.apply(opPut, clientKey(id), c.value, entry{int64(c.rev), int32(max(len(c.value), 1))})
-	for _, key := range order {
-		if key != clientKey(id) {
-			v := vals[key]
-			s.apply(opPut, key, v.value, entry{int64(v.rev), int32(max(len(v.value), 1))})
+		if pk.kind == kClient {
+			client = e
+			continue
 		}
+		rest = append(rest, item{pk, e})
 	}
-	k.preload = vals
-	ss := s.sessions[id]
-	if ss == nil || !park {
-		return nil
+	s.ix.dropSession(id)
+	if client == nil {
+		if len(rest) > 0 {
+			s.log.Warn().Str(logClient, id).Int("keys", len(rest)).Msg("session in the bucket has no client record; starts afresh")
+		}
+		return engine.StoredSession{}, false
 	}
-	rec, err := s.clientLocked(ss)
-	if err != nil {
-		s.log.Warn().Err(err).Str("client", id).Msg("stored session does not load; dropped")
-		s.dropLocked(ss, true)
-		return nil
-	}
-	now := time.Now().Unix()
-	gone := now // it was online on the node it is taken from
-	if g, ok := vals[kGone+id]; ok && len(g.value) == 8 {
-		gone = int64(binary.BigEndian.Uint64(g.value))
-	}
-	s.parkSessLocked(ss, gone, expiryInterval(rec.ProtocolVersion, clientProps(rec), s.maxExpiry()))
-	if ss.expired(now) {
-		ds := s.discardMsgsLocked(ss, nil, func(*msgRef) bool { return true }, true, reasonSessionExpired)
-		s.dropLocked(ss, true)
-		return ds
-	}
-	return nil
-}
-
-// forgetLocked forgets ss here without writing anything: this node does
-// not serve it (any more). A mochi client of it (but keep) — connected, or
-// offline and not yet parked — leaves mochi with its will cleared, and is
-// returned to be disconnected once the lock is released.
-func (s *Store) forgetLocked(ss *sess, keep *mqtt.Client) (stale []*mqtt.Client) {
-	id := ss.id
-	if !ss.parked && s.server != nil {
-		if cl, ok := s.server.Clients.Get(id); ok && cl != keep {
-			delete(s.parkq, cl)
-			atomic.StoreUint32(&cl.Properties.Will.Flag, 0) // the device is alive elsewhere [MQTT-3.1.3-9]
-			for filter := range cl.State.Subscriptions.GetAll() {
-				if s.server.Topics.Unsubscribe(filter, id) {
-					atomic.AddInt64(&s.server.Info.Subscriptions, -1)
-				}
+	crev := int64(client.Revision())
+	fresh := freshClient(client.Value())
+	vals := map[string][]byte{clientKey(id): client.Value()}
+	s.ix.putClient(id, loc{crev, uint32(len(client.Value()))}, true)
+	ss := s.ix.sessions[id]
+	for _, it := range rest {
+		rev := int64(it.e.Revision())
+		at := loc{rev, uint32(max(len(it.e.Value()), 1))}
+		if fresh && rev < crev {
+			continue
+		}
+		switch it.k.kind {
+		case kOffline:
+			if rev < crev {
+				continue
 			}
-			atomic.AddInt64(&s.server.Info.Inflight, -int64(cl.State.Inflight.Len()))
-			s.server.Clients.Delete(id)
-			stale = append(stale, cl)
+		case kReleased:
+			if i := ss.findMsg(it.k.pid); i < 0 || rev < ss.msgs[i].at.off {
+				continue
+			}
+		}
+		if s.ix.apply(opPut, it.k, it.e.Value(), at) {
+			vals[it.k.String()] = it.e.Value()
 		}
 	}
-	s.dropLocked(ss, false)
-	return stale
+	st, bad, err := build(ss, func(sk string, _ loc) ([]byte, error) {
+		if v, ok := vals[sk]; ok {
+			return v, nil
+		}
+		return nil, fmt.Errorf("%w: not read", ErrBadKey)
+	})
+	for _, e := range bad {
+		s.log.Warn().Err(e).Str(logClient, id).Msg("stored session record does not load; skipped")
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Str(logClient, id).Msg("stored session does not load; dropped")
+		s.ix.dropSession(id)
+		return engine.StoredSession{}, false
+	}
+	return st, true
 }
 
-// disconnect closes the connections of sessions another node took over:
-// DISCONNECT 0x8E for MQTT 5 [MQTT-3.1.4-3], no will (cleared before).
-func (s *Store) disconnect(cls []*mqtt.Client) {
-	for _, cl := range cls {
-		if s.server != nil && !cl.Closed() {
-			_ = s.server.DisconnectClient(cl, packets.ErrSessionTakenOver)
-		}
-		cl.Stop(packets.ErrSessionTakenOver)
+// forgetLocally drops what this node has of session id without writing
+// anything — another node serves it, or the copy here is stale — and tells
+// the engine (its connection here, if any, gets DISCONNECT 0x8E). The
+// claim lock of id is held, Store.mu is not.
+func (k *kvBackend) forgetLocally(id string) {
+	s := k.s
+	s.mu.Lock()
+	k.unholdLocked(id)
+	s.ix.dropSession(id)
+	s.mu.Unlock()
+	if e := s.engine.Load(); e != nil {
+		e.Forget(id)
 	}
 }
 
 // ownerEvent handles a change of an owner record seen by the watcher: a
 // session this node holds, claimed by another process or ended there, is
-// forgotten here and its client disconnected.
-func (s *Store) ownerEvent(e jetstream.KeyValueEntry) {
-	k := s.kv
+// forgotten here.
+func (k *kvBackend) ownerEvent(e jetstream.KeyValueEntry) {
+	s := k.s
 	tok, ok := strings.CutPrefix(e.Key(), kvOwner)
 	if !ok {
 		return
 	}
-	var o owner
+	by := ""
 	if e.Operation() == jetstream.KeyValuePut {
-		var err error
-		if o, err = decodeOwner(e.Value()); err != nil || token(o.id) != tok {
-			s.log.Warn().Err(err).Str("key", e.Key()).Msg("owner record does not decode; ignored")
+		o, err := decodeOwner(e.Value())
+		if err == nil && token(o.id) != tok {
+			err = fmt.Errorf("%w: owner record of %q under %q", ErrBadKey, o.id, e.Key())
+		}
+		if err != nil {
+			s.log.Warn().Err(err).Str(logKey, e.Key()).Msg("owner record does not decode; ignored")
 			return
 		}
 		if o.inc == k.inc {
 			return // this process's own claim
 		}
+		by = o.node
 	}
 	s.mu.Lock()
 	id, held := k.heldTok[tok]
-	if !held || e.Revision() <= k.held[id] {
-		s.mu.Unlock()
-		return // not ours, or older than our claim
-	}
-	conn := k.conns[id]
-	k.unhold(id)
-	k.takenOver.Add(1)
-	var stale []*mqtt.Client
-	if ss := s.sessions[id]; ss != nil {
-		stale = s.forgetLocked(ss, nil)
-	}
-	if conn != nil && !slices.Contains(stale, conn) && !conn.Closed() {
-		// The connection that claimed it, not yet (or no more) mochi's
-		// client of that ID: between its claim and joining mochi.
-		atomic.StoreUint32(&conn.Properties.Will.Flag, 0)
-		stale = append(stale, conn)
-	}
 	s.mu.Unlock()
-	s.log.Info().Str("client", id).Str("by", o.node).Uint64("revision", e.Revision()).
-		Int("disconnected", len(stale)).Msg("session taken over by another node")
-	s.disconnect(stale)
+	if !held {
+		return
+	}
+	lk := k.claims.of(id)
+	lk.Lock()
+	defer lk.Unlock()
+	s.mu.Lock()
+	rev := k.held[id]
+	s.mu.Unlock()
+	if rev == 0 || e.Revision() <= rev {
+		return // not ours (any more), or older than our claim
+	}
+	k.takenOver.Add(1)
+	k.forgetLocally(id)
+	s.log.Info().Str(logClient, id).Str("by", by).Uint64(logRevision, e.Revision()).Msg("session taken over by another node")
 }
 
-// adopt takes back, at start, the sessions whose owner record names this
-// node: each is claimed anew (a session claimed elsewhere meanwhile stays
-// there) and loaded, not parked (Attach parks them, as Open's).
-func (s *Store) adopt(mine []jetstream.KeyValueEntry) int {
-	return s.takeOver(mine, false, "session this node owned not taken back")
+// owners reads every owner record and returns those keep accepts.
+func (k *kvBackend) owners(ctx context.Context, keep func(owner) bool) ([]jetstream.KeyValueEntry, error) {
+	w, cancel, err := k.watch(ctx, []string{kvOwner + "*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		stopWatch(w)
+		cancel()
+	}()
+	var out []jetstream.KeyValueEntry
+	err = initial(ctx, w, k.snapshotTimeout(), func(e jetstream.KeyValueEntry) {
+		if o, err := decodeOwner(e.Value()); err == nil && ownerKey(o.id) == e.Key() && keep(o) {
+			out = append(out, e)
+		}
+	})
+	return out, err
 }
 
 // takeOver claims the sessions of owner records read a moment ago, each
-// with a revision check (one claimed elsewhere meanwhile stays there:
-// ErrFenced, logged at debug), and loads them — parked here when park.
-// It returns how many it took; failed ones are logged with failed.
-func (s *Store) takeOver(entries []jetstream.KeyValueEntry, park bool, failed string) int {
-	k := s.kv
-	n := 0
+// with a revision check (one claimed elsewhere meanwhile stays there), and
+// loads them. Those that were connected when their node stopped are
+// written as offline from now. failed names the log line of one not taken.
+func (k *kvBackend) takeOver(ctx context.Context, entries []jetstream.KeyValueEntry, failed string) []engine.StoredSession {
+	s := k.s
+	var out []engine.StoredSession
 	for _, cur := range entries {
 		o, err := decodeOwner(cur.Value())
 		if err != nil {
 			continue
 		}
-		s.mu.Lock()
-		var ds []discard
-		rev, _, err := k.claim(o.id, cur, true)
-		if err == nil {
-			k.hold(o.id, rev, nil)
-			var items []jetstream.KeyValueEntry
-			if items, err = k.load(o.id); err == nil {
-				ds = s.installLocked(o.id, items, park)
-				k.preload = nil
-				if s.sessions[o.id] == nil {
-					k.release(o.id) // no client record: nothing to take
-				} else {
-					n++
-				}
-			}
-		}
-		s.mu.Unlock()
-		s.tell(ds)
+		st, err := k.takeOne(ctx, o.id, cur)
 		switch {
 		case errors.Is(err, ErrFenced):
-			s.log.Debug().Err(err).Str("client", o.id).Str("node", o.node).Msg(failed)
+			s.log.Debug().Err(err).Str(logClient, o.id).Str(logNode, o.node).Msg(failed)
 		case err != nil:
-			s.log.Warn().Err(err).Str("client", o.id).Str("node", o.node).Msg(failed)
+			s.log.Warn().Err(err).Str(logClient, o.id).Str(logNode, o.node).Msg(failed)
+		case st != nil:
+			if st.Offline.IsZero() {
+				s.SaveOffline(o.id, time.Now())
+			}
+			out = append(out, *st)
 		}
 	}
-	return n
+	return out
+}
+
+func (k *kvBackend) takeOne(ctx context.Context, id string, cur jetstream.KeyValueEntry) (*engine.StoredSession, error) {
+	s := k.s
+	lk := k.claims.of(id)
+	lk.Lock()
+	defer lk.Unlock()
+	rev, _, err := k.claim(ctx, id, cur, true)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	k.holdLocked(id, rev)
+	s.mu.Unlock()
+	st, err := k.loadSession(ctx, id, rev, false)
+	if err == nil && st == nil {
+		s.mu.Lock()
+		k.releaseLocked(id) // no client record: nothing to take
+		s.mu.Unlock()
+	}
+	return st, err
+}
+
+// load takes back the sessions this node owned (a restart) and hands over
+// the retained messages read at OpenKV; from then on the watcher applies
+// retained changes to the attached engine.
+func (k *kvBackend) load() ([]engine.StoredSession, []*engine.Message, error) {
+	s := k.s
+	ctx, cancel := context.WithTimeout(context.Background(), k.snapshotTimeout())
+	defer cancel()
+	mine, err := k.owners(ctx, func(o owner) bool { return o.node == k.node })
+	if err != nil {
+		return nil, nil, fmt.Errorf("session: read owner records: %w", err)
+	}
+	sessions := k.takeOver(ctx, mine, "session this node owned not taken back")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	retained := make([]*engine.Message, 0, len(k.initial))
+	for _, topic := range slices.Sorted(maps.Keys(k.initial)) {
+		retained = append(retained, k.initial[topic])
+	}
+	k.initial, k.handed = nil, true
+	s.log.Info().Int("sessions", len(sessions)).Int("owned", len(mine)).Int("retained", len(retained)).Msg("sessions taken back")
+	return sessions, retained, nil
 }
 
 // AdoptGone takes over the sessions whose owner record names a node for
 // which alive reports false — gateway nodes that are gone (their liveness
-// lease expired) — and parks them here, so that what arrives for them (commands for a parked session,
-// publishes to their subscriptions) is queued again until the devices come
-// back, on any node. Each is claimed with a revision check, so a session a
-// device reclaimed meanwhile, or another node adopted, stays there. It
-// returns how many it took. Only for a store opened with OpenKV.
+// lease expired) — and hands them to the attached engine (Engine.Adopt) as
+// offline sessions of this node: what arrives for them is queued here
+// until their devices come back, on any node; a will whose connection
+// died with its node is published after its delay. Each is claimed with a
+// revision check, so a session a device reclaimed meanwhile, or another
+// node adopted, stays there. It returns how many it took. Only for a
+// store opened with OpenKV, once attached.
 func (s *Store) AdoptGone(ctx context.Context, alive func(node string) bool) (int, error) {
 	k := s.kv
 	if k == nil {
 		return 0, ErrNotShared
 	}
-	w, cancel, err := k.watch(ctx, kvOwner+"*")
+	e := s.engine.Load()
+	if e == nil {
+		return 0, ErrNotAttached
+	}
+	theirs, err := k.owners(ctx, func(o owner) bool { return o.node != k.node && !alive(o.node) })
 	if err != nil {
 		return 0, fmt.Errorf("session: adopt sessions of gone nodes: %w", err)
 	}
-	var theirs []jetstream.KeyValueEntry
-	err = initial(ctx, w, max(10*k.timeout, time.Minute), func(e jetstream.KeyValueEntry) {
-		if e.Operation() != jetstream.KeyValuePut {
-			return
-		}
-		if o, err := decodeOwner(e.Value()); err == nil && o.node != k.node && !alive(o.node) && ownerKey(o.id) == e.Key() {
-			theirs = append(theirs, e)
-		}
-	})
-	stopWatch(w)
-	cancel()
-	if err != nil {
-		return 0, fmt.Errorf("session: adopt sessions of gone nodes: %w", err)
+	sessions := k.takeOver(ctx, theirs, "session of a gone node not adopted")
+	for i := range sessions {
+		e.Adopt(&sessions[i])
 	}
-	n := s.takeOver(theirs, true, "session of a gone node not adopted")
 	if len(theirs) > 0 {
-		s.log.Info().Int("sessions", n).Int("owned_by_gone_nodes", len(theirs)).Msg("sessions of gone nodes adopted")
+		s.log.Info().Int("sessions", len(sessions)).Int("owned_by_gone_nodes", len(theirs)).Msg("sessions of gone nodes adopted")
 	}
-	return n, nil
+	return len(sessions), nil
 }

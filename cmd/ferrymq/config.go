@@ -163,11 +163,16 @@ type mqttConfig struct {
 	MaxKeepalive     uint16   `yaml:"max_keepalive"`
 	WriteTimeout     duration `yaml:"write_timeout"`
 	MaxPendingWrites int      `yaml:"max_pending_writes"`
-	ReadBufferBytes  int      `yaml:"read_buffer_bytes"`
-	WriteBufferBytes int      `yaml:"write_buffer_bytes"`
-	ReceiveMaximum   uint16   `yaml:"receive_maximum"`
-	MaxInflight      int      `yaml:"max_inflight"`
-	MaxClients       int64    `yaml:"max_clients"`
+	// ReadBufferBytes and WriteBufferBytes are accepted and ignored (the
+	// engine keeps no per-connection buffer; they sized mochi's).
+	ReadBufferBytes  int `yaml:"read_buffer_bytes"`
+	WriteBufferBytes int `yaml:"write_buffer_bytes"`
+	// ProxyProtocol makes the --mqtt TCP listener expect a PROXY protocol
+	// v1/v2 header from a load balancer.
+	ProxyProtocol  bool   `yaml:"proxy_protocol"`
+	ReceiveMaximum uint16 `yaml:"receive_maximum"`
+	MaxInflight    int    `yaml:"max_inflight"`
+	MaxClients     int64  `yaml:"max_clients"`
 }
 
 // bridgeConfig maps MQTT onto the core and back.

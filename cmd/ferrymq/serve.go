@@ -60,7 +60,7 @@ type serveOptions struct {
 	kv        *jetstream.Engine // engine nats: where the gateway keeps sessions
 	kvNode    string            // engine nats: this node's name
 	node      string            // --node
-	router    *cluster.Hook     // engine nats: MQTT routing between nodes
+	router    *cluster.Router   // engine nats: MQTT routing between nodes
 }
 
 func (o *serveOptions) AddFlags(cmd *cobra.Command) {
@@ -110,7 +110,7 @@ type node struct {
 	producer    *delay.Service      // --engine nats: delayed produce for the gateway on every node
 	switches    *coreSwitches       // --engine nats: HTTP handlers of the core services, set while leader
 	liveness    *jetstream.Election // --engine nats: this node's liveness lease
-	router      *cluster.Hook       // --engine nats: MQTT routing between nodes
+	router      *cluster.Router     // --engine nats: MQTT routing between nodes
 	stopJanitor func()              // --engine nats: stops adoptGone of the current term
 	terms       chan struct{}       // --engine nats: closed when the goroutine starting/stopping core terms ended
 	stopTerms   context.CancelFunc
@@ -452,6 +452,10 @@ func (n *node) close(ctx context.Context) error {
 		errs = append(errs, n.gateway.Shutdown(ctx))
 		n.gateway = nil
 	}
+	if n.router != nil {
+		n.router.Close() // after the engine: the wills its shutdown published went out
+		n.router = nil
+	}
 	if n.remote != nil {
 		errs = append(errs, n.remote.Close())
 		n.remote = nil
@@ -471,6 +475,12 @@ func (n *node) close(ctx context.Context) error {
 		n.stopTerms()                           // and the core services stop
 		<-n.terms
 		n.election = nil
+	}
+	if n.sessions != nil {
+		// After the engine (it wrote its last changes) and the core term
+		// (its janitor adopts gone nodes' sessions); before NATS closes.
+		errs = append(errs, n.sessions.Close())
+		n.sessions = nil
 	}
 	errs = append(errs, n.stopCore(ctx))
 	if n.trace != nil {

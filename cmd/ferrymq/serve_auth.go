@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/auth"
@@ -13,9 +12,9 @@ import (
 
 // newAuth builds the auth hook from the config's auth section; nil (and
 // no hook) when there is none. closers are the providers to close at exit.
-// owner names who owns a stored (parked) session of a client ID: a
-// different identity may not take it over.
-func newAuth(c *authConfig, owner func(clientID string) (string, bool), log *zerolog.Logger) (hook mqtt.Hook, closers []func() error, err error) {
+// The engine keeps a session's owner: a different identity may not take
+// it over.
+func newAuth(c *authConfig, log *zerolog.Logger) (hook *auth.Hook, closers []func() error, err error) {
 	if c == nil {
 		return nil, nil, nil
 	}
@@ -85,5 +84,5 @@ func newAuth(c *authConfig, owner func(clientID string) (string, bool), log *zer
 	if c.Quotas != nil {
 		quotas = auth.NewQuotas(*c.Quotas, time.Now)
 	}
-	return auth.NewHook(auth.HookOptions{Chain: chain, ACL: acl, Quotas: quotas, SessionOwner: owner, Logger: log}), closers, nil
+	return auth.NewHook(auth.HookOptions{Chain: chain, ACL: acl, Quotas: quotas, Logger: log}), closers, nil
 }

@@ -11,18 +11,15 @@ import (
 	"path/filepath"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/cluster"
-	"github.com/ferrymq/ferrymq/gateway/listener"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/session"
 )
 
@@ -35,28 +32,11 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	if err != nil {
 		return nil, err
 	}
-	var br *bridge.Hook
-	// readable is the auth hook's read ACL for parked sessions, set once
-	// the hook exists (it needs the store's Owner), before any traffic.
-	var readable func(clientID, username, topic string) bool
-	so := session.Options{
-		MaxQueued:      bc.OfflineMaxMessages,
-		MaxQueuedBytes: bc.OfflineMaxBytes,
-		Discarded: func(id string, pk packets.Packet, expired bool, reason string) {
-			br.Discarded(id, pk, expired, reason)
-		},
-		Readable: func(clientID, username, topic string) bool {
-			return readable == nil || readable(clientID, username, topic)
-		},
-		DiscardedDurably: func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
-			return br.DiscardedDurably(ctx, id, pk, expired, reason)
-		},
-		Logger: log,
-	}
+	so := session.Options{Logger: log}
 	var sessions *session.Store
 	if o.kv != nil { // engine nats: sessions in a JetStream bucket, shared by the nodes
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		sessions, err = session.OpenKV(ctx, o.kv.JetStream(), session.KVOptions{Options: so, NodeID: o.kvNode, Replicas: o.file.NATS.Replicas,
+		sessions, err = session.OpenKV(ctx, o.kv.JetStream(), session.KVOptions{Logger: log, NodeID: o.kvNode, Replicas: o.file.NATS.Replicas,
 			Timeout: time.Duration(o.file.NATS.Timeout)})
 		cancel()
 	} else {
@@ -71,7 +51,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 			_ = sessions.Close()
 		}
 	}()
-	br, err = bridge.New(bridge.Options{
+	br, err := bridge.New(bridge.Options{
 		Core:               bo.Core,
 		Broker:             bo.Broker,
 		Uplink:             bc.Uplink,
@@ -87,7 +67,6 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		DeadLetterTopic:    bc.DeadLetterTopic,
 		OfflineMaxMessages: bc.OfflineMaxMessages,
 		OfflineMaxBytes:    bc.OfflineMaxBytes,
-		Sessions:           sessions,
 		HoldUnknown:        holdUnknown(bc.HoldUnknown, bo.HoldUnknown),
 		Node:               cmp.Or(bo.Node, bc.Node),
 		Logger:             log,
@@ -97,7 +76,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	}
 	var lns []gateway.Listener
 	if o.mqttAddr != "" {
-		lns = append(lns, gateway.Listener{Type: "tcp", Addr: o.mqttAddr})
+		lns = append(lns, gateway.Listener{Type: "tcp", Addr: o.mqttAddr, ProxyProtocol: mc.ProxyProtocol})
 	}
 	if o.wsAddr != "" {
 		lns = append(lns, gateway.Listener{Type: "ws", Addr: o.wsAddr, Path: mc.WS.Path})
@@ -106,7 +85,7 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		if t.Cert == "" || t.Key == "" {
 			return nil, fmt.Errorf("mqtt tls listener %d: cert and key are required", i+1)
 		}
-		cfg, err := listener.LoadTLS(t.Cert, t.Key, t.ClientCA)
+		cfg, err := gateway.LoadTLS(t.Cert, t.Key, t.ClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("mqtt tls listener %d: %w", i+1, err)
 		}
@@ -115,32 +94,31 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 	if len(lns) == 0 {
 		return nil, errors.New("no mqtt listener: give --mqtt, --ws or a tls listener")
 	}
-	authHook, authClosers, err := newAuth(o.file.Auth, sessions.Owner, log)
+	if mc.ReadBufferBytes != 0 || mc.WriteBufferBytes != 0 {
+		log.Warn().Msg("mqtt.read_buffer_bytes and mqtt.write_buffer_bytes are ignored: the MQTT engine keeps no buffer for an idle connection")
+	}
+	authHook, authClosers, err := newAuth(o.file.Auth, log)
 	if err != nil {
 		return nil, err
 	}
 	o.closers = append(o.closers, authClosers...)
-	if h, ok := authHook.(*auth.Hook); ok {
-		readable = h.Readable
-	}
-	// Order: auth (refused publishes never reach the core), sessions (a
-	// parked session is restored before the bridge sees the connection),
-	// bridge.
-	hooks := []mqtt.Hook{sessions, br}
+	hooks := engine.Hooks{Sessions: sessions, Uplink: br, Presence: br, Delivery: br}
 	if authHook != nil {
-		hooks = []mqtt.Hook{authHook, sessions, br}
+		hooks.Auth, hooks.ACL, hooks.Limits = authHook, authHook, authHook
 	}
 	if o.kv != nil {
 		// engine nats: MQTT publish/subscribe between devices on different
-		// nodes, over NATS interest (gateway/cluster). Last: the bridge
-		// stores a QoS 1/2 publish before it is forwarded.
-		rt, err := cluster.New(o.kv.Conn(), cluster.Options{Node: o.kvNode, Parked: sessions.Parked,
-			ParkedFilters: sessions.ParkedFilters, Logger: log})
+		// nodes, over NATS interest (gateway/cluster).
+		rt, err := cluster.New(cluster.Options{Conn: o.kv.Conn(), Node: o.kvNode, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("mqtt routing between nodes: %w", err)
 		}
-		hooks = append(hooks, rt)
+		hooks.Router = rt
 		o.router = rt
+	}
+	recvMax := mc.ReceiveMaximum
+	if bc.MaxInflight > 0 && (recvMax == 0 || uint16(min(bc.MaxInflight, 65535)) < recvMax) {
+		recvMax = uint16(min(bc.MaxInflight, 65535)) // bridge.max_inflight bounds the same thing: publishes on their way to the core
 	}
 	gw, err := gateway.New(gateway.Options{
 		Listeners:        lns,
@@ -150,11 +128,12 @@ func (o *serveOptions) newGateway(bo bridge.Options, st *store.Store, log *zerol
 		MaxKeepalive:     mc.MaxKeepalive,
 		WriteTimeout:     time.Duration(mc.WriteTimeout),
 		MaxPendingWrites: mc.MaxPendingWrites,
-		ReadBufferBytes:  mc.ReadBufferBytes,
-		WriteBufferBytes: mc.WriteBufferBytes,
-		ReceiveMaximum:   mc.ReceiveMaximum,
+		ReceiveMaximum:   recvMax,
 		MaxInflight:      mc.MaxInflight,
+		MaxQueued:        bc.OfflineMaxMessages,
+		MaxQueuedBytes:   bc.OfflineMaxBytes,
 		MaxClients:       mc.MaxClients,
+		Node:             cmp.Or(bo.Node, bc.Node),
 		Store:            st,
 		Logger:           log,
 	})

@@ -226,13 +226,11 @@ func (n *node) adoptGone(ctx context.Context, period time.Duration, log *zerolog
 		if !lost {
 			continue
 		}
-		adopted, err := n.sessions.AdoptGone(ctx, func(node string) bool { return alive[node] })
-		if err != nil && ctx.Err() == nil {
+		// Adopted sessions are installed in the engine, which tells the
+		// router of their subscriptions: they are routed here from now on.
+		if _, err := n.sessions.AdoptGone(ctx, func(node string) bool { return alive[node] }); err != nil && ctx.Err() == nil {
 			log.Warn().Err(err).Msg("sessions of gone nodes not adopted")
 			before = nil // try again next time
-		}
-		if adopted > 0 && n.router != nil {
-			n.router.Resync() // route their subscriptions here now
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core/httperr"
@@ -75,17 +75,14 @@ type api struct {
 	opts   Options
 	log    zerolog.Logger
 	config json.RawMessage // Options.Config, marshalled
-	server *mqtt.Server    // nil without a gateway
-	inline *mqtt.Client    // publishes the empty retained messages that clear one
-	conns  *connTimes      // nil without a gateway
+	engine *engine.Engine  // nil without a gateway
 }
 
 type handlerFunc func(http.ResponseWriter, *http.Request) error
 
 // New checks opts and returns the handler of the admin API: the paths of
-// Patterns, and a JSON 404 for any other. It starts no goroutines; with a
-// gateway it adds one hook to its mochi server (see Options.Gateway). It
-// is safe for concurrent use.
+// Patterns, and a JSON 404 for any other. It starts no goroutines and is
+// safe for concurrent use.
 func New(opts Options) (http.Handler, error) {
 	opts = opts.withDefaults()
 	cfg, err := opts.validate()
@@ -94,12 +91,7 @@ func New(opts Options) (http.Handler, error) {
 	}
 	a := &api{opts: opts, log: opts.Logger.With().Str("component", "admin").Logger(), config: cfg}
 	if opts.Gateway != nil {
-		a.server = opts.Gateway.Server()
-		a.inline = a.server.NewClient(nil, mqtt.LocalListener, inlineID, true)
-		a.conns = newConnTimes(opts.Now)
-		if err := a.server.AddHook(a.conns, nil); err != nil {
-			return nil, fmt.Errorf("admin: add hook: %w", err)
-		}
+		a.engine = opts.Gateway.Engine()
 	}
 	type endpoint struct {
 		method string

@@ -13,7 +13,6 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -21,6 +20,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/httpapi"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/gateway/admin"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 // The answers as a client reads them: the field names are the API's.
@@ -629,8 +629,8 @@ func TestClients(t *testing.T) {
 	for _, s := range cl.Subscriptions {
 		subs[s.Filter] = s.QoS
 	}
-	require.Equal(t, map[string]byte{"broadcast": 0, "cmd/dev-1/#": 1, "$ferrymq/p2p/dev-1": 2}, subs,
-		"the client's own, and the bridge's point-to-point one")
+	require.Equal(t, map[string]byte{"broadcast": 0, "cmd/dev-1/#": 1}, subs,
+		"the client's own (point-to-point commands need none: the bridge sends them to the session)")
 	require.Equal(t, 0, cl.Inflight)
 	require.Equal(t, "dev-2", p.Clients[1].ID)
 
@@ -668,7 +668,8 @@ func TestParkedSession(t *testing.T) {
 	// While connected, the MQTT server holds the session: kick first.
 	requireError(t, e.do(t, http.MethodDelete, "/api/v1/sessions/car-7", ""), http.StatusConflict, admin.CodeSessionHeld)
 	c.Disconnect(100)
-	require.Eventually(t, func() bool { return e.gw.Sessions.Parked("car-7") }, 10*time.Second, 10*time.Millisecond)
+	eng := e.gw.Gateway.Engine()
+	require.Eventually(t, func() bool { return !eng.Connected("car-7") && eng.HasSession("car-7") }, 10*time.Second, 10*time.Millisecond)
 
 	r := e.get(t, "/api/v1/clients/car-7")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -688,17 +689,17 @@ func TestParkedSession(t *testing.T) {
 	requireError(t, e.do(t, http.MethodDelete, "/api/v1/clients/car-7", ""), http.StatusNotFound, admin.CodeClientNotFound)
 
 	// A parked session is deleted with its queue.
-	require.NoError(t, e.gw.Sessions.Enqueue("car-7", packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
-		TopicName: "cars/car-7/cmd", Payload: []byte("unlock")}))
+	require.NoError(t, eng.Send("car-7", &engine.Message{Topic: "cars/car-7/cmd", QoS: 1, Payload: []byte("unlock")}))
+	require.Eventually(t, func() bool { return e.gw.Sessions.Stats().Messages == 1 }, 10*time.Second, 10*time.Millisecond, "stored")
 	r = e.do(t, http.MethodDelete, "/api/v1/sessions/car-7", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.JSONEq(t, `{"id":"car-7","deleted":true,"dropped":1}`, string(r.body))
-	require.False(t, e.gw.Sessions.Parked("car-7"))
+	require.False(t, eng.HasSession("car-7"))
 	requireError(t, e.get(t, "/api/v1/clients/car-7"), http.StatusNotFound, admin.CodeClientNotFound)
 	requireError(t, e.do(t, http.MethodDelete, "/api/v1/sessions/car-7", ""), http.StatusNotFound, admin.CodeSessionNotFound)
 	requireError(t, e.do(t, http.MethodDelete, "/api/v1/sessions/nobody", ""), http.StatusNotFound, admin.CodeSessionNotFound)
-	_, stored := e.gw.Sessions.Session("car-7")
-	require.False(t, stored, "the session is gone from the store")
+	require.Eventually(t, func() bool { st := e.gw.Sessions.Stats(); return st.Sessions == 0 && st.Messages == 0 },
+		10*time.Second, 10*time.Millisecond, "the session is gone from the store")
 	requireError(t, e.get(t, "/api/v1/sessions/car-7"), http.StatusMethodNotAllowed, admin.CodeMethodNotAllowed)
 }
 
@@ -752,10 +753,10 @@ func TestRetained(t *testing.T) {
 	}
 	wait(t, c.Publish("home/camera/frame", 0, true, big))
 	wait(t, c.Publish("/leading/slash", 0, true, "x"))
-	srv := e.gw.Gateway.Server()
+	eng := e.gw.Gateway.Engine()
 	require.Eventually(t, func() bool { // QoS 0 publishes: sent is not processed
 		for _, topic := range []string{"home/kitchen/temp", "home/camera/frame", "/leading/slash"} {
-			if _, ok := srv.Topics.Retained.Get(topic); !ok {
+			if _, ok := eng.RetainedMessage(topic); !ok {
 				return false
 			}
 		}
@@ -795,15 +796,15 @@ func TestRetained(t *testing.T) {
 	r = e.get(t, "/api/v1/retained/"+url.PathEscape("/leading/slash"))
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 
-	// Clear one: it goes from mochi and from the session store, and a
+	// Clear one: it goes from the engine and from the session store, and a
 	// subscriber arriving later gets nothing.
 	requireError(t, e.doWith(t, http.MethodDelete, "/api/v1/retained/home/kitchen/temp", "", nil), http.StatusUnauthorized, admin.CodeUnauthorized)
 	r = e.do(t, http.MethodDelete, "/api/v1/retained/home/kitchen/temp", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.JSONEq(t, `{"topic":"home/kitchen/temp","cleared":true}`, string(r.body))
-	_, ok := srv.Topics.Retained.Get("home/kitchen/temp")
+	_, ok := eng.RetainedMessage("home/kitchen/temp")
 	require.False(t, ok)
-	require.Equal(t, 2, e.gw.Sessions.Stats().Retained)
+	require.Eventually(t, func() bool { return e.gw.Sessions.Stats().Retained == 2 }, 10*time.Second, 10*time.Millisecond)
 	requireError(t, e.get(t, "/api/v1/retained/home/kitchen/temp"), http.StatusNotFound, admin.CodeRetainedNotFound)
 	requireError(t, e.do(t, http.MethodDelete, "/api/v1/retained/home/kitchen/temp", ""), http.StatusNotFound, admin.CodeRetainedNotFound)
 	var got atomic.Int32
@@ -885,7 +886,7 @@ func TestDisabledParts(t *testing.T) {
 		{http.MethodGet, "/api/v1/clients", "", admin.CodeMQTTDisabled},
 		{http.MethodGet, "/api/v1/clients/c", "", admin.CodeMQTTDisabled},
 		{http.MethodDelete, "/api/v1/clients/c", "", admin.CodeMQTTDisabled},
-		{http.MethodDelete, "/api/v1/sessions/c", "", admin.CodeSessionsDisabled},
+		{http.MethodDelete, "/api/v1/sessions/c", "", admin.CodeMQTTDisabled}, // sessions live in the MQTT engine
 		{http.MethodGet, "/api/v1/retained", "", admin.CodeMQTTDisabled},
 		{http.MethodGet, "/api/v1/retained/a", "", admin.CodeMQTTDisabled},
 		{http.MethodDelete, "/api/v1/retained/a", "", admin.CodeMQTTDisabled},

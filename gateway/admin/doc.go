@@ -42,12 +42,12 @@
 // fields are 400 bad_json) and bounded by Options.MaxBodyBytes; unknown or
 // repeated query parameters are 400 bad_request. Listings take max (cut to
 // Options.MaxPage) and cursor (the previous page's "next"). A listing of
-// clients or retained messages sorts mochi's whole table per request.
+// clients or retained messages sorts the engine's whole table per request.
 //
 // # Concurrency and crashes
 //
 // The handler is safe for concurrent use and starts no goroutines; it keeps
-// only the connect times of MQTT clients (a mochi hook New adds), which a
-// restart forgets. What a crash does is what it does to the store, the
+// nothing of its own: clients, sessions and retained messages are the
+// engine's. What a crash does is what it does to the store, the
 // group coordinator, the retry service and the gateway.
 package admin

@@ -40,12 +40,11 @@ const (
 	CodeCorrupt  = "corrupt"            // stored data failed its checks
 	CodeInternal = httperr.CodeInternal // anything else; the server log has the cause
 	// 501
-	CodeNotSupported     = "not_supported"     // the engine cannot do this (topic deletion)
-	CodeStoreDisabled    = "store_disabled"    // no local store (Options.Broker)
-	CodeGroupsDisabled   = "groups_disabled"   // no group coordinator (Options.Groups)
-	CodeRetryDisabled    = "retry_disabled"    // no retry service (Options.Retry)
-	CodeMQTTDisabled     = "mqtt_disabled"     // no MQTT gateway (Options.Gateway)
-	CodeSessionsDisabled = "sessions_disabled" // no session store (Options.Sessions)
+	CodeNotSupported   = "not_supported"   // the engine cannot do this (topic deletion)
+	CodeStoreDisabled  = "store_disabled"  // no local store (Options.Broker)
+	CodeGroupsDisabled = "groups_disabled" // no group coordinator (Options.Groups)
+	CodeRetryDisabled  = "retry_disabled"  // no retry service (Options.Retry)
+	CodeMQTTDisabled   = "mqtt_disabled"   // no MQTT gateway (Options.Gateway)
 	// 503
 	CodeStoreFailed  = "store_failed"       // the store refuses writes after an I/O error
 	CodeShuttingDown = "shutting_down"      // the server is closing

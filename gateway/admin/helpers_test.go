@@ -22,7 +22,6 @@ import (
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/gateway/admin"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
-	"github.com/ferrymq/ferrymq/session"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -43,7 +42,7 @@ type env struct {
 // options (by default writes need the bearer token).
 func start(t testing.TB, tune func(*admin.Options)) *env {
 	t.Helper()
-	gw := gatewaytest.Start(t, gatewaytest.Options{Sessions: true, SessionOptions: session.Options{ParkAfter: 50 * time.Millisecond}})
+	gw := gatewaytest.Start(t, gatewaytest.Options{Sessions: true})
 	groups, err := group.New(gw.Store, group.Options{})
 	require.NoError(t, err)
 	groups.Start()

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"runtime"
-	"sync/atomic"
 	"time"
 )
 
@@ -25,7 +24,7 @@ type nodeInfo struct {
 type mqttSummary struct {
 	Listeners        []listenerInfo `json:"listeners"`
 	ClientsConnected int64          `json:"clients_connected"`
-	Retained         int            `json:"retained"` // including mochi's $SYS topics
+	Retained         int            `json:"retained"`
 }
 
 type listenerInfo struct {
@@ -58,9 +57,8 @@ func (a *api) node(w http.ResponseWriter, r *http.Request) error {
 		Config:        a.config,
 	}
 	if g := a.opts.Gateway; g != nil {
-		m := &mqttSummary{Listeners: []listenerInfo{},
-			ClientsConnected: atomic.LoadInt64(&a.server.Info.ClientsConnected),
-			Retained:         a.server.Topics.Retained.Len()}
+		st := a.engine.Stats()
+		m := &mqttSummary{Listeners: []listenerInfo{}, ClientsConnected: st.Connected, Retained: st.Retained}
 		for _, name := range g.Listeners() {
 			li := listenerInfo{Name: name}
 			if addr := g.Addr(name); addr != nil {
@@ -72,7 +70,8 @@ func (a *api) node(w http.ResponseWriter, r *http.Request) error {
 	}
 	if s := a.opts.Sessions; s != nil {
 		st := s.Stats()
-		out.Sessions = &sessionSummary{Stored: st.Sessions, Parked: st.Parked, Queued: st.Queued, LogBytes: st.LogBytes}
+		es := a.engine.Stats()
+		out.Sessions = &sessionSummary{Stored: st.Sessions, Parked: es.Sessions - int(es.Connected), Queued: st.Messages, LogBytes: st.LogBytes}
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 	return nil

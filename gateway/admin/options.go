@@ -56,13 +56,10 @@ type Options struct {
 	// Retry redrives dead letters. Nil: 501 retry_disabled for redrive
 	// (listing needs only Broker).
 	Retry *retry.Service
-	// Gateway serves the client and retained-message endpoints. New adds a
-	// small hook to its mochi server that records when each client
-	// connected (clients connected before New show no connected_at). Nil:
-	// 501 mqtt_disabled.
+	// Gateway serves the client, session and retained-message endpoints.
+	// Nil: 501 mqtt_disabled.
 	Gateway *gateway.Gateway
-	// Sessions describes stored (offline, parked) sessions in
-	// GET /api/v1/clients/{id}. Nil: only connected clients are known.
+	// Sessions adds the session store's figures to GET /api/v1/node.
 	Sessions *session.Store
 
 	// Node names this node in GET /api/v1/node.

@@ -8,9 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/mochi-mqtt/server/v2/packets"
-
 	"github.com/ferrymq/ferrymq/core/httperr"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 // retainedMsg is a retained MQTT message.
@@ -27,16 +26,18 @@ type retainedMsg struct {
 	ExpiresAt     time.Time `json:"expires_at,omitzero"`
 }
 
-func toRetained(pk packets.Packet) retainedMsg {
-	out := retainedMsg{Topic: pk.TopicName, QoS: pk.FixedHeader.Qos, Size: len(pk.Payload),
-		ContentType: pk.Properties.ContentType, Origin: pk.Origin}
-	if pk.Created > 0 {
-		out.CreatedAt = time.Unix(pk.Created, 0).UTC()
+func toRetained(m *engine.Message) retainedMsg {
+	out := retainedMsg{Topic: m.Topic, QoS: m.QoS, Size: len(m.Payload), Origin: m.Origin}
+	if m.Props != nil {
+		out.ContentType = m.Props.ContentType
 	}
-	if pk.Expiry > 0 {
-		out.ExpiresAt = time.Unix(pk.Expiry, 0).UTC()
+	if m.Created > 0 {
+		out.CreatedAt = time.Unix(0, m.Created).UTC()
 	}
-	out.Payload, out.PayloadBase64, out.Truncated = preview(pk.Payload)
+	if m.Expiry > 0 {
+		out.ExpiresAt = time.Unix(m.Expiry, 0).UTC()
+	}
+	out.Payload, out.PayloadBase64, out.Truncated = preview(m.Payload)
 	return out
 }
 
@@ -69,7 +70,7 @@ type retainedPage struct {
 // messages sorted by topic; those under '$' topics ($SYS) only with
 // system=true.
 func (a *api) listRetained(w http.ResponseWriter, r *http.Request) error {
-	s, err := a.mqttServer()
+	e, err := a.mqttEngine()
 	if err != nil {
 		return err
 	}
@@ -85,18 +86,17 @@ func (a *api) listRetained(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var topics []string
-	all := s.Topics.Retained.GetAll()
-	for topic := range all {
-		if topic > cursor && (system || !strings.HasPrefix(topic, "$")) {
-			topics = append(topics, topic)
+	var list []*engine.Message
+	for _, m := range e.Retained("") {
+		if m.Topic > cursor && (system || !strings.HasPrefix(m.Topic, "$")) {
+			list = append(list, m)
 		}
 	}
-	slices.Sort(topics)
-	got, next := pageOf(topics, func(t string) string { return t }, n, "")
+	slices.SortFunc(list, func(x, y *engine.Message) int { return strings.Compare(x.Topic, y.Topic) })
+	got, next := pageOf(list, func(m *engine.Message) string { return m.Topic }, n, "")
 	page := retainedPage{Retained: make([]retainedMsg, 0, len(got)), Next: next}
-	for _, t := range got {
-		page.Retained = append(page.Retained, toRetained(all[t]))
+	for _, m := range got {
+		page.Retained = append(page.Retained, toRetained(m))
 	}
 	a.writeJSON(w, r, http.StatusOK, page)
 	return nil
@@ -119,7 +119,7 @@ func pathRetainedTopic(r *http.Request) (string, error) {
 
 // getRetained serves GET /api/v1/retained/{topic...}.
 func (a *api) getRetained(w http.ResponseWriter, r *http.Request) error {
-	s, err := a.mqttServer()
+	e, err := a.mqttEngine()
 	if err != nil {
 		return err
 	}
@@ -130,11 +130,11 @@ func (a *api) getRetained(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	pk, ok := s.Topics.Retained.Get(topic)
+	m, ok := e.RetainedMessage(topic)
 	if !ok {
 		return httperr.New(http.StatusNotFound, CodeRetainedNotFound, "no retained message on %q", topic)
 	}
-	a.writeJSON(w, r, http.StatusOK, toRetained(pk))
+	a.writeJSON(w, r, http.StatusOK, toRetained(m))
 	return nil
 }
 
@@ -148,7 +148,7 @@ type clearResult struct {
 // [MQTT-3.3.1-6]: the retained message goes (from the session store too),
 // and current subscribers get the empty publish.
 func (a *api) clearRetained(w http.ResponseWriter, r *http.Request) error {
-	s, err := a.mqttServer()
+	e, err := a.mqttEngine()
 	if err != nil {
 		return err
 	}
@@ -156,15 +156,10 @@ func (a *api) clearRetained(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := s.Topics.Retained.Get(topic); !ok {
+	if _, ok := e.RetainedMessage(topic); !ok {
 		return httperr.New(http.StatusNotFound, CodeRetainedNotFound, "no retained message on %q", topic)
 	}
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true},
-		TopicName:   topic,
-		Created:     a.opts.Now().Unix(),
-	}
-	if err := s.InjectPacket(a.inline, pk); err != nil {
+	if err := e.Publish(&engine.Message{Topic: topic, Retain: true, Created: a.opts.Now().UnixNano()}, false); err != nil {
 		return err
 	}
 	a.audit(r).Str(fieldTopic, topic).Msg("retained message cleared")

@@ -5,95 +5,88 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/nats-io/nats.go"
 
-	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
-// isInternalOrigin: a packet the bridge's downlink published (its origin
-// under $ferrymq/); every node delivers those itself.
-func isInternalOrigin(origin string) bool { return strings.HasPrefix(origin, mqtttopic.Internal) }
-
-// forward queues pk for the other nodes; it never blocks: past the queue's
-// bounds the message is dropped and counted.
-func (h *Hook) forward(pk packets.Packet) {
-	subject, ok := Subject(h.opts.Prefix, pk.TopicName)
+// Routed implements engine.Router: the engine delivered m here, and now
+// the other nodes' subscribers get it. It never blocks: m is queued for
+// the forwarder, and past the queue's bounds dropped and counted. Not
+// forwarded: messages with a Ref (the bridge's downlink deliveries, which
+// every node makes itself) and '$' topics. served are the shared groups a
+// member of which here took m ("group/filter"): Fmq-Served names their
+// queue groups, so that no other node's member takes it too.
+func (r *Router) Routed(m *engine.Message, served []string) {
+	if m.Ref != "" {
+		return
+	}
+	subject, ok := Subject(r.opts.Prefix, m.Topic)
 	if !ok {
-		return // '$' topics stay on their node
-	}
-	if len(subject) > h.opts.MaxSubjectBytes {
-		h.m.drop(dropLong)
 		return
 	}
-	if h.ctx.Err() != nil {
-		h.m.drop(dropClosed)
+	if len(subject) > r.opts.MaxSubjectBytes {
+		r.m.drop(dropLong)
 		return
 	}
-	m := message{
-		origin: h.origin, id: h.seq.Add(1), client: pk.Origin,
-		qos: pk.FixedHeader.Qos, retain: pk.FixedHeader.Retain,
-		format: pk.Properties.PayloadFormat, formatSet: pk.Properties.PayloadFormatFlag,
-		contentType: pk.Properties.ContentType, responseTopic: pk.Properties.ResponseTopic,
-		correlation: pk.Properties.CorrelationData, user: pk.Properties.User,
-		expiry: expiryLeft(pk, time.Now().Unix()),
-		served: h.served(pk.TopicName),
+	if r.ctx.Err() != nil {
+		r.m.drop(dropClosed)
+		return
 	}
-	msg := &nats.Msg{Subject: subject, Header: m.header(), Data: pk.Payload}
-	if !h.fwd.push(msg, len(subject)+len(pk.Payload)+256) {
-		if h.ctx.Err() != nil {
-			h.m.drop(dropClosed)
+	w := message{
+		origin: r.opts.Node, id: r.seq.Add(1), client: m.Origin, qos: m.QoS, retain: m.Retain,
+		expiry: expiryLeft(m.Expiry, time.Now().Unix()),
+	}
+	if p := m.Props; p != nil {
+		w.format, w.formatSet, w.contentType, w.responseTopic = p.PayloadFormat, p.PayloadFormatSet, p.ContentType, p.ResponseTopic
+		w.correlation, w.user = p.CorrelationData, p.User
+	}
+	for _, g := range served {
+		w.served = append(w.served, r.servedQueue(g))
+	}
+	msg := &nats.Msg{Subject: subject, Header: w.header(), Data: m.Payload}
+	if !r.fwd.push(msg, len(subject)+len(m.Payload)+256) {
+		if r.ctx.Err() != nil {
+			r.m.drop(dropClosed)
 		} else {
-			h.m.drop(dropForwardFull)
+			r.m.drop(dropForwardFull)
 		}
 	}
 }
 
-// expiryLeft is the message expiry interval pk has left, in seconds (at
-// least 1); 0 for none.
-func expiryLeft(pk packets.Packet, now int64) uint32 {
-	iv := int64(pk.Properties.MessageExpiryInterval)
-	if iv == 0 {
+// servedQueue is the queue group of the shared group the engine names
+// "group/filter".
+func (r *Router) servedQueue(share string) string {
+	group, _, _ := strings.Cut(share, "/")
+	return shareQueue(r.opts.Prefix, group, "$share/"+share)
+}
+
+// expiryLeft is the message expiry interval left at now of a message that
+// expires at expiry (unix seconds; 0 never), in seconds: at least 1, 0 for
+// none.
+func expiryLeft(expiry, now int64) uint32 {
+	if expiry == 0 {
 		return 0
 	}
-	if pk.Created > 0 && now > pk.Created {
-		iv -= now - pk.Created
-	}
-	return uint32(max(iv, 1))
-}
-
-// served are the queue groups of this node's shared routes matching topic:
-// mochi delivered the message to a member of each here (the hook keeps
-// shared groups to connected members, and only those are routes), so no
-// other node does.
-func (h *Hook) served(topic string) []string {
-	var out []string
-	h.amu.RLock()
-	h.active.match(topic, func(r *route) {
-		if r.group != "" {
-			out = append(out, r.queue)
-		}
-	})
-	h.amu.RUnlock()
-	return out
+	return uint32(min(max(expiry-now, 1), 1<<32-1))
 }
 
 // forwardLoop publishes the queued messages, in order, until Close; what
 // is queued at Close is still handed to the connection.
-func (h *Hook) forwardLoop() {
+func (r *Router) forwardLoop() {
 	var batch []*nats.Msg
 	for {
-		<-h.fwd.ready
+		<-r.fwd.ready
 		var closed bool
-		batch, closed = h.fwd.take(batch)
+		batch, closed = r.fwd.take(batch)
 		for i, m := range batch {
-			if err := h.nc.PublishMsg(m); err != nil {
-				h.m.drop(dropPublish)
+			if err := r.nc.PublishMsg(m); err != nil {
+				r.m.drop(dropPublish)
 				if !errors.Is(err, nats.ErrMaxPayload) {
-					h.log.Debug().Err(err).Str("subject", m.Subject).Msg("forward")
+					r.log.Debug().Err(err).Str(logSubject, m.Subject).Msg("forward")
 				}
 			} else {
-				h.m.forwarded.Inc()
+				r.m.forwarded.Inc()
 			}
 			batch[i] = nil
 		}

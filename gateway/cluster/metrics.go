@@ -7,15 +7,16 @@ const (
 	dropForwardFull = "forward_queue_full" // too many publishes waiting to go to NATS
 	dropPublish     = "publish_error"      // NATS refused it: closed connection, reconnect buffer full, max payload
 	dropLong        = "subject_too_long"   // Options.MaxSubjectBytes
-	dropClosed      = "closed"             // published after Close
+	dropClosed      = "closed"             // the router or the engine closed
 	dropPending     = "pending_limit"      // NATS delivered faster than this node takes (slow consumer)
 	dropInjectFull  = "inject_queue_full"  // too many messages waiting for local delivery
 	dropBad         = "bad_message"        // headers this node cannot read
-	dropInject      = "inject_error"       // the local server refused the publish
+	dropInject      = "inject_error"       // the engine refused the publish
+	dropLate        = "late_copy"          // a shared group's copy after its message was delivered to plain subscribers here
 )
 
-// metrics are the hook's figures, registered by whoever serves /metrics
-// (Hook.Collectors).
+// metrics are the router's figures, registered by whoever serves
+// /metrics (Router.Collectors).
 type metrics struct {
 	forwarded prometheus.Counter
 	received  prometheus.Counter
@@ -42,7 +43,7 @@ func newMetrics() *metrics {
 			Help: "Messages between nodes dropped, by reason; cross-node delivery is at most once.",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{dropForwardFull, dropPublish, dropLong, dropClosed, dropPending, dropInjectFull, dropBad, dropInject} {
+	for _, r := range []string{dropForwardFull, dropPublish, dropLong, dropClosed, dropPending, dropInjectFull, dropBad, dropInject, dropLate} {
 		m.dropped.WithLabelValues(r)
 	}
 	return m

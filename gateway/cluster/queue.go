@@ -3,7 +3,7 @@ package cluster
 import "sync"
 
 // queue is a FIFO bounded in items and bytes between the goroutines that
-// fill it (mochi's, or the receiver) and the one that drains it. push never
+// fill it (the engine's, or the receiver) and the one that drains it. push never
 // blocks: past a bound it refuses.
 type queue[T any] struct {
 	maxItems, maxBytes int

@@ -1,321 +1,328 @@
 package cluster
 
 import (
+	"slices"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 )
 
-// Routes. The local sessions' filters are counted by client ID: a route is
-// one distinct filter (a shared one per group), wanted while at least one
-// session holds it, and NATS has it as one or two subscriptions
-// (FilterSubjects) in a queue group — this node's for plain filters, the
-// group's for shared ones. Hooks change what is wanted under mu and wake
-// the reconciler, which alone subscribes and unsubscribes (a NATS call
-// never runs on mochi's goroutines) and keeps the active table, under amu,
-// in step with what NATS has.
+// Routes. The engine tells the router every filter of every session here
+// (Subscribed, Unsubscribed — online and offline sessions alike, restored
+// and adopted ones too) and when a session gets a connection or loses it
+// (Online). A route is one distinct filter (a shared one per group),
+// wanted while a session holds it — any session listing a plain filter, a
+// connected one a shared filter (groups are served by connected members
+// only [MQTT-4.8.2-2]) — and NATS has it as one or two subscriptions
+// (FilterSubjects) in a queue group: this node's for plain filters, the
+// group's for shared ones. The engine's calls change what is wanted under
+// mu and wake the reconciler, which alone subscribes and unsubscribes (a
+// NATS call never runs under the engine's locks) and keeps route.active,
+// under amu, in step with what NATS has.
 //
-// Who holds what: a connected client its subscriptions; an offline
-// session its plain ones while mochi keeps it or the session store has it
-// parked (Options.Parked), so its node queues what other nodes publish for
-// it; shared subscriptions only while connected. A session that moves to
-// another node is routed there when it connects (OnSessionEstablished);
-// the sweep drops it here.
-//
-// Lock order: mu, then amu or mochi's locks.
+// Lock order: the engine's session lock, mu, amu.
 
 // route is one distinct filter of the local sessions.
 type route struct {
-	key      string   // the filter as subscribed: "a/+/c", "$share/g/a/#"
+	key      string   // the filter, a shared one as "$share/{group}/{filter}"
 	filter   string   // without "$share/{group}/"
 	group    string   // "" for a plain route
+	share    string   // "{group}/{filter}": the engine's name of the group; "" for a plain route
 	queue    string   // NATS queue group
 	subjects []string // FilterSubjects(filter)
 
-	n int // sessions holding it; under Hook.mu
+	refs int // sessions listing it; under mu
+	n    int // sessions holding it (a shared one: those connected); under mu
 
-	// The reconciler's own: the NATS subscriptions while active.
-	subs []*nats.Subscription
+	active bool // NATS has it (or is being given it); under amu
+
+	subs []*nats.Subscription // the reconciler's own: the NATS subscriptions while active
+}
+
+// sessionRoutes is what one session of this node holds.
+type sessionRoutes struct {
+	online bool
+	routes []*route
+}
+
+// routeKey is the key of filter's route: the filter, a shared one with
+// its prefix as "$share/" (the engine matches it in any case).
+func routeKey(filter string) string {
+	group, inner, shared := mqtttopic.Unshare(filter)
+	if !shared || filter[:len("$share/")] == "$share/" {
+		return filter
+	}
+	return "$share/" + group + "/" + inner
 }
 
 // newRoute parses key; nil for a filter that is not routed ('$' topics,
-// invalid filters, over MaxSubjectBytes).
-func (h *Hook) newRoute(key string) *route {
-	r := &route{key: key, filter: key, queue: h.plainQ}
+// invalid filters, shared ones without a group, over MaxSubjectBytes).
+func (r *Router) newRoute(key string) *route {
+	rt := &route{key: key, filter: key, queue: r.plainQ}
 	if group, filter, shared := mqtttopic.Unshare(key); shared {
 		if group == "" {
 			return nil
 		}
-		r.group, r.filter, r.queue = group, filter, shareQueue(h.opts.Prefix, group, key)
+		rt.group, rt.filter, rt.share = group, filter, group+"/"+filter
+		rt.queue = shareQueue(r.opts.Prefix, group, key)
 	}
 	var ok bool
-	if r.subjects, ok = FilterSubjects(h.opts.Prefix, r.filter); !ok {
+	if rt.subjects, ok = FilterSubjects(r.opts.Prefix, rt.filter); !ok {
 		return nil
 	}
-	for _, s := range r.subjects {
-		if len(s) > h.opts.MaxSubjectBytes {
+	for _, s := range rt.subjects {
+		if len(s) > r.opts.MaxSubjectBytes {
 			return nil
 		}
 	}
-	return r
+	return rt
 }
 
-// routable reports whether key could be a route (without building it).
-func routable(key string) bool { return key != "" && (key[0] != '$' || isShared(key)) }
-
-func isShared(key string) bool { _, _, shared := mqtttopic.Unshare(key); return shared }
-
-// addLocked records that client holds key.
-func (h *Hook) addLocked(client, key string) {
-	if !routable(key) {
-		return
-	}
-	keys := h.clients[client]
-	if _, ok := keys[key]; ok {
-		return
-	}
-	r := h.routes[key]
-	if r == nil {
-		if r = h.newRoute(key); r == nil {
+// Subscribed implements engine.Router: clientID's session holds filter.
+// Called under the engine's session lock; it only notes what is wanted.
+func (r *Router) Subscribed(clientID, filter string) {
+	key := routeKey(filter)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt := r.routes[key]
+	if rt == nil {
+		if rt = r.newRoute(key); rt == nil {
 			return
 		}
-		h.routes[key] = r
+		r.routes[key] = rt
+		r.amu.Lock()
+		r.table.insert(rt)
+		if rt.group != "" {
+			r.byQueue[rt.queue] = rt
+		}
+		r.amu.Unlock()
 	}
-	if keys == nil {
-		keys = map[string]struct{}{}
-		h.clients[client] = keys
+	ss := r.sessions[clientID]
+	if ss == nil {
+		ss = &sessionRoutes{}
+		r.sessions[clientID] = ss
 	}
-	keys[key] = struct{}{}
-	if r.n++; r.n == 1 {
-		h.markLocked(r)
-	}
-}
-
-// removeLocked records that client no longer holds key.
-func (h *Hook) removeLocked(client, key string) {
-	keys := h.clients[client]
-	if _, ok := keys[key]; !ok {
+	if slices.Contains(ss.routes, rt) {
 		return
 	}
-	delete(keys, key)
-	if len(keys) == 0 {
-		delete(h.clients, client)
-	}
-	if r := h.routes[key]; r != nil {
-		if r.n--; r.n == 0 {
-			h.markLocked(r)
-		}
+	ss.routes = append(ss.routes, rt)
+	rt.refs++
+	if rt.group == "" || ss.online {
+		r.holdLocked(rt, 1)
 	}
 }
 
-// dropClientLocked drops client's routes: its shared ones only, or all.
-func (h *Hook) dropClientLocked(client string, sharedOnly bool) {
-	for key := range h.clients[client] {
-		if !sharedOnly || isShared(key) {
-			h.removeLocked(client, key)
-		}
+// Unsubscribed implements engine.Router: clientID's session no longer
+// holds filter (unsubscribed, or the session ended, expired, or moved to
+// another node). Called under the engine's session lock.
+func (r *Router) Unsubscribed(clientID, filter string) {
+	key := routeKey(filter)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ss := r.sessions[clientID]
+	if ss == nil {
+		return
+	}
+	i := slices.IndexFunc(ss.routes, func(rt *route) bool { return rt.key == key })
+	if i < 0 {
+		return
+	}
+	rt := ss.routes[i]
+	ss.routes = slices.Delete(ss.routes, i, i+1)
+	rt.refs--
+	if rt.group == "" || ss.online {
+		r.holdLocked(rt, -1)
+	}
+	if rt.refs == 0 {
+		r.markLocked(rt) // to be forgotten
+	}
+	if len(ss.routes) == 0 && !ss.online {
+		delete(r.sessions, clientID)
 	}
 }
 
-func (h *Hook) markLocked(r *route) {
-	h.dirty[r] = struct{}{}
+// Online implements engine.RouterPresence: clientID's session got a
+// connection here, or lost it. Its shared routes are held only while it is
+// connected. Called under the engine's session lock.
+func (r *Router) Online(clientID string, online bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ss := r.sessions[clientID]
+	if ss == nil {
+		if !online {
+			return
+		}
+		ss = &sessionRoutes{}
+		r.sessions[clientID] = ss
+	}
+	if ss.online == online {
+		return
+	}
+	ss.online = online
+	delta := 1
+	if !online {
+		delta = -1
+	}
+	for _, rt := range ss.routes {
+		if rt.group != "" {
+			r.holdLocked(rt, delta)
+		}
+	}
+	if !online && len(ss.routes) == 0 {
+		delete(r.sessions, clientID)
+	}
+}
+
+// holdLocked counts one more (delta 1) or one fewer (-1) session holding
+// rt; the first and the last change what NATS must have.
+func (r *Router) holdLocked(rt *route, delta int) {
+	rt.n += delta
+	if (delta > 0 && rt.n == 1) || (delta < 0 && rt.n == 0) {
+		r.markLocked(rt)
+	}
+}
+
+func (r *Router) markLocked(rt *route) {
+	r.dirty[rt] = struct{}{}
 	select {
-	case h.kick <- struct{}{}:
+	case r.kick <- struct{}{}:
 	default:
 	}
 }
 
-// syncClient makes cl's routes what mochi has for it: its subscriptions,
-// the shared ones only while it is connected. Read under mu, so that a
-// SUBSCRIBE or UNSUBSCRIBE in between (mochi changes the client's map
-// before it calls the hook) is neither lost nor undone.
-func (h *Hook) syncClient(cl *mqtt.Client) {
-	online := cl.Net.Conn != nil && !cl.Closed()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.currentLocked(cl) {
-		return
-	}
-	want := cl.State.Subscriptions.GetAll()
-	for key := range h.clients[cl.ID] {
-		if _, ok := want[key]; !ok || (!online && isShared(key)) {
-			h.removeLocked(cl.ID, key)
-		}
-	}
-	for key := range want {
-		if online || !isShared(key) {
-			h.addLocked(cl.ID, key)
-		}
-	}
-}
-
-// sweep brings the routes in line with the sessions: mochi's (each as
-// syncClient), the parked ones (their plain routes stay), and drops those
-// of sessions this node no longer has — expired while parked, taken over
-// by another node, ended in a way no hook saw.
-func (h *Hook) sweep() {
-	held := h.server.Clients.GetAll()
-	for _, cl := range held {
-		if !cl.Net.Inline {
-			h.syncClient(cl)
-		}
-	}
-	h.mu.Lock()
-	var gone []string
-	for id := range h.clients {
-		if _, ok := held[id]; !ok {
-			gone = append(gone, id)
-		}
-	}
-	h.mu.Unlock()
-	for _, id := range gone {
-		parked := h.opts.Parked != nil && h.opts.Parked(id) // the store's lock: not under mu
-		h.mu.Lock()
-		if _, back := h.server.Clients.Get(id); !back {
-			h.dropClientLocked(id, parked)
-		}
-		h.mu.Unlock()
-	}
-	if h.opts.ParkedFilters == nil {
-		return
-	}
-	parked := h.opts.ParkedFilters() // the store's lock: not under mu
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for id, filters := range parked {
-		if _, inMochi := held[id]; inMochi {
-			continue // syncClient's
-		}
-		for _, f := range filters {
-			if !isShared(f) { // shared subscriptions are served by connected members only
-				h.addLocked(id, f)
-			}
-		}
-	}
-}
-
-// reconcile is the goroutine that subscribes and unsubscribes: on a kick
-// for the routes marked, every SweepInterval after a sweep for all of
-// them (retrying what failed). At Close it unsubscribes everything.
-func (h *Hook) reconcile() {
-	t := time.NewTicker(h.opts.SweepInterval)
+// reconcile is the goroutine that subscribes and unsubscribes: at start
+// for every route wanted so far, on a kick for the routes marked, every
+// RetryInterval for those NATS refused. At Close it unsubscribes
+// everything.
+func (r *Router) reconcile() {
+	t := time.NewTicker(r.opts.RetryInterval)
 	defer t.Stop()
 	for {
+		r.apply()
 		select {
-		case <-h.ctx.Done():
-			h.unsubscribeAll()
+		case <-r.ctx.Done():
+			r.unsubscribeAll()
 			return
-		case <-h.kick:
-		case <-h.resync:
-			h.sweep()
+		case <-r.kick:
 		case <-t.C:
-			h.sweep()
-			h.mu.Lock()
-			for _, r := range h.routes {
-				h.dirty[r] = struct{}{}
+			r.mu.Lock()
+			for rt := range r.failed {
+				r.dirty[rt] = struct{}{}
 			}
-			h.mu.Unlock()
+			r.mu.Unlock()
 		}
-		h.apply()
 	}
 }
 
 // apply gives NATS the marked routes: subscribed while wanted, not when
-// not; a route no session wants any more is forgotten.
-func (h *Hook) apply() {
-	h.mu.Lock()
-	work := make([]*route, 0, len(h.dirty))
-	for r := range h.dirty {
-		work = append(work, r)
+// not; a route no session lists any more is forgotten.
+func (r *Router) apply() {
+	r.mu.Lock()
+	work := make([]*route, 0, len(r.dirty))
+	for rt := range r.dirty {
+		work = append(work, rt)
 	}
-	clear(h.dirty)
-	h.mu.Unlock()
-	for _, r := range work {
-		if h.ctx.Err() != nil {
+	clear(r.dirty)
+	r.mu.Unlock()
+	for _, rt := range work {
+		if r.ctx.Err() != nil {
 			return
 		}
-		h.mu.Lock()
-		want := r.n > 0
-		h.mu.Unlock()
+		r.mu.Lock()
+		want := rt.n > 0
+		r.mu.Unlock()
 		switch {
-		case want && r.subs == nil:
-			h.subscribe(r)
-		case !want && r.subs != nil:
-			h.unsubscribe(r)
+		case want && rt.subs == nil:
+			r.subscribe(rt)
+		case !want && rt.subs != nil:
+			r.unsubscribe(rt)
+		case !want:
+			delete(r.failed, rt)
 		}
-		h.mu.Lock()
-		if r.n == 0 && r.subs == nil && h.routes[r.key] == r {
-			delete(h.routes, r.key)
+		r.mu.Lock()
+		if rt.refs == 0 && rt.n == 0 && rt.subs == nil && r.routes[rt.key] == rt {
+			delete(r.routes, rt.key)
+			r.amu.Lock()
+			r.table.remove(rt)
+			if r.byQueue[rt.queue] == rt {
+				delete(r.byQueue, rt.queue)
+			}
+			r.amu.Unlock()
 		}
-		h.mu.Unlock()
+		r.mu.Unlock()
 	}
 }
 
-// subscribe makes r active: in the table (and, for a shared one, known by
-// its queue group) before NATS may deliver for it.
-func (h *Hook) subscribe(r *route) {
-	h.amu.Lock()
-	h.active.insert(r)
-	if r.group != "" {
-		h.byQueue[r.queue] = r
-	}
-	h.amu.Unlock()
-	subs := make([]*nats.Subscription, 0, len(r.subjects))
-	for _, subj := range r.subjects {
-		s, err := h.nc.ChanQueueSubscribe(subj, r.queue, h.msgs)
+// subscribe makes rt active: marked so before NATS may deliver for it.
+func (r *Router) subscribe(rt *route) {
+	r.setActive(rt, true)
+	subs := make([]*nats.Subscription, 0, len(rt.subjects))
+	for _, subj := range rt.subjects {
+		s, err := r.nc.ChanQueueSubscribe(subj, rt.queue, r.msgs)
 		if err != nil {
-			h.log.Warn().Err(err).Str("filter", r.key).Msg("route not subscribed; retried at the next sweep")
-			for _, s := range subs {
-				h.unsubscribeOne(s)
+			ev := r.log.Debug()
+			if _, again := r.failed[rt]; !again {
+				ev = r.log.Warn()
 			}
-			h.deactivate(r)
+			ev.Err(err).Str(logFilter, rt.key).Msg("route not subscribed; tried again later")
+			for _, s := range subs {
+				r.unsubscribeOne(s)
+			}
+			r.setActive(rt, false)
+			r.failed[rt] = struct{}{}
 			return
 		}
-		h.subsMu.Lock()
-		h.subs[s] = 0
-		h.subsMu.Unlock()
+		r.subsMu.Lock()
+		r.subs[s] = 0
+		r.subsMu.Unlock()
 		subs = append(subs, s)
 	}
-	r.subs = subs
+	rt.subs = subs
+	delete(r.failed, rt)
 }
 
-func (h *Hook) unsubscribe(r *route) {
-	h.deactivate(r)
-	for _, s := range r.subs {
-		h.unsubscribeOne(s)
+func (r *Router) unsubscribe(rt *route) {
+	r.setActive(rt, false)
+	for _, s := range rt.subs {
+		r.unsubscribeOne(s)
 	}
-	r.subs = nil
+	rt.subs = nil
+	delete(r.failed, rt)
 }
 
-func (h *Hook) deactivate(r *route) {
-	h.amu.Lock()
-	h.active.remove(r)
-	if h.byQueue[r.queue] == r {
-		delete(h.byQueue, r.queue)
+func (r *Router) setActive(rt *route, active bool) {
+	r.amu.Lock()
+	defer r.amu.Unlock()
+	if rt.active == active {
+		return
 	}
-	h.amu.Unlock()
-}
-
-func (h *Hook) unsubscribeOne(s *nats.Subscription) {
-	h.countDrops(s, true)
-	if err := s.Unsubscribe(); err != nil && h.nc.IsConnected() {
-		h.log.Debug().Err(err).Str("subject", s.Subject).Msg("unsubscribe")
+	rt.active = active
+	if active {
+		r.nActive++
+	} else {
+		r.nActive--
 	}
 }
 
-func (h *Hook) unsubscribeAll() {
-	h.mu.Lock()
+func (r *Router) unsubscribeOne(s *nats.Subscription) {
+	r.countDrops(s, true)
+	if err := s.Unsubscribe(); err != nil && r.nc.IsConnected() {
+		r.log.Debug().Err(err).Str(logSubject, s.Subject).Msg("unsubscribe")
+	}
+}
+
+func (r *Router) unsubscribeAll() {
+	r.mu.Lock()
 	var all []*route
-	for _, r := range h.routes {
-		if r.subs != nil {
-			all = append(all, r)
+	for _, rt := range r.routes {
+		if rt.subs != nil {
+			all = append(all, rt)
 		}
 	}
-	h.mu.Unlock()
-	for _, r := range all {
-		h.unsubscribe(r)
+	r.mu.Unlock()
+	for _, rt := range all {
+		r.unsubscribe(rt)
 	}
 }

@@ -4,10 +4,10 @@ import "strings"
 
 // table finds the routes whose MQTT filter matches a topic name: a trie
 // of filter levels, "+" and "#" being children like any level (a topic
-// name never has them as levels). It holds the routes NATS has, so that a
-// message from another node knows which other copies of it may still come
-// (receive.go), and a local publish which shared groups this node serves
-// itself (forward.go). Not safe for concurrent use: Hook.amu guards it.
+// name never has them as levels). It holds the routes of this node's
+// sessions, so that a message from another node knows which other copies
+// of it may still come and which of this node's shared groups must not
+// take it (receive.go). Not safe for concurrent use: Router.amu guards it.
 type table struct {
 	root tnode
 	n    int
@@ -95,5 +95,17 @@ func (n *tnode) match(rest string, more bool, visit func(*route)) {
 	}
 	if c := n.children["+"]; c != nil {
 		c.match(next, nmore, visit)
+	}
+}
+
+// each calls visit for every route.
+func (t *table) each(visit func(*route)) { t.root.each(visit) }
+
+func (n *tnode) each(visit func(*route)) {
+	for _, r := range n.routes {
+		visit(r)
+	}
+	for _, c := range n.children {
+		c.each(visit)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/nats-io/nats.go"
+
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 // The headers of a routed message (doc.go has the table). Their names and
@@ -49,7 +51,7 @@ type message struct {
 	contentType   string
 	responseTopic string
 	correlation   []byte
-	user          []packets.UserProperty
+	user          []engine.UserProperty
 	// served are the queue groups of the shared subscriptions the origin
 	// delivered the message to itself: no other node delivers it to them.
 	served []string
@@ -86,7 +88,7 @@ func (m *message) header() nats.Header {
 		h[hdrCorrelation] = []string{base64.StdEncoding.EncodeToString(m.correlation)}
 	}
 	for _, u := range m.user {
-		h[hdrUser] = append(h[hdrUser], escape(u.Key)+"="+escape(u.Val))
+		h[hdrUser] = append(h[hdrUser], escape(u.Key)+"="+escape(u.Value))
 	}
 	if len(m.served) > 0 {
 		h[hdrServed] = m.served
@@ -160,9 +162,9 @@ func decodeMessage(h nats.Header) (message, error) {
 			err = fmt.Errorf("header %s: no '='", hdrUser)
 			break
 		}
-		var u packets.UserProperty
+		var u engine.UserProperty
 		if u.Key, err = url.QueryUnescape(k); err == nil {
-			u.Val, err = url.QueryUnescape(v)
+			u.Value, err = url.QueryUnescape(v)
 		}
 		m.user = append(m.user, u)
 	}
@@ -173,23 +175,16 @@ func decodeMessage(h nats.Header) (message, error) {
 	return m, nil
 }
 
-// packet is the publish to inject into the local server for m on topic
-// with payload.
-func (m *message) packet(topic string, payload []byte) packets.Packet {
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.qos, Retain: m.retain},
-		TopicName:   topic,
-		Payload:     payload,
-		PacketID:    uint16(m.qos), // mochi's validity check wants one for QoS > 0; never used inbound
-		Properties: packets.Properties{
-			MessageExpiryInterval: m.expiry,
-			PayloadFormat:         m.format,
-			PayloadFormatFlag:     m.formatSet,
-			ContentType:           m.contentType,
-			ResponseTopic:         m.responseTopic,
-			CorrelationData:       m.correlation,
-			User:                  m.user,
-		},
+// engineMessage is the message to deliver here for m on topic with
+// payload, received at now.
+func (m *message) engineMessage(topic string, payload []byte, now time.Time) *engine.Message {
+	em := &engine.Message{Topic: topic, Payload: payload, QoS: m.qos, Retain: m.retain, Origin: m.client, Created: now.UnixNano()}
+	if m.expiry > 0 {
+		em.Expiry = now.Unix() + int64(m.expiry)
 	}
-	return pk
+	if m.formatSet || m.contentType != "" || m.responseTopic != "" || len(m.correlation) > 0 || len(m.user) > 0 {
+		em.Props = &engine.Props{PayloadFormat: m.format, PayloadFormatSet: m.formatSet, ContentType: m.contentType,
+			ResponseTopic: m.responseTopic, CorrelationData: m.correlation, User: m.user}
+	}
+	return em
 }

@@ -4,9 +4,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
 func TestMessageRoundTrip(t *testing.T) {
@@ -15,7 +16,7 @@ func TestMessageRoundTrip(t *testing.T) {
 		{origin: "gw 2\r\n", id: 1<<64 - 1, client: "car 1/ü\n", qos: 2, retain: true, expiry: 3600,
 			format: 1, formatSet: true, contentType: "application/json; charset=utf-8", responseTopic: "reply/to\tme",
 			correlation: []byte{0, 1, 0xff, '\n'},
-			user:        []packets.UserProperty{{Key: "k=1", Val: "v,=2\r\n"}, {Key: "", Val: ""}, {Key: "k=1", Val: "again"}},
+			user:        []engine.UserProperty{{Key: "k=1", Value: "v,=2\r\n"}, {Key: "", Value: ""}, {Key: "k=1", Value: "again"}},
 			served:      []string{"fmqmqtt.share.g.0011223344556677"}},
 	} {
 		h := m.header()

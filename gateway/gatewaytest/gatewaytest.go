@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -30,7 +28,7 @@ type Options struct {
 	Bridge  bridge.Options // Broker is filled in
 	Gateway gateway.Options
 	// Sessions persists MQTT sessions in Dir/sessions (package session),
-	// with SessionOptions (Discarded is wired to the bridge).
+	// with SessionOptions.
 	Sessions       bool
 	SessionOptions session.Options
 	// SessionsKV, if set, keeps the sessions in a key-value bucket of this
@@ -39,8 +37,9 @@ type Options struct {
 	// NATS share them. Implies Sessions.
 	SessionsKV jetstream.JetStream
 	KVOptions  session.KVOptions
-	// Auth, if set, is added before the bridge (package auth's hook).
-	Auth mqtt.Hook
+	// Auth, if set, authenticates, authorizes and paces clients (package
+	// auth's hook as the engine's Auth, ACL and Limits).
+	Auth *auth.Hook
 	// Delay runs delayed delivery (package core/delay, folder Dir/delay)
 	// with these options, and the bridge produces through it; nil: none.
 	Delay *delay.Options
@@ -102,22 +101,14 @@ func Start(t testing.TB, o Options) *Env {
 		ds.Start()
 		o.Bridge.Broker = ds.Broker()
 	}
-	var br *bridge.Hook
 	var ss *session.Store
 	if o.Sessions || o.SessionsKV != nil {
 		so := o.SessionOptions
-		so.Discarded = func(id string, pk packets.Packet, expired bool, reason string) { br.Discarded(id, pk, expired, reason) }
-		if so.DiscardedDurably == nil {
-			so.DiscardedDurably = func(ctx context.Context, id string, pk packets.Packet, expired bool, reason string) error {
-				return br.DiscardedDurably(ctx, id, pk, expired, reason)
-			}
-		}
-		if h, ok := o.Auth.(*auth.Hook); ok && so.Readable == nil {
-			so.Readable = h.Readable // parked sessions get what the ACL lets them read
-		}
 		if o.SessionsKV != nil {
 			ko := o.KVOptions
-			ko.Options = so
+			if ko.Logger == nil {
+				ko.Logger = so.Logger
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			ss, err = session.OpenKV(ctx, o.SessionsKV, ko)
 			cancel()
@@ -127,25 +118,37 @@ func Start(t testing.TB, o Options) *Env {
 		if err != nil {
 			fail(err)
 		}
-		o.Bridge.Sessions = ss
 	}
-	if br, err = bridge.New(o.Bridge); err != nil {
+	br, err := bridge.New(o.Bridge)
+	if err != nil {
 		fail(err)
 	}
 	if o.Gateway.Listeners == nil {
 		o.Gateway.Listeners = []gateway.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}, {Type: "ws", Addr: "127.0.0.1:0"}}
 	}
-	// Order: auth, sessions (a parked session is restored before the
-	// bridge sees the connection), bridge, the caller's.
-	first := []mqtt.Hook{}
+	h := &o.Gateway.Hooks
 	if o.Auth != nil {
-		first = append(first, o.Auth)
+		h.Auth, h.ACL, h.Limits = o.Auth, o.Auth, o.Auth
 	}
 	if ss != nil {
-		first = append(first, ss)
+		h.Sessions = ss
 	}
-	o.Gateway.Hooks = append(append(first, br), o.Gateway.Hooks...)
+	if h.Uplink == nil {
+		h.Uplink = br
+	}
+	if h.Presence == nil {
+		h.Presence = br
+	}
+	if h.Delivery == nil {
+		h.Delivery = br // a test may wrap it
+	}
 	o.Gateway.Store = st
+	if o.Gateway.MaxQueued == 0 {
+		o.Gateway.MaxQueued = o.Bridge.OfflineMaxMessages
+	}
+	if o.Gateway.MaxQueuedBytes == 0 {
+		o.Gateway.MaxQueuedBytes = o.Bridge.OfflineMaxBytes
+	}
 	gw, err := gateway.New(o.Gateway)
 	if err != nil {
 		fail(err)
@@ -173,6 +176,9 @@ func (e *Env) Stop(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, e.Gateway.Shutdown(ctx))
+	if e.Sessions != nil {
+		require.NoError(t, e.Sessions.Close())
+	}
 	if e.Delay != nil {
 		require.NoError(t, e.Delay.Close())
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -13,8 +12,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
-	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -153,9 +151,8 @@ func TestPubSubCountsForeignPayloads(t *testing.T) {
 }
 
 func TestPubSubSubscriberLosesMessages(t *testing.T) {
-	b := mqttbenchtest.Start(t, mqttbenchtest.Options{})
 	// The broker drops every 10th message on its way to subscribers.
-	require.NoError(t, b.Server.AddHook(&dropHook{every: 10}, nil))
+	b := mqttbenchtest.Start(t, mqttbenchtest.Options{Uplink: &dropHook{every: 10}})
 	res, err := Run(t.Context(), Options{Addr: b.Addr, QoS: 1, Publishers: 2, Subscribers: 1, Count: 100,
 		Topic: "lossy/%i", Drain: 200 * time.Millisecond})
 	require.NoError(t, err)
@@ -223,41 +220,32 @@ func TestSlowSubscribersDisconnected(t *testing.T) {
 // dropHook makes the broker drop every n-th publish it receives, after
 // acknowledging it.
 type dropHook struct {
-	mochi.HookBase
 	mu    sync.Mutex
 	every int
 	n     int
 }
 
-func (*dropHook) ID() string { return "drop" }
-
-func (*dropHook) Provides(b byte) bool { return b == mochi.OnPublish }
-
-func (h *dropHook) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+func (h *dropHook) Publish(*engine.Client, *engine.Message, func(engine.Result)) (engine.Decision, engine.Result) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.n++
 	if h.n%h.every == 0 {
-		return pk, packets.CodeSuccessIgnore // acknowledged, not delivered
+		return engine.Consume, engine.Result{} // acknowledged, not delivered
 	}
-	return pk, nil
+	return engine.Deliver, engine.Result{}
 }
 
-// coreBridge stands in for ferrymq's gateway: it stores every publish in
-// a core topic, the way the MQTT bridge does.
+// coreBridge stands in for ferrymq's bridge: it stores every publish in a
+// core topic, the way the MQTT bridge does, and delivers it.
 type coreBridge struct {
-	mochi.HookBase
 	broker core.Broker
 	topic  string
 }
 
-func (*coreBridge) ID() string { return "core-bridge" }
-
-func (*coreBridge) Provides(b byte) bool { return b == mochi.OnPublished }
-
-func (h *coreBridge) OnPublished(cl *mochi.Client, pk packets.Packet) {
-	m := &core.Message{Topic: h.topic, ShardingKey: cl.ID, Body: bytes.Clone(pk.Payload)}
+func (h *coreBridge) Publish(c *engine.Client, pk *engine.Message, _ func(engine.Result)) (engine.Decision, engine.Result) {
+	m := &core.Message{Topic: h.topic, ShardingKey: c.ID(), Body: bytes.Clone(pk.Payload)}
 	h.broker.ProduceAsync([]*core.Message{m}, func([]core.SendResult, error) {})
+	return engine.Deliver, engine.Result{}
 }
 
 func TestPubSubCoreConsumer(t *testing.T) {
@@ -269,8 +257,7 @@ func TestPubSubCoreConsumer(t *testing.T) {
 				_, err := env.Store.Produce(t.Context(), &core.Message{Topic: "devices", Body: []byte("earlier")})
 				require.NoError(t, err)
 			}
-			b := mqttbenchtest.Start(t, mqttbenchtest.Options{})
-			require.NoError(t, b.Server.AddHook(&coreBridge{broker: env.Store, topic: "devices"}, nil))
+			b := mqttbenchtest.Start(t, mqttbenchtest.Options{Uplink: &coreBridge{broker: env.Store, topic: "devices"}})
 			var progress syncBuffer
 			res, err := Run(t.Context(), Options{Addr: b.Addr, QoS: 1, Publishers: 3, Subscribers: 1, Count: 100,
 				Topic: "dev/%i", Core: CoreOptions{Addr: env.Addr, Topic: "devices", Group: "bench-backend"},
@@ -290,8 +277,7 @@ func TestPubSubCoreConsumer(t *testing.T) {
 
 func TestPubSubOnlyCore(t *testing.T) {
 	env := servertest.Start(t, servertest.Options{})
-	b := mqttbenchtest.Start(t, mqttbenchtest.Options{})
-	require.NoError(t, b.Server.AddHook(&coreBridge{broker: env.Store, topic: "devices"}, nil))
+	b := mqttbenchtest.Start(t, mqttbenchtest.Options{Uplink: &coreBridge{broker: env.Store, topic: "devices"}})
 	res, err := Run(t.Context(), Options{Addr: b.Addr, QoS: 0, Publishers: 2, Count: 50, Topic: "dev/%i",
 		Core: CoreOptions{Addr: env.Addr, Topic: "devices", Group: "g"}})
 	require.NoError(t, err)
@@ -302,7 +288,7 @@ func TestPubSubOnlyCore(t *testing.T) {
 func TestPubSubFailsToConnect(t *testing.T) {
 	b := mqttbenchtest.Start(t, mqttbenchtest.Options{})
 	addr := b.Addr
-	b.Close()
+	require.NoError(t, b.Engine.Shutdown(t.Context()))
 	_, err := Run(t.Context(), Options{Addr: addr, Publishers: 2, Subscribers: 1, Count: 1, ConnectTimeout: time.Second})
 	require.ErrorContains(t, err, "subscribers: connect")
 }
@@ -333,7 +319,7 @@ func TestConnectStorm(t *testing.T) {
 	require.Positive(t, c.PerSec)
 	require.Zero(t, c.Held, "closed at once without --hold")
 	require.Contains(t, progress.String(), "connected")
-	require.Eventually(t, func() bool { return len(b.Server.Clients.GetAll()) == 0 }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return b.Engine.Stats().Connected == 0 }, 5*time.Second, 10*time.Millisecond,
 		"every connection is closed when Run returns")
 }
 
@@ -349,14 +335,13 @@ func TestConnectStormCountsRefusals(t *testing.T) {
 }
 
 // refuseHook refuses clients whose identifier ends in an odd digit.
-type refuseHook struct{ mochi.HookBase }
+type refuseHook struct{}
 
-func (*refuseHook) ID() string { return "refuse-odd" }
-
-func (*refuseHook) Provides(b byte) bool { return b == mochi.OnConnectAuthenticate }
-
-func (*refuseHook) OnConnectAuthenticate(cl *mochi.Client, _ packets.Packet) bool {
-	return (cl.ID[len(cl.ID)-1]-'0')%2 == 0
+func (*refuseHook) Authenticate(_ context.Context, ci *engine.ConnectInfo) (engine.Identity, error) {
+	if (ci.ClientID[len(ci.ClientID)-1]-'0')%2 == 0 {
+		return engine.Identity{}, nil
+	}
+	return engine.Identity{}, &engine.Refusal{Code: engine.NotAuthorized, Reason: "odd"}
 }
 
 func TestIdleHold(t *testing.T) {
@@ -371,7 +356,7 @@ func TestIdleHold(t *testing.T) {
 	require.Equal(t, 100, c.Alive, "PINGREQs keep them alive past 1.5 × keepalive")
 	require.Positive(t, c.HeldSeconds)
 	require.Contains(t, progress.String(), fmt.Sprintf(HoldingLine, 100)+"\n")
-	require.Eventually(t, func() bool { return len(b.Server.Clients.GetAll()) == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.Engine.Stats().Connected == 0 }, 5*time.Second, 10*time.Millisecond)
 }
 
 func TestIdleHoldUntilCancelled(t *testing.T) {
@@ -386,16 +371,18 @@ func TestIdleHoldUntilCancelled(t *testing.T) {
 		done <- res
 	}()
 	<-progress.holding
-	require.Len(t, b.Server.Clients.GetAll(), 50)
+	require.Equal(t, int64(50), b.Engine.Stats().Connected)
 	// The broker closes some: they are not alive at the end.
 	n := 0
-	for _, cl := range b.Server.Clients.GetAll() {
+	for _, ci := range b.Engine.Clients() {
 		if n == 5 {
 			break
 		}
-		cl.Stop(errors.New("kicked"))
+		require.NoError(t, b.Engine.Disconnect(ci.ID, engine.AdministrativeAction, "kicked"))
 		n++
 	}
+	require.Eventually(t, func() bool { return b.Engine.Stats().Sockets == 45 }, 5*time.Second, 5*time.Millisecond,
+		"the kicked clients saw their connection close (Disconnect only asks; the engine lingers until they close)")
 	cancel()
 	res := <-done
 	require.Equal(t, 50, res.Conns.Held)

@@ -29,7 +29,7 @@ func P2PTarget(name string) (clientID string, ok bool) {
 // Unshare splits a shared subscription "$share/{group}/{filter}" into its
 // group and filter (either may come back empty for a malformed one);
 // shared is false, and filter f itself, for any other filter. The prefix
-// is matched in any case, as mochi matches it: "$SHARE/g/x" is shared too.
+// is matched in any case (as mochi and EMQX match it): "$SHARE/g/x" is shared too.
 func Unshare(f string) (group, filter string, shared bool) {
 	const prefix = "$share/"
 	if len(f) < len(prefix) || !strings.EqualFold(f[:len(prefix)], prefix) {

@@ -1,0 +1,188 @@
+package session
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ferrymq/ferrymq/gateway/engine"
+)
+
+// The bucket writer. The engine's write-through calls come under its
+// session locks and must not wait for a network round trip, so a bucket
+// store queues every write and a few workers publish them. Writes are
+// queued in lanes — one per session, one per retained topic — and a lane
+// has at most one write in flight: a session's writes reach the stream in
+// the order they were made (each is fenced by the session's owner record,
+// and a replicated stream refuses a second expected-sequence check on the
+// same subject while one is being proposed), while different sessions'
+// writes go in parallel.
+
+// kvWrite is one queued write.
+type kvWrite struct {
+	lane  string
+	id    string // the session; "" for a retained message
+	what  string // for the logs
+	subj  string
+	value []byte
+	del   bool
+	fence uint64 // the owner revision the write is made under; 0: not fenced
+	// lazy: the session's claim is queued ahead of it (claim); the fence
+	// is the revision that claim wrote, read when the write is made.
+	lazy bool
+	// claim creates the session's owner record (a clean start with a
+	// session expiry: Claim did not know it would be stored).
+	claim bool
+
+	// release deletes the session's owner record at its turn, unless the
+	// session was stored again meanwhile (a clean start deletes the old
+	// session, then stores the new one).
+	release bool
+	// barrier is closed when the lane reaches it (flush).
+	barrier chan struct{}
+	// topic and m: a retained message's write (m nil: its delete), for
+	// the ack's bookkeeping.
+	topic string
+	m     *engine.Message
+}
+
+type lane struct {
+	name  string
+	items []*kvWrite
+	busy  bool
+}
+
+type kvWriter struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	lanes   map[string]*lane
+	ready   []*lane
+	queued  int // writes queued or in flight
+	max     int
+	closing bool // no new writes
+	stopped bool // workers exit
+	drained chan struct{}
+}
+
+func newKVWriter(max int) *kvWriter {
+	w := &kvWriter{lanes: map[string]*lane{}, max: max}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+// enqueue queues it at the end of its lane.
+func (w *kvWriter) enqueue(it *kvWrite) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.closing:
+		return ErrClosed
+	case w.queued >= w.max && it.barrier == nil:
+		return ErrBacklog
+	}
+	l := w.lanes[it.lane]
+	if l == nil {
+		l = &lane{name: it.lane}
+		w.lanes[it.lane] = l
+	}
+	l.items = append(l.items, it)
+	w.queued++
+	if !l.busy && len(l.items) == 1 {
+		w.ready = append(w.ready, l)
+		w.cond.Signal()
+	}
+	return nil
+}
+
+// next waits for a lane with a write to make and takes its first; false
+// once the writer stopped.
+func (w *kvWriter) next() (*lane, *kvWrite, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.ready) == 0 && !w.stopped {
+		w.cond.Wait()
+	}
+	if w.stopped {
+		return nil, nil, false
+	}
+	l := w.ready[0]
+	w.ready[0] = nil
+	w.ready = w.ready[1:]
+	l.busy = true
+	return l, l.items[0], true
+}
+
+// done ends the write in flight on l.
+func (w *kvWriter) done(l *lane) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l.items[0] = nil
+	l.items = l.items[1:]
+	l.busy = false
+	w.queued--
+	if len(l.items) > 0 {
+		w.ready = append(w.ready, l)
+		w.cond.Signal()
+	} else {
+		delete(w.lanes, l.name)
+	}
+	if w.closing && w.queued == 0 && w.drained != nil {
+		close(w.drained)
+		w.drained = nil
+	}
+}
+
+// flush waits until every write queued on lane name before the call was
+// made (or ctx ends).
+func (w *kvWriter) flush(ctx context.Context, name string) error {
+	ch := make(chan struct{})
+	if err := w.enqueue(&kvWrite{lane: name, barrier: ch}); err != nil {
+		return err
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *kvWriter) backlog() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.queued
+}
+
+// shutdown refuses new writes, gives those queued until timeout to be
+// made, then stops the workers; it returns how many were left unmade.
+func (w *kvWriter) shutdown(timeout time.Duration) int {
+	w.mu.Lock()
+	w.closing = true
+	var wait chan struct{}
+	if w.queued > 0 {
+		wait = make(chan struct{})
+		w.drained = wait
+	}
+	w.mu.Unlock()
+	if wait != nil {
+		t := time.NewTimer(timeout)
+		select {
+		case <-wait:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.cond.Broadcast()
+	left := 0
+	for _, l := range w.lanes {
+		for _, it := range l.items {
+			if it.barrier == nil {
+				left++
+			}
+		}
+	}
+	return left
+}
