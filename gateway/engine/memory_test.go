@@ -20,14 +20,24 @@ func connectV4(id string) []byte {
 }
 
 // BenchmarkIdleConnectionMemory opens b.N idle MQTT 3.1.1 connections
-// (CONNECT, CONNACK, then nothing) and reports what each costs the engine's
-// process in heap and goroutine stacks, after two garbage collections, and
-// how many goroutines it added. The clients are in the same process (their
-// sockets' buffers are the kernel's, not counted), so this is the engine's
-// share; docs/BENCHMARKS.md has the cross-process RSS figure.
+// (CONNECT, CONNACK, then nothing; "subscribed": each with one QoS 1
+// subscription to a topic of its own) and reports what each costs the
+// engine's process in heap and goroutine stacks, after two garbage
+// collections, and how many goroutines it added. The clients are in the
+// same process (their sockets' buffers are the kernel's, not counted), so
+// this is the engine's share; docs/BENCHMARKS.md has the cross-process RSS
+// figure.
 //
 //	go test -run '^$' -bench IdleConnectionMemory -benchtime 5000x ./gateway/engine/
 func BenchmarkIdleConnectionMemory(b *testing.B) {
+	for _, subscribed := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "subscribed"}[subscribed], func(b *testing.B) {
+			idleConnections(b, subscribed)
+		})
+	}
+}
+
+func idleConnections(b *testing.B, subscribed bool) {
 	_, addr := start(b, engine.Options{})
 	var ms runtime.MemStats
 	runtime.GC()
@@ -44,10 +54,17 @@ func BenchmarkIdleConnectionMemory(b *testing.B) {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(b, err)
 		conns = append(conns, c)
-		_, err = c.Write(connectV4("idle-" + strconv.Itoa(i)))
+		id := "idle-" + strconv.Itoa(i)
+		_, err = c.Write(connectV4(id))
 		require.NoError(b, err)
 		_, err = io.ReadFull(c, ack)
 		require.NoError(b, err)
+		if subscribed {
+			_, err = c.Write(packet(0x82, []byte{0, 1}, str("idle/"+id), []byte{1}))
+			require.NoError(b, err)
+			typ, _ := readFrame(b, c)
+			require.Equal(b, byte(0x90), typ, "SUBACK")
+		}
 	}
 	b.StopTimer()
 	runtime.GC()
