@@ -87,7 +87,7 @@ var (
 func fuzzEngine(t *testing.T) string {
 	fuzzOnce.Do(func() {
 		e, err := engine.New(engine.Options{Listeners: []engine.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}},
-			MaxPacketBytes: 64 << 10, MaxQueued: 64, ConnectTimeout: 2 * time.Second})
+			MaxPacketBytes: 64 << 10, MaxQueued: 64, MaxQueuedOnline: 64, ConnectTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,13 +65,20 @@ type Options struct {
 	// MaxInflight bounds outbound QoS 1/2 messages awaiting a client's ack.
 	// Default 1024.
 	MaxInflight int
-	// MaxQueued and MaxQueuedBytes bound the outbound QoS 1/2 messages a
-	// session holds: beyond its inflight window while connected, in all
-	// while offline (also those in flight when it went). A message past
+	// MaxQueued and MaxQueuedBytes bound the outbound QoS 1/2 messages an
+	// offline session holds (also those in flight when it went): an
+	// offline device's backlog, kept by the session store. A message past
 	// the bound is dropped for that session (the Delivery hook hears it).
 	// Defaults 1,000 and 1 MiB of payload.
 	MaxQueued      int
 	MaxQueuedBytes int
+	// MaxQueuedOnline and MaxQueuedOnlineBytes bound what a connected
+	// session holds beyond its inflight window: a burst its client has not
+	// caught up with (the messages are shared with the other subscribers;
+	// a queue entry is ~60 B). Past it, as offline. Defaults 65,536 and
+	// 64 MiB of payload.
+	MaxQueuedOnline      int
+	MaxQueuedOnlineBytes int
 	// TopicAliasMaximum is the number of topic aliases a client may set
 	// [MQTT-3.2.2-17]. Default 64.
 	TopicAliasMaximum uint16
@@ -94,20 +101,22 @@ type Options struct {
 
 // Defaults.
 const (
-	DefaultMaxPacketBytes    = 1 << 20
-	DefaultConnectTimeout    = 10 * time.Second
-	DefaultMaxKeepalive      = 1200
-	DefaultWriteTimeout      = 15 * time.Second
-	DefaultMaxPendingWrites  = 65536
-	DefaultMaxPendingBytes   = 16 << 20
-	DefaultReceiveMaximum    = 256
-	DefaultMaxInflight       = 1024
-	DefaultMaxQueued         = 1000
-	DefaultMaxQueuedBytes    = 1 << 20
-	DefaultTopicAliasMaximum = 64
-	DefaultMaxSessionExpiry  = 7 * 24 * time.Hour
-	DefaultMaxMessageExpiry  = 7 * 24 * time.Hour
-	DefaultWorkers           = 256
+	DefaultMaxPacketBytes       = 1 << 20
+	DefaultConnectTimeout       = 10 * time.Second
+	DefaultMaxKeepalive         = 1200
+	DefaultWriteTimeout         = 15 * time.Second
+	DefaultMaxPendingWrites     = 65536
+	DefaultMaxPendingBytes      = 16 << 20
+	DefaultReceiveMaximum       = 256
+	DefaultMaxInflight          = 1024
+	DefaultMaxQueued            = 1000
+	DefaultMaxQueuedBytes       = 1 << 20
+	DefaultMaxQueuedOnline      = 65536
+	DefaultMaxQueuedOnlineBytes = 64 << 20
+	DefaultTopicAliasMaximum    = 64
+	DefaultMaxSessionExpiry     = 7 * 24 * time.Hour
+	DefaultMaxMessageExpiry     = 7 * 24 * time.Hour
+	DefaultWorkers              = 256
 )
 
 func (o Options) withDefaults() Options {
@@ -162,6 +171,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxQueuedBytes == 0 {
 		o.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
+	if o.MaxQueuedOnline == 0 {
+		o.MaxQueuedOnline = DefaultMaxQueuedOnline
+	}
+	if o.MaxQueuedOnlineBytes == 0 {
+		o.MaxQueuedOnlineBytes = DefaultMaxQueuedOnlineBytes
+	}
 	if o.TopicAliasMaximum == 0 {
 		o.TopicAliasMaximum = DefaultTopicAliasMaximum
 	}
@@ -206,7 +221,7 @@ func (o Options) validate() error {
 	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 || o.MaxSessionExpiry < 0 || o.MaxMessageExpiry < 0 {
 		bad("timeouts and expiries must not be negative")
 	}
-	if o.MaxPendingWrites < 1 || o.MaxPendingBytes < 1 || o.MaxInflight < 1 || o.MaxInflight > 65535 || o.MaxQueued < 1 || o.MaxQueuedBytes < 1 || o.MaxClients < 0 {
+	if o.MaxPendingWrites < 1 || o.MaxPendingBytes < 1 || o.MaxInflight < 1 || o.MaxInflight > 65535 || o.MaxQueued < 1 || o.MaxQueuedBytes < 1 || o.MaxQueuedOnline < 1 || o.MaxQueuedOnlineBytes < 1 || o.MaxClients < 0 {
 		bad("queue bounds must be positive (max inflight at most 65535)")
 	}
 	if o.Workers < 2 || o.Pollers < 1 {

@@ -136,11 +136,11 @@ func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs [
 		return
 	}
 	mm := m.withFlags(qos, retain)
-	limit := e.opts.MaxQueued
+	limit, bytesLimit := e.opts.MaxQueued, e.opts.MaxQueuedBytes
 	if c != nil {
-		limit += s.windowLocked(e)
+		limit, bytesLimit = e.opts.MaxQueuedOnline+s.windowLocked(e), e.opts.MaxQueuedOnlineBytes
 	}
-	if len(s.queue)+len(s.inflight) >= limit || s.queueBytes+len(m.Payload) > e.opts.MaxQueuedBytes {
+	if len(s.queue)+len(s.inflight) >= limit || s.queueBytes+len(m.Payload) > bytesLimit {
 		s.mu.Unlock()
 		e.m.droppedQueueFull.Add(1)
 		e.discard(s.id, m, false, "the client's queue is full")

@@ -70,6 +70,36 @@ func TestOfflineQueueBounded(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, in.payloads())
 }
 
+// TestOnlineQueueBounded: a connected subscriber that does not acknowledge
+// holds its inflight window (MaxInflight) and MaxQueuedOnline behind it;
+// the rest is dropped for it (counted) — and once it is offline, what it
+// holds counts against MaxQueued.
+func TestOnlineQueueBounded(t *testing.T) {
+	e, addr := start(t, engine.Options{MaxInflight: 2, MaxQueuedOnline: 3, MaxQueued: 1})
+	sub := rawConnect(t, addr, packet(0x10, str("MQTT"), []byte{4, 0x00, 0, 60}, str("slow"))) // persistent
+	_, err := sub.Write(packet(0x82, []byte{0, 1}, str("cmd/slow"), []byte{1}))
+	require.NoError(t, err)
+	require.NoError(t, sub.SetReadDeadline(time.Now().Add(5*time.Second)))
+	typ, _ := readFrame(t, sub)
+	require.Equal(t, byte(0x90), typ, "SUBACK")
+	pub := dialV3(t, addr, "backend")
+	for i := range 10 {
+		wait(t, pub.Publish("cmd/slow", 1, false, []byte{byte('0' + i)}))
+	}
+	for i := range 2 { // the window; never acknowledged
+		typ, body := readFrame(t, sub)
+		require.Equal(t, byte(0x32), typ)
+		require.Equal(t, byte('0'+i), body[len(body)-1])
+	}
+	require.Equal(t, uint64(5), e.Stats().Counters["dropped_queue_full"], "10 − 2 in flight − 3 queued")
+	inflight, queued := e.Held()
+	require.Equal(t, [2]int{2, 3}, [2]int{inflight, queued})
+	require.NoError(t, sub.Close())
+	require.Eventually(t, func() bool { return !e.Connected("slow") }, 5*time.Second, 5*time.Millisecond)
+	wait(t, pub.Publish("cmd/slow", 1, false, []byte("x")))
+	require.Equal(t, uint64(6), e.Stats().Counters["dropped_queue_full"], "offline: 5 held, over MaxQueued")
+}
+
 // TestTakeoverDisconnectsTheOldConnectionWithoutWill: the same client ID
 // connecting again takes the session; the old MQTT 5 connection gets
 // DISCONNECT 0x8E and its will is not published [MQTT-3.1.4-3].
