@@ -58,21 +58,23 @@ func New(o Options) (*Gateway, error) {
 		g.log.Warn().Msg("MQTT AUTHENTICATION IS OFF: every client may connect anonymously and use every topic; configure auth (docs/security.md) before exposing this gateway")
 	}
 	eo := engine.Options{
-		Hooks:             o.Hooks,
-		MaxPacketBytes:    o.MaxPacketBytes,
-		ConnectTimeout:    o.ConnectTimeout,
-		MaxKeepalive:      o.MaxKeepalive,
-		WriteTimeout:      o.WriteTimeout,
-		MaxPendingWrites:  o.MaxPendingWrites,
-		ReceiveMaximum:    o.ReceiveMaximum,
-		MaxInflight:       o.MaxInflight,
-		MaxQueued:         o.MaxQueued,
-		MaxQueuedBytes:    o.MaxQueuedBytes,
-		MaxClients:        int(o.MaxClients),
-		Workers:           o.Workers,
-		Node:              o.Node,
-		Logger:            o.Logger,
-		TopicAliasMaximum: engine.DefaultTopicAliasMaximum,
+		Hooks:                o.Hooks,
+		MaxPacketBytes:       o.MaxPacketBytes,
+		ConnectTimeout:       o.ConnectTimeout,
+		MaxKeepalive:         o.MaxKeepalive,
+		WriteTimeout:         o.WriteTimeout,
+		MaxPendingWrites:     o.MaxPendingWrites,
+		ReceiveMaximum:       o.ReceiveMaximum,
+		MaxInflight:          o.MaxInflight,
+		MaxQueued:            o.MaxQueued,
+		MaxQueuedBytes:       o.MaxQueuedBytes,
+		MaxQueuedOnline:      o.MaxQueuedOnline,
+		MaxQueuedOnlineBytes: o.MaxQueuedOnlineBytes,
+		MaxClients:           int(o.MaxClients),
+		Workers:              o.Workers,
+		Node:                 o.Node,
+		Logger:               o.Logger,
+		TopicAliasMaximum:    engine.DefaultTopicAliasMaximum,
 	}
 	for _, l := range o.Listeners {
 		eo.Listeners = append(eo.Listeners, engine.Listener{Name: l.Name, Type: l.Type, Addr: l.Addr, Path: l.Path, TLS: l.TLS, ProxyProtocol: l.ProxyProtocol})

@@ -70,10 +70,14 @@ type Options struct {
 	// MaxInflight bounds outbound QoS 1/2 messages awaiting a client's ack
 	// (and its Receive Maximum, if lower). Default 1024.
 	MaxInflight int
-	// MaxQueued and MaxQueuedBytes bound the outbound messages a session
-	// holds beyond its inflight window, and while offline. Defaults 1,000
-	// and 1 MiB of payload.
+	// MaxQueued and MaxQueuedBytes bound the outbound QoS 1/2 messages an
+	// offline session holds (bridge.offline_max_messages, …_bytes).
+	// Defaults 1,000 and 1 MiB of payload.
 	MaxQueued, MaxQueuedBytes int
+	// MaxQueuedOnline and MaxQueuedOnlineBytes bound what a connected
+	// session holds beyond its inflight window (mqtt.max_queued_messages,
+	// …_bytes). Defaults 65,536 and 64 MiB of payload.
+	MaxQueuedOnline, MaxQueuedOnlineBytes int
 	// MaxClients refuses connections past this many; 0 means no limit.
 	MaxClients int64
 	// Workers bounds the goroutines that handle connections' packets.
@@ -147,7 +151,7 @@ func (o *Options) validate() error {
 	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("timeouts must not be negative"))
 	}
-	if o.MaxPendingWrites < 1 || o.MaxInflight < 1 || o.MaxClients < 0 || o.MaxQueued < 0 || o.MaxQueuedBytes < 0 || o.Workers < 0 {
+	if o.MaxPendingWrites < 1 || o.MaxInflight < 1 || o.MaxClients < 0 || o.MaxQueued < 0 || o.MaxQueuedBytes < 0 || o.MaxQueuedOnline < 0 || o.MaxQueuedOnlineBytes < 0 || o.Workers < 0 {
 		errs = append(errs, errors.New("queue bounds must be positive"))
 	}
 	for _, l := range o.Listeners {
