@@ -362,11 +362,14 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 	s.will = will
 	switch {
 	case s.persistent():
+		s.unstore = false
 		e.storeClient(s)
 	case stored:
 		// Resumed without an expiry: it ends with this connection
-		// [MQTT-3.1.2-23], and nothing of it may stay stored.
-		e.storeDelete(s)
+		// [MQTT-3.1.2-23], and nothing of it may stay stored — but its
+		// queued messages are read back first (resumeLocked): deleting
+		// them now would drop what the session kept for the client.
+		s.unstore = true
 	}
 	s.mu.Unlock()
 	return s, present, replaced, false

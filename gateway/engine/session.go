@@ -47,6 +47,9 @@ type session struct {
 	// resuming: a connection was attached and its CONNACK is not out yet;
 	// new messages queue behind what the session had (resumeLocked).
 	resuming bool
+	// unstore: resumed without an expiry, the session must leave the
+	// store once resumeLocked has read its queued messages back.
+	unstore bool
 }
 
 // willSpec is a session's will: the message, its delay and its expiry
@@ -334,6 +337,12 @@ func (e *Engine) resumeLocked(s *session) error {
 	if err := e.unstubLocked(s); err != nil {
 		return err
 	}
+	if s.unstore {
+		// Its messages are in memory now; nothing of it may stay stored
+		// [MQTT-3.1.2-23].
+		s.unstore = false
+		e.storeDelete(s)
+	}
 	c := s.conn
 	w := s.windowLocked(e)
 	keep, publishes := s.inflight[:0], 0
@@ -404,7 +413,8 @@ func (e *Engine) endLocked(s *session, reason string) {
 	}
 	s.inflight, s.queue, s.byPID, s.queueBytes = nil, nil, nil, 0
 	s.will = nil
-	if s.persistent() && e.opts.Hooks.Sessions != nil {
+	if (s.persistent() || s.unstore) && e.opts.Hooks.Sessions != nil {
+		s.unstore = false
 		e.opts.Hooks.Sessions.Delete(s.id)
 	}
 }

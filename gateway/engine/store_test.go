@@ -1,8 +1,10 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -159,4 +161,93 @@ func TestSpentWillLeavesTheStore(t *testing.T) {
 	require.Eventually(t, func() bool { return !hasWill("left") }, 5*time.Second, 10*time.Millisecond, "cancelled: gone from the store")
 	_, stored := st.record("left")
 	require.True(t, stored, "the session itself stays")
+}
+
+// msgStore is a memStore that also keeps the queued messages, as the real
+// session stores do (LoadMessages gives them back; Delete forgets them).
+type msgStore struct {
+	*memStore
+	msgs map[string]map[uint16]engine.StoredMessage
+}
+
+func newMsgStore() *msgStore {
+	return &msgStore{memStore: newMemStore(), msgs: map[string]map[uint16]engine.StoredMessage{}}
+}
+
+func (m *msgStore) SaveMessage(id string, pid uint16, msg *engine.Message, subIDs []uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.msgs[id] == nil {
+		m.msgs[id] = map[uint16]engine.StoredMessage{}
+	}
+	cp := *msg
+	cp.Payload = append([]byte(nil), msg.Payload...)
+	m.msgs[id][pid] = engine.StoredMessage{PID: pid, Message: &cp, SubIDs: subIDs}
+}
+
+func (m *msgStore) DeleteMessage(id string, pid uint16) {
+	m.mu.Lock()
+	delete(m.msgs[id], pid)
+	m.mu.Unlock()
+}
+
+func (m *msgStore) Delete(id string) {
+	m.memStore.Delete(id)
+	m.mu.Lock()
+	delete(m.msgs, id)
+	m.mu.Unlock()
+}
+
+func (m *msgStore) LoadMessages(id string) ([]engine.StoredMessage, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []engine.StoredMessage
+	for _, sm := range m.msgs[id] {
+		out = append(out, sm)
+	}
+	slices.SortFunc(out, func(a, b engine.StoredMessage) int { return cmp.Compare(a.PID, b.PID) })
+	return out, nil
+}
+
+// TestResumeWithoutExpiryDeliversWhatWasQueued: a session that queued
+// messages while offline (held by the store, not in memory) and is
+// resumed with no session expiry gets them all before it ends; the store
+// forgets it only after they were read back [MQTT-3.1.2-23]. (The Paho
+// suite's client_test5 test_offline_message_queueing does this: it found
+// the messages deleted with the stored session before they were loaded.)
+func TestResumeWithoutExpiryDeliversWhatWasQueued(t *testing.T) {
+	st := newMsgStore()
+	e, addr := start(t, engine.Options{Hooks: engine.Hooks{Sessions: st}})
+	c, _ := dialV5(t, addr, &paho.Connect{ClientID: "dev", CleanStart: true, KeepAlive: 30,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: new(uint32(300))}}, nil)
+	_, err := c.Subscribe(t.Context(), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "cmd/dev", QoS: 1}}})
+	require.NoError(t, err)
+	require.NoError(t, c.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	require.Eventually(t, func() bool { return !e.Connected("dev") }, 5*time.Second, 5*time.Millisecond)
+
+	pub := dialV3(t, addr, "backend")
+	for _, p := range []string{"a", "b"} {
+		wait(t, pub.Publish("cmd/dev", 1, false, []byte(p)))
+	}
+
+	var mu sync.Mutex
+	var got []string
+	c, ca := dialV5(t, addr, &paho.Connect{ClientID: "dev", KeepAlive: 0}, func(pr paho.PublishReceived) (bool, error) {
+		mu.Lock()
+		got = append(got, string(pr.Packet.Payload))
+		mu.Unlock()
+		return true, nil
+	})
+	require.True(t, ca.SessionPresent)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 2
+	}, 5*time.Second, 5*time.Millisecond, "the queued messages never came")
+	mu.Lock()
+	require.Equal(t, []string{"a", "b"}, got)
+	mu.Unlock()
+	require.False(t, st.stored("dev"), "the session stays stored after a resume without expiry")
+	require.NoError(t, c.Disconnect(&paho.Disconnect{ReasonCode: 0}))
+	require.Eventually(t, func() bool { return !e.HasSession("dev") }, 5*time.Second, 5*time.Millisecond)
 }
