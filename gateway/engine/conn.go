@@ -83,6 +83,7 @@ type conn struct {
 	resumeAt  atomic.Int64 // unix ns a pacing wait ends, 0 for none (the wheel reads it)
 	maxOut    uint32       // the client's Maximum Packet Size; 0 none
 	recvMax   uint16       // the client's Receive Maximum (our sends in flight)
+	outAlias  *outAliases  // topic aliases we set for the client (MQTT 5, if it allows them); under wmu
 	noProblem bool         // the client asked for no reason strings (MQTT 5 Request Problem Information 0)
 	cleanEnd  bool         // the client sent DISCONNECT (no will unless 0x04)
 	willToo   bool         // DISCONNECT 0x04: publish the will anyway

@@ -215,6 +215,9 @@ func (c *conn) connect(pk *packets.Packet) error {
 		p := &pk.Properties
 		c.maxOut = p.MaximumPacketSize
 		c.recvMax = p.ReceiveMaximum
+		if n := min(p.TopicAliasMaximum, e.opts.TopicAliasMaximum); n > 0 {
+			c.outAlias = &outAliases{max: n}
+		}
 		c.noProblem = p.RequestProblemInfoFlag && p.RequestProblemInfo == 0
 	}
 

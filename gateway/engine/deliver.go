@@ -138,12 +138,12 @@ func (c *conn) sendQoS0(m *Message, retain bool, subIDs []uint32) {
 	v5 := c.version == 5
 	if v5 {
 		o.expiry = expiryLeft(m)
-		if c.maxOut > 0 && publishSize(m, &o, true) > int(c.maxOut) {
+		if c.maxOut > 0 && publishSize(m, &o, true)+c.aliasExtra() > int(c.maxOut) {
 			c.e.m.droppedTooLarge.Add(1) // [MQTT-3.1.2-24]
 			return
 		}
 	}
-	if !c.appendPacket(func(b []byte) []byte { return appendPublish(b, m, &o, v5) }) {
+	if !c.appendPacket(func(b []byte) []byte { return c.appendPublishOut(b, m, &o, v5) }) {
 		return
 	}
 	c.e.m.sent.Add(1)
@@ -160,7 +160,7 @@ func (c *conn) sendOut(s *session, om *outMsg) {
 	v5 := c.version == 5
 	if v5 {
 		o.expiry = expiryLeft(om.m)
-		if c.maxOut > 0 && publishSize(om.m, &o, true) > int(c.maxOut) {
+		if c.maxOut > 0 && publishSize(om.m, &o, true)+c.aliasExtra() > int(c.maxOut) {
 			// [MQTT-3.1.2-24] [MQTT-3.1.2-25]: not sent, treated as sent.
 			c.e.m.droppedTooLarge.Add(1)
 			om.sent, om.gen = true, s.generation
@@ -168,7 +168,7 @@ func (c *conn) sendOut(s *session, om *outMsg) {
 			return
 		}
 	}
-	if c.appendPacket(func(b []byte) []byte { return appendPublish(b, om.m, &o, v5) }) {
+	if c.appendPacket(func(b []byte) []byte { return c.appendPublishOut(b, om.m, &o, v5) }) {
 		dup := om.sent
 		om.sent, om.gen = true, s.generation
 		c.e.m.sent.Add(1)
@@ -195,6 +195,23 @@ func (e *Engine) completeUnsendable(s *session, om *outMsg) {
 	e.fillWindowLocked(s)
 	s.mu.Unlock()
 	e.discard(s.id, om.m, false, "larger than the client's maximum packet size")
+}
+
+// appendPublishOut is appendPublish with c's outbound topic alias; it
+// runs under c.wmu (appendPacket).
+func (c *conn) appendPublishOut(b []byte, m *Message, o *publishOut, v5 bool) []byte {
+	if c.outAlias != nil {
+		c.outAlias.apply(o, m.Topic)
+	}
+	return appendPublish(b, m, o, v5)
+}
+
+// aliasExtra is what a topic alias may add to a PUBLISH to c.
+func (c *conn) aliasExtra() int {
+	if c.outAlias != nil {
+		return aliasBytes
+	}
+	return 0
 }
 
 // appendPacket appends one encoded packet to c's write buffer.

@@ -80,7 +80,42 @@ type publishOut struct {
 	subIDs []uint32
 	// expiry: seconds left of the message's expiry interval; 0 for none.
 	expiry uint32
+	// alias: the topic alias sent with it (MQTT 5), 0 for none; aliasOnly:
+	// the client knows the alias, the topic name is left out [MQTT-3.3.2-12].
+	alias     uint16
+	aliasOnly bool
 }
+
+// outAliases are the topic aliases the engine sets for one client, at
+// most max (the smaller of the client's Topic Alias Maximum and the
+// engine's): a topic gets the next free alias the first time it is sent,
+// with its name; later sends carry the alias alone. Once all are given,
+// other topics go by name. Guarded by the connection's write lock, so an
+// alias is defined in the byte stream before it is used.
+type outAliases struct {
+	max     uint16
+	byTopic map[string]uint16
+}
+
+// apply sets o's alias for topic [MQTT-3.3.2-10] [MQTT-3.3.2-11].
+func (a *outAliases) apply(o *publishOut, topic string) {
+	if n, ok := a.byTopic[topic]; ok {
+		o.alias, o.aliasOnly = n, true
+		return
+	}
+	if len(a.byTopic) >= int(a.max) {
+		return
+	}
+	if a.byTopic == nil {
+		a.byTopic = make(map[string]uint16, 1)
+	}
+	n := uint16(len(a.byTopic) + 1)
+	a.byTopic[topic] = n
+	o.alias = n
+}
+
+// aliasBytes is the most a topic alias adds to a PUBLISH (the property).
+const aliasBytes = 3
 
 // publishSize returns the encoded size of m sent with o (to an MQTT 5
 // client if v5), for the Maximum Packet Size check [MQTT-3.1.2-24].
@@ -98,7 +133,11 @@ func publishSize(m *Message, o *publishOut, v5 bool) int {
 
 // appendPublish appends the PUBLISH of m as o says.
 func appendPublish(b []byte, m *Message, o *publishOut, v5 bool) []byte {
-	rem := 2 + len(m.Topic) + len(m.Payload)
+	topic := m.Topic
+	if o.aliasOnly {
+		topic = ""
+	}
+	rem := 2 + len(topic) + len(m.Payload)
 	if o.qos > 0 {
 		rem += 2
 	}
@@ -116,7 +155,7 @@ func appendPublish(b []byte, m *Message, o *publishOut, v5 bool) []byte {
 	}
 	b = append(b, first)
 	b = appendVarint(b, rem)
-	b = appendString(b, m.Topic)
+	b = appendString(b, topic)
 	if o.qos > 0 {
 		b = append(b, byte(o.pid>>8), byte(o.pid))
 	}
@@ -135,11 +174,15 @@ const (
 	propResponseTopic   = 0x08
 	propCorrelationData = 0x09
 	propSubscriptionID  = 0x0B
+	propTopicAlias      = 0x23
 	propUser            = 0x26
 )
 
 func propsSize(m *Message, o *publishOut) int {
 	n := 0
+	if o.alias > 0 {
+		n += aliasBytes
+	}
 	if o.expiry > 0 {
 		n += 5
 	}
@@ -176,6 +219,10 @@ func appendProps(b []byte, m *Message, o *publishOut) []byte {
 	if o.expiry > 0 {
 		b = append(b, propMessageExpiry)
 		b = binary.BigEndian.AppendUint32(b, o.expiry)
+	}
+	if o.alias > 0 {
+		b = append(b, propTopicAlias)
+		b = binary.BigEndian.AppendUint16(b, o.alias)
 	}
 	if p != nil {
 		if p.ContentType != "" {
