@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -112,7 +113,14 @@ func checkConnectProps(body []byte, p int) error {
 	return err
 }
 
-// checkConnect checks what mochi's decoder leaves to us.
+// checkConnect checks what mochi's decoder leaves to us. The decoder
+// itself refuses a CONNECT whose flags announce a field that is not there
+// — the will's topic and payload (both specs' [MQTT-3.1.2-9]), the user
+// name (3.1.1 [MQTT-3.1.2-19], MQTT 5 [MQTT-3.1.2-17]), the password
+// (3.1.1 [MQTT-3.1.2-21], MQTT 5 [MQTT-3.1.2-19]) — or whose will topic
+// or user name is not UTF-8 (3.1.1 [MQTT-3.1.3-10] [MQTT-3.1.3-11], MQTT 5
+// [MQTT-3.1.3-11] [MQTT-3.1.3-12]). What is left fails [MQTT-3.1.4-1]:
+// closed, with a CONNACK only where MQTT 5 gives a reason code.
 func (c *conn) checkConnect(pk *packets.Packet) error {
 	cp := &pk.Connect
 	if pk.ReservedBit != 0 {
@@ -125,6 +133,11 @@ func (c *conn) checkConnect(pk *packets.Packet) error {
 	}
 	if cp.WillQos > 2 {
 		return malformed("[MQTT-3.1.2-12]", "will QoS 3") // 3.1.1: [MQTT-3.1.2-14]
+	}
+	if cp.UsernameFlag && (!utf8Valid(cp.Username) || bytes.IndexByte(cp.Username, 0) >= 0) {
+		// mochi decodes the user name as bytes: 3.1.1 [MQTT-3.1.3-11],
+		// MQTT 5 [MQTT-3.1.3-12].
+		return malformed("[MQTT-3.1.3-12]", "user name is not UTF-8")
 	}
 	if pk.ProtocolVersion < 5 && cp.PasswordFlag && !cp.UsernameFlag {
 		return malformed("[MQTT-3.1.2-22]", "password without a user name")

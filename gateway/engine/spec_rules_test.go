@@ -135,18 +135,23 @@ func specRules() []specRule {
 		{"[MQTT-2.2.2-2]", "3.1.1 CONNECT with reserved header flags", 0, append([]byte{0x11}, v4connectBody(0x02, str("c1"))[1:]...), closes, noHook},
 		{"[MQTT-3.1.2-1]", "3.1.1 protocol name not MQTT", 0, packet(0x10, str("MQTX"), []byte{4, 0x02, 0, 60}, str("c2")), closes, noHook},
 		{"[MQTT-3.1.2-2]", "3.1.1 protocol level 6", 0, packet(0x10, str("MQTT"), []byte{6, 0x02, 0, 60}, str("c3")), connack(0x01), noHook},
-		{"[MQTT-3.1.2-3]", "3.1.1 CONNECT reserved flag", 0, v4connectBody(0x03, str("c4")), closes, noHook},
-		{"[MQTT-3.1.2-13]", "3.1.1 will QoS without a will", 0, v4connectBody(0x0A, str("c5")), closes, noHook},
-		{"[MQTT-3.1.2-15]", "3.1.1 will retain without a will", 0, v4connectBody(0x22, str("c6")), closes, noHook},
+		{"[MQTT-3.1.2-3] [MQTT-3.1.4-1] [MQTT-3.2.2-6]", "3.1.1 CONNECT reserved flag", 0, v4connectBody(0x03, str("c4")), closes, noHook},
+		{"[MQTT-3.1.2-11] [MQTT-3.1.2-13]", "3.1.1 will QoS without a will", 0, v4connectBody(0x0A, str("c5")), closes, noHook},
+		{"[MQTT-3.1.2-11] [MQTT-3.1.2-15]", "3.1.1 will retain without a will", 0, v4connectBody(0x22, str("c6")), closes, noHook},
 		{"[MQTT-3.1.2-14]", "3.1.1 will QoS 3", 0, v4connectBody(0x1E, str("c7"), str("w"), str("bye")), closes, noHook},
 		{"[MQTT-3.1.2-22]", "3.1.1 password without a user name", 0, v4connectBody(0x42, str("c8"), str("secret")), closes, noHook},
+		{"[MQTT-3.1.2-9]", "3.1.1 will flag without a will topic", 0, v4connectBody(0x06, str("c9")), closes, noHook},
+		{"[MQTT-3.1.2-19]", "3.1.1 user name flag without a user name", 0, v4connectBody(0x82, str("c10")), closes, noHook},
+		{"[MQTT-3.1.2-21]", "3.1.1 password flag without a password", 0, v4connectBody(0xC2, str("c11"), str("u")), closes, noHook},
+		{"[MQTT-3.1.3-10]", "3.1.1 will topic not UTF-8", 0, v4connectBody(0x06, str("c12"), str("w/\xff"), str("bye")), closes, noHook},
+		{"[MQTT-3.1.3-11]", "3.1.1 user name not UTF-8", 0, v4connectBody(0x82, str("c13"), str("u\xff")), closes, noHook},
 		{"[MQTT-1.5.3-1]", "3.1.1 client ID not UTF-8", 0, v4connectBody(0x02, str("c\xff")), closes, noHook},
 		{"[MQTT-1.5.3-2]", "3.1.1 client ID with U+0000", 0, v4connectBody(0x02, str("c\x00")), closes, noHook},
 		{"[MQTT-3.1.3-8]", "3.1.1 empty client ID without clean session", 0, v4connectBody(0x00, str("")), connack(0x02), noHook},
 		{"[MQTT-3.1.3-9]", "3.1.1 client ID rejected: CONNACK 2 then close", 0, connectV4("reject-me"), connack(0x02), authOnly},
 		{"[MQTT-3.1.4-6]", "3.1.1 nothing after a refused CONNECT is processed", 0,
 			append(connectV4("refuse-me"), pub(0x32, "after/refusal", []byte{0, 1}, []byte("x"))...), connack(0x05), authOnly},
-		{"[MQTT-3.2.2-5]", "3.1.1 a CONNACK refusing closes the connection", 0, connectV4("refuse-too"), connack(0x05), authOnly},
+		{"[MQTT-3.2.2-4] [MQTT-3.2.2-5]", "3.1.1 a CONNACK refusing closes the connection", 0, connectV4("refuse-too"), connack(0x05), authOnly},
 		{"[MQTT-3.3.1-4]", "3.1.1 PUBLISH QoS 3", 4, pub(0x36, "a", []byte{0, 1}, []byte("x")), closes, authOnly},
 		{"[MQTT-3.3.1-2]", "3.1.1 DUP on QoS 0", 4, pub(0x38, "a", []byte("x")), closes, authOnly},
 		{"[MQTT-2.3.1-1]", "3.1.1 QoS 1 PUBLISH with packet identifier 0", 4, pub(0x32, "a", []byte{0, 0}, []byte("x")), closes, authOnly},
@@ -166,6 +171,7 @@ func specRules() []specRule {
 		{"[MQTT-3.9.3-2]", "3.1.1 invalid filter gets SUBACK 0x80", 4, packet(0x82, []byte{0, 1}, str("a/#/b"), []byte{1}), answersOpen(0x90, 0x80), authOnly},
 		{"[MQTT-3.10.1-1]", "3.1.1 UNSUBSCRIBE flags not 0010", 4, packet(0xA0, []byte{0, 1}, str("a")), closes, authOnly},
 		{"[MQTT-3.10.3-2]", "3.1.1 UNSUBSCRIBE without a filter", 4, packet(0xA2, []byte{0, 1}), closes, authOnly},
+		{"[MQTT-3.10.3-1]", "3.1.1 UNSUBSCRIBE filter not UTF-8", 4, packet(0xA2, []byte{0, 1}, str("a/\xff")), closes, authOnly},
 		{"[MQTT-2.3.1-1]", "3.1.1 UNSUBSCRIBE with packet identifier 0", 4, packet(0xA2, []byte{0, 0}, str("a")), closes, authOnly},
 		{"[MQTT-3.12.4-1]", "3.1.1 PINGREQ gets PINGRESP", 4, []byte{0xC0, 0}, answersOpen(0xD0, 0), authOnly},
 		{"[MQTT-2.2.2-2]", "3.1.1 PINGREQ with reserved flags", 4, []byte{0xC1, 0}, closes, authOnly},
@@ -179,13 +185,18 @@ func specRules() []specRule {
 
 		// ---- MQTT 5 ----
 		{"[MQTT-3.1.0-1]", "5 first packet not CONNECT", 0, pub(0x30, "a", []byte{0}, []byte("x")), closes, noHook},
-		{"[MQTT-3.1.0-2]", "5 second CONNECT", 5, connectV5("again"), disconnect(0x82), authOnly},
+		{"[MQTT-3.1.0-2] [MQTT-3.2.0-2]", "5 second CONNECT (no second CONNACK)", 5, connectV5("again"), disconnect(0x82), authOnly},
 		{"[MQTT-2.1.3-1]", "5 CONNECT with reserved header flags", 0, append([]byte{0x11}, v5connectBody(0x02, props(), str("d1"))[1:]...), closes, noHook},
 		{"[MQTT-3.1.2-1]", "5 protocol name not MQTT", 0, packet(0x10, str("MQTX"), []byte{5, 0x02, 0, 60, 0}, str("d2")), closes, noHook},
-		{"[MQTT-3.1.2-3]", "5 CONNECT reserved flag", 0, v5connectBody(0x03, props(), str("d3")), closes, noHook},
+		{"[MQTT-3.1.2-3] [MQTT-3.1.4-1]", "5 CONNECT reserved flag", 0, v5connectBody(0x03, props(), str("d3")), closes, noHook},
 		{"[MQTT-3.1.2-11]", "5 will QoS without a will", 0, v5connectBody(0x0A, props(), str("d4")), closes, noHook},
 		{"[MQTT-3.1.2-13]", "5 will retain without a will", 0, v5connectBody(0x22, props(), str("d5")), closes, noHook},
 		{"[MQTT-3.1.2-12]", "5 will QoS 3", 0, v5connectBody(0x1E, props(), str("d6"), props(), str("w"), str("bye")), closes, noHook},
+		{"[MQTT-3.1.2-9]", "5 will flag without a will topic", 0, v5connectBody(0x06, props(), str("d20"), props()), connack(0x81), noHook},
+		{"[MQTT-3.1.2-17]", "5 user name flag without a user name", 0, v5connectBody(0x82, props(), str("d21")), connack(0x81), noHook},
+		{"[MQTT-3.1.2-19]", "5 password flag without a password", 0, v5connectBody(0xC2, props(), str("d22"), str("u")), connack(0x81), noHook},
+		{"[MQTT-3.1.3-11]", "5 will topic not UTF-8", 0, v5connectBody(0x06, props(), str("d23"), props(), str("w/\xff"), str("bye")), connack(0x81), noHook},
+		{"[MQTT-3.1.3-12]", "5 user name not UTF-8", 0, v5connectBody(0x82, props(), str("d24"), str("u\xff")), closes, noHook},
 		{"[MQTT-1.5.4-1]", "5 client ID not UTF-8", 0, v5connectBody(0x02, props(), str("d\xff")), connack(0x81), noHook},
 		{"[MQTT-1.5.4-2]", "5 client ID with U+0000", 0, v5connectBody(0x02, props(), str("d\x00")), connack(0x81), noHook},
 		{"[MQTT-3.1.3-11]", "5 will topic with a wildcard", 0, v5connectBody(0x06, props(), str("d7"), props(), str("w/#"), str("bye")), connack(0x90), noHook},
@@ -260,7 +271,8 @@ func specRules() []specRule {
 		{"[MQTT-3.15.1-1]", "5 AUTH with reserved flags", 5, packet(0xF1, []byte{0x18, 0}), disconnect(0x81), authOnly},
 		{"§2.1.2", "5 reserved packet type 0", 5, []byte{0x00, 0}, disconnect(0x81), authOnly},
 		{"§2.1.2", "5 SUBACK from a client", 5, packet(0x90, []byte{0, 1, 0, 0}), disconnect(0x81), authOnly},
-		{"[MQTT-1.5.5-1]", "5 remaining length of five bytes", 5, []byte{0x30, 0xFF, 0xFF, 0xFF, 0xFF, 0x01}, disconnect(0x81), authOnly},
+		{"§1.5.5", "5 remaining length of five bytes", 5, []byte{0x30, 0xFF, 0xFF, 0xFF, 0xFF, 0x01}, disconnect(0x81), authOnly},
+		{"[MQTT-1.5.5-1]", "5 remaining length not in the fewest bytes", 5, []byte{0xC0, 0x80, 0x00}, disconnect(0x81), authOnly},
 		{"[MQTT-3.2.2-15]", "5 packet over the Maximum Packet Size", 5, append([]byte{0x30}, remLen(1<<20)...), disconnect(0x95), authOnly},
 	}
 }
@@ -418,4 +430,19 @@ func TestDisconnectDecidesTheWill(t *testing.T) {
 	require.NoError(t, sub.SetReadDeadline(time.Now().Add(200*time.Millisecond)))
 	_, err = sub.Read(make([]byte, 1))
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "no other will")
+}
+
+// TestKeepaliveTimeoutV5: an MQTT 5 client silent for 1.5 × its keepalive
+// is told DISCONNECT 0x8D and closed [MQTT-3.1.2-22] (MQTT 3.1.1:
+// TestKeepaliveTimeout).
+func TestKeepaliveTimeoutV5(t *testing.T) {
+	_, addr := start(t, engine.Options{})
+	c := rawConnect(t, addr, packet(0x10, str("MQTT"), []byte{5, 0x02, 0, 1, 0}, str("ka5")))
+	begun := time.Now()
+	got := closedWithin(t, c, 5*time.Second)
+	require.GreaterOrEqual(t, time.Since(begun), 1400*time.Millisecond, "not before 1.5 × keepalive")
+	require.NotEmpty(t, got)
+	first, body := readFrame(t, strings.NewReader(string(got)))
+	require.Equal(t, byte(0xE0), first, "DISCONNECT")
+	require.Equal(t, byte(0x8D), body[0], "keep alive timeout")
 }
