@@ -287,6 +287,9 @@ func (c *conn) handleDisconnect(first byte, body []byte) error {
 		c.cleanEnd = false
 		return malformed("§3.14.1", "MQTT 3 DISCONNECT with a body")
 	}
+	// What follows the DISCONNECT is not handled: the client must not send
+	// it (3.1.1 [MQTT-3.14.4-2], MQTT 5 [MQTT-3.14.4-1]); consume stops at
+	// the closed state.
 	c.end(Success, reasonNormal, errors.New("client disconnected"))
 	return nil
 }

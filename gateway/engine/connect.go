@@ -455,7 +455,8 @@ func itoa(n uint64) string {
 	}
 }
 
-// validTopicName checks a topic name a client publishes to: not empty, no
+// validTopicName checks a topic name a client publishes to: not empty
+// (3.1.1 [MQTT-4.7.3-1]), no
 // wildcards [MQTT-3.3.2-2], no NUL. mochi's decoder refuses every string
 // that is not well-formed UTF-8 or holds U+0000 as malformed: 3.1.1
 // [MQTT-1.5.3-1] [MQTT-1.5.3-2], MQTT 5 [MQTT-1.5.4-1] [MQTT-1.5.4-2].
