@@ -523,7 +523,9 @@ func frame(b []byte, maxBytes int) (hdr, size int, err error) {
 }
 
 // protocolFailure ends the connection for a packet that broke a rule.
-// Nothing is sent before a CONNACK [MQTT-3.2.0-2]; an MQTT 5 client past
+// Nothing is sent before a CONNACK (the server's first packet is CONNACK
+// [MQTT-3.2.0-1]; 3.1.1 closes without one where no return code applies
+// [MQTT-3.2.2-6]); an MQTT 5 client past
 // it is told the reason first [MQTT-4.13.1-1]; MQTT 3 has no server
 // DISCONNECT: the connection is closed [MQTT-4.8.0-1].
 func (c *conn) protocolFailure(err error) {

@@ -40,6 +40,8 @@ func (c *conn) handle(first byte, body []byte) error {
 	case packets.Disconnect:
 		return c.handleDisconnect(first, body)
 	case packets.Connect:
+		// A protocol error, answered DISCONNECT 0x82 and never a second
+		// CONNACK [MQTT-3.2.0-2].
 		return violation("[MQTT-3.1.0-2]", "a second CONNECT")
 	case packets.Auth:
 		if c.version != 5 {
