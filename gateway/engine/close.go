@@ -228,21 +228,42 @@ func (e *Engine) finishExpiry(s *session, pending []*outMsg) {
 	}
 }
 
-// handleDisconnect: the client leaves. MQTT 5 may change the session
-// expiry (not from 0 [MQTT-3.14.2-2]) and ask for its will (0x04).
+// handleDisconnect: the client leaves, and its will is discarded
+// [MQTT-3.14.4-3] — unless, on MQTT 5, it asks for it (0x04). MQTT 5 may
+// change the session expiry (not from 0 [MQTT-3.14.2-2]).
+//
+// The MQTT 5 body is read here, not by mochi's DisconnectDecode, which
+// skips a lone reason code (remaining length 1: 0x04 would lose the will)
+// and the properties of a two-byte body.
 func (c *conn) handleDisconnect(first byte, body []byte) error {
 	if first&0x0F != 0 {
 		return malformed("[MQTT-3.14.1-1]", "DISCONNECT flags set")
 	}
 	c.cleanEnd = true
 	if c.version == 5 && len(body) > 0 {
+		if !validDisconnectCode(ReasonCode(body[0])) {
+			c.cleanEnd = false
+			return violation("[MQTT-3.14.2-1]", "DISCONNECT with reason code %#02x", body[0])
+		}
 		var pk packets.Packet
 		pk.ProtocolVersion = 5
-		if err := decodeHeader(&pk, first, len(body)); err != nil {
-			return err
-		}
-		if err := pk.DisconnectDecode(ownBody(body)); err != nil {
-			return decodeError(packets.Disconnect, err)
+		pk.ReasonCode = body[0]
+		if len(body) > 1 {
+			s, err := scanProps(body[1:])
+			if err == nil && 1+s.size != len(body) {
+				err = malformed("§2.2.2", "bytes after the DISCONNECT's properties")
+			}
+			if err != nil {
+				c.cleanEnd = false
+				return err
+			}
+			if err := decodeHeader(&pk, first, len(body)); err != nil {
+				return err
+			}
+			if err := pk.DisconnectDecode(ownBody(body)); err != nil {
+				c.cleanEnd = false
+				return decodeError(packets.Disconnect, err)
+			}
 		}
 		c.willToo = pk.ReasonCode == byte(DisconnectWithWill)
 		if pk.Properties.SessionExpiryIntervalFlag {
@@ -263,8 +284,28 @@ func (c *conn) handleDisconnect(first byte, body []byte) error {
 			s.mu.Unlock()
 		}
 	} else if c.version < 5 && len(body) != 0 {
-		return malformed("[MQTT-3.14.1-1]", "MQTT 3 DISCONNECT with a body")
+		c.cleanEnd = false
+		return malformed("§3.14.1", "MQTT 3 DISCONNECT with a body")
 	}
+	// What follows the DISCONNECT is not handled: the client must not send
+	// it (3.1.1 [MQTT-3.14.4-2], MQTT 5 [MQTT-3.14.4-1]); consume stops at
+	// the closed state.
 	c.end(Success, reasonNormal, errors.New("client disconnected"))
 	return nil
+}
+
+// validDisconnectCode reports whether code is one of the DISCONNECT reason
+// codes (§3.14.2.1).
+func validDisconnectCode(code ReasonCode) bool {
+	switch code {
+	case Success, DisconnectWithWill, UnspecifiedError, MalformedPacket, ProtocolError, ImplementationSpecific,
+		NotAuthorized, ServerBusy, ServerShuttingDown, KeepAliveTimeout, SessionTakenOver, TopicFilterInvalid,
+		TopicNameInvalid, ReceiveMaximumExceeded, TopicAliasInvalid, PacketTooLarge, MessageRateTooHigh,
+		QuotaExceeded, AdministrativeAction, PayloadFormatInvalid, RetainNotSupported, QoSNotSupported,
+		0x9C, 0x9D, // use another server, server moved
+		SharedSubNotSupported, ConnectionRateExceeded, MaximumConnectTime, SubscriptionIDsNotSupported,
+		WildcardSubsNotSupported:
+		return true
+	}
+	return false
 }

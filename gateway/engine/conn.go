@@ -492,7 +492,8 @@ func (c *conn) consume(data []byte) bool {
 
 // frame reads a packet's fixed header: hdr is its length (0: incomplete)
 // and size the whole packet's (when known). A remaining length past four
-// bytes is malformed [MQTT-1.5.5-1]; past maxBytes the packet is too large.
+// bytes (3.1.1 §2.2.3, MQTT 5 §1.5.5), or longer than it needs to be
+// [MQTT-1.5.5-1], is malformed; past maxBytes the packet is too large.
 func frame(b []byte, maxBytes int) (hdr, size int, err error) {
 	n, mul := 0, 1
 	for i := 1; ; i++ {
@@ -500,10 +501,13 @@ func frame(b []byte, maxBytes int) (hdr, size int, err error) {
 			return 0, 0, nil
 		}
 		if i > 4 {
-			return 0, 0, malformed("[MQTT-1.5.5-1]", "remaining length longer than four bytes")
+			return 0, 0, malformed("§1.5.5", "remaining length longer than four bytes")
 		}
 		d := b[i]
 		n += int(d&0x7F) * mul
+		if d == 0 && i > 1 {
+			return 0, 0, malformed("[MQTT-1.5.5-1]", "remaining length not in the fewest bytes")
+		}
 		if d&0x80 == 0 {
 			hdr = i + 1
 			break
@@ -520,7 +524,9 @@ func frame(b []byte, maxBytes int) (hdr, size int, err error) {
 }
 
 // protocolFailure ends the connection for a packet that broke a rule.
-// Nothing is sent before a CONNACK [MQTT-3.2.0-2]; an MQTT 5 client past
+// Nothing is sent before a CONNACK (the server's first packet is CONNACK
+// [MQTT-3.2.0-1]; 3.1.1 closes without one where no return code applies
+// [MQTT-3.2.2-6]); an MQTT 5 client past
 // it is told the reason first [MQTT-4.13.1-1]; MQTT 3 has no server
 // DISCONNECT: the connection is closed [MQTT-4.8.0-1].
 func (c *conn) protocolFailure(err error) {
@@ -776,6 +782,8 @@ func (c *conn) tick(added, now int64) int64 {
 		return next(0)
 	}
 	if ka := c.kaNanos.Load(); ka > 0 && now >= c.lastRead.Load()+ka {
+		// Nothing for 1.5 × the keepalive: 3.1.1 [MQTT-3.1.2-24], MQTT 5
+		// [MQTT-3.1.2-22] (told 0x8D first).
 		c.kill(KeepAliveTimeout, reasonKeepalive, errors.New("keepalive timeout"))
 		return next(0)
 	}

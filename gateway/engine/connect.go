@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -39,6 +40,17 @@ func (c *conn) handleConnect(first byte, body []byte) error {
 	if err := decodeHeader(&pk, first, len(body)); err != nil {
 		return err
 	}
+	if level == 5 {
+		if err := checkConnectProps(body, 2+len(name)+1); err != nil {
+			code := MalformedPacket
+			var pe *protocolError
+			if errors.As(err, &pe) {
+				code = pe.code
+			}
+			c.refuse(code, err.Error())
+			return nil
+		}
+	}
 	if err := pk.ConnectDecode(ownBody(body)); err != nil {
 		if level == 5 {
 			c.refuse(MalformedPacket, err.Error())
@@ -69,17 +81,63 @@ func protocolOf(body []byte) (string, byte, bool) {
 	return string(body[2 : 2+n]), body[2+n], true
 }
 
-// checkConnect checks what mochi's decoder leaves to us.
+// checkConnectProps scans an MQTT 5 CONNECT's properties and its will's
+// (p is the offset of the connect flags): repeated properties, and a
+// Receive Maximum or Maximum Packet Size of 0, are protocol errors
+// (§3.1.2.11.3, §3.1.2.11.4). What does not fit is left to the decoder.
+func checkConnectProps(body []byte, p int) error {
+	if p+3 > len(body) {
+		return nil
+	}
+	flags := body[p]
+	p += 3 // flags, keepalive
+	s, err := scanProps(body[p:])
+	if err != nil {
+		return err
+	}
+	if s.seen[0x21] && s.zero[0x21] {
+		return violation("§3.1.2.11.3", "receive maximum 0")
+	}
+	if s.seen[0x27] && s.zero[0x27] {
+		return violation("§3.1.2.11.4", "maximum packet size 0")
+	}
+	p += s.size
+	if flags&0x04 == 0 || p+2 > len(body) {
+		return nil
+	}
+	p += 2 + (int(body[p])<<8 | int(body[p+1])) // the client ID
+	if p >= len(body) {
+		return nil
+	}
+	_, err = scanProps(body[p:])
+	return err
+}
+
+// checkConnect checks what mochi's decoder leaves to us. The decoder
+// itself refuses a CONNECT whose flags announce a field that is not there
+// — the will's topic and payload (both specs' [MQTT-3.1.2-9]), the user
+// name (3.1.1 [MQTT-3.1.2-19], MQTT 5 [MQTT-3.1.2-17]), the password
+// (3.1.1 [MQTT-3.1.2-21], MQTT 5 [MQTT-3.1.2-19]) — or whose will topic
+// or user name is not UTF-8 (3.1.1 [MQTT-3.1.3-10] [MQTT-3.1.3-11], MQTT 5
+// [MQTT-3.1.3-11] [MQTT-3.1.3-12]). What is left fails [MQTT-3.1.4-1]:
+// closed, with a CONNACK only where MQTT 5 gives a reason code.
 func (c *conn) checkConnect(pk *packets.Packet) error {
 	cp := &pk.Connect
 	if pk.ReservedBit != 0 {
 		return malformed("[MQTT-3.1.2-3]", "CONNECT reserved flag set")
 	}
 	if !cp.WillFlag && (cp.WillQos != 0 || cp.WillRetain) {
-		return malformed("[MQTT-3.1.2-11]", "will QoS or retain without a will") // [MQTT-3.1.2-13] too
+		// MQTT 5 [MQTT-3.1.2-11] [MQTT-3.1.2-13]; 3.1.1 [MQTT-3.1.2-11]
+		// [MQTT-3.1.2-13] [MQTT-3.1.2-15].
+		return malformed("[MQTT-3.1.2-11]", "will QoS or retain without a will")
 	}
 	if cp.WillQos > 2 {
-		return malformed("[MQTT-3.1.2-12]", "will QoS 3")
+		return malformed("[MQTT-3.1.2-12]", "will QoS 3") // 3.1.1: [MQTT-3.1.2-14]
+	}
+	if cp.UsernameFlag && (!utf8Valid(cp.Username) || bytes.IndexByte(cp.Username, 0) >= 0) {
+		// mochi decodes the user name as bytes: 3.1.1 [MQTT-3.1.3-11],
+		// MQTT 5 [MQTT-3.1.3-12].
+		return malformed("[MQTT-3.1.3-12]", "user name is not UTF-8")
 	}
 	if pk.ProtocolVersion < 5 && cp.PasswordFlag && !cp.UsernameFlag {
 		return malformed("[MQTT-3.1.2-22]", "password without a user name")
@@ -91,13 +149,13 @@ func (c *conn) checkConnect(pk *packets.Packet) error {
 		if pk.ProtocolVersion == 5 {
 			wp := &cp.WillProperties
 			if wp.PayloadFormatFlag && wp.PayloadFormat > 1 {
-				return violation("[MQTT-3.1.3-?]", "will payload format %d", wp.PayloadFormat)
+				return violation("§3.1.3.2.3", "will payload format %d", wp.PayloadFormat)
 			}
 			if wp.PayloadFormat == 1 && !utf8Valid(cp.WillPayload) {
-				return &protocolError{code: PayloadFormatInvalid, spec: "[MQTT-3.1.3-?]", msg: "will payload is not UTF-8"}
+				return &protocolError{code: PayloadFormatInvalid, spec: "§3.1.3.2.3", msg: "will payload is not UTF-8"}
 			}
 			if wp.ResponseTopic != "" && validTopicName(wp.ResponseTopic) != nil {
-				return violation("[MQTT-3.1.2-?]", "will response topic %q is not a topic name", wp.ResponseTopic)
+				return violation("§3.1.3.2.8", "will response topic %q is not a topic name", wp.ResponseTopic)
 			}
 		}
 	}
@@ -108,13 +166,13 @@ func (c *conn) checkConnect(pk *packets.Packet) error {
 			return &protocolError{code: BadAuthenticationMethod, msg: "authentication method " + p.AuthenticationMethod + " not supported"}
 		}
 		if len(p.AuthenticationData) > 0 {
-			return violation("[MQTT-3.1.2-?]", "authentication data without a method")
+			return violation("§3.1.2.11.10", "authentication data without a method")
 		}
 		if p.RequestProblemInfoFlag && p.RequestProblemInfo > 1 {
-			return violation("[MQTT-3.1.2-?]", "request problem information %d", p.RequestProblemInfo)
+			return violation("§3.1.2.11.7", "request problem information %d", p.RequestProblemInfo)
 		}
 		if p.RequestResponseInfo > 1 {
-			return violation("[MQTT-3.1.2-?]", "request response information %d", p.RequestResponseInfo)
+			return violation("§3.1.2.11.6", "request response information %d", p.RequestResponseInfo)
 		}
 	}
 	return nil
@@ -201,7 +259,7 @@ func (c *conn) connect(pk *packets.Packet) error {
 	}
 	cl := &c.cl
 
-	// Keepalive [MQTT-3.1.2-24]: MQTT 5 clients asking for more than the
+	// Keepalive (3.1.1 [MQTT-3.1.2-24], MQTT 5 [MQTT-3.1.2-22]): MQTT 5 clients asking for more than the
 	// cap, or for none, are told the cap (Server Keep Alive
 	// [MQTT-3.2.2-21]); MQTT 3 clients are held to it.
 	ka := cp.Keepalive
@@ -291,7 +349,11 @@ func (c *conn) connect(pk *packets.Packet) error {
 }
 
 // refuse answers CONNACK with code (the MQTT 3 return code it maps to on
-// MQTT 3) and ends the connection [MQTT-3.2.2-5] [MQTT-3.2.2-6].
+// MQTT 3), Session Present 0, and ends the connection: 3.1.1
+// [MQTT-3.2.2-4] [MQTT-3.2.2-5] (a rejected client ID is return code 2
+// [MQTT-3.1.3-9]); MQTT 5 [MQTT-3.2.2-6] [MQTT-3.2.2-7]. Nothing the
+// client sent after the CONNECT is processed [MQTT-3.1.4-6]: the
+// connection lingers, reading and discarding.
 func (c *conn) refuse(code ReasonCode, why string) {
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}}
 	if c.version == 5 {
@@ -399,8 +461,11 @@ func itoa(n uint64) string {
 	}
 }
 
-// validTopicName checks a topic name a client publishes to: not empty, no
-// wildcards [MQTT-3.3.2-2], no NUL (mochi checked UTF-8).
+// validTopicName checks a topic name a client publishes to: not empty
+// (3.1.1 [MQTT-4.7.3-1]), no
+// wildcards [MQTT-3.3.2-2], no NUL. mochi's decoder refuses every string
+// that is not well-formed UTF-8 or holds U+0000 as malformed: 3.1.1
+// [MQTT-1.5.3-1] [MQTT-1.5.3-2], MQTT 5 [MQTT-1.5.4-1] [MQTT-1.5.4-2].
 func validTopicName(t string) error {
 	switch {
 	case t == "":

@@ -31,26 +31,33 @@ func (c *conn) handle(first byte, body []byte) error {
 		return c.handleUnsubscribe(first, body)
 	case packets.Pingreq:
 		if first&0x0F != 0 || len(body) != 0 {
-			return malformed("[MQTT-3.12.1-1]", "PINGREQ with flags or a body") // reserved flags [MQTT-2.1.3-1]
+			// Reserved flags (MQTT 5 [MQTT-2.1.3-1], 3.1.1 [MQTT-2.2.2-2]) or a
+			// remaining length other than 0 (§3.12.1).
+			return malformed("§3.12.1", "PINGREQ with flags or a body")
 		}
 		c.queueBytes([]byte{packets.Pingresp << 4, 0}, false) // [MQTT-3.12.4-1]
 		return nil
 	case packets.Disconnect:
 		return c.handleDisconnect(first, body)
 	case packets.Connect:
+		// A protocol error, answered DISCONNECT 0x82 and never a second
+		// CONNACK [MQTT-3.2.0-2].
 		return violation("[MQTT-3.1.0-2]", "a second CONNECT")
 	case packets.Auth:
 		if c.version != 5 {
-			return malformed("[MQTT-2.1.3-1]", "AUTH is not an MQTT 3 packet")
+			return malformed("§2.2.1", "AUTH is not an MQTT 3 packet") // type 15 is reserved in 3.1.1
+		}
+		if first&0x0F != 0 {
+			return malformed("[MQTT-3.15.1-1]", "reserved flags of AUTH set")
 		}
 		// No enhanced authentication was negotiated (a CONNECT with an
-		// Authentication Method is refused), so an AUTH is a protocol error
-		// [MQTT-4.12.0-1].
-		return violation("[MQTT-3.15.0-1]", "AUTH without an authentication method")
+		// Authentication Method is refused [MQTT-4.12.0-1]), so the client
+		// must not send AUTH [MQTT-4.12.0-7]: a protocol error.
+		return violation("[MQTT-4.12.0-7]", "AUTH without an authentication method")
 	default:
 		// Reserved (0), or a server-to-client packet (CONNACK, SUBACK,
 		// UNSUBACK, PINGRESP) sent by a client.
-		return malformed("[MQTT-2.1.2-1]", "packet type %s from a client", packetName(typ))
+		return malformed("§2.1.2", "packet type %s from a client", packetName(typ))
 	}
 }
 
@@ -62,7 +69,8 @@ func packetName(typ byte) string {
 }
 
 // decodeHeader fills pk's fixed header from the first byte and checks its
-// flags [MQTT-2.1.3-1] [MQTT-3.3.1-2] [MQTT-3.3.1-4].
+// flags: reserved ones (MQTT 5 [MQTT-2.1.3-1], 3.1.1 [MQTT-2.2.2-2]), DUP
+// on QoS 0 [MQTT-3.3.1-2], QoS 3 [MQTT-3.3.1-4].
 func decodeHeader(pk *packets.Packet, first byte, remaining int) error {
 	if err := pk.FixedHeader.Decode(first); err != nil {
 		switch err {
@@ -106,10 +114,11 @@ func (c *conn) handleAck(first, typ byte, body []byte) error {
 		return err
 	}
 	if pid == 0 {
-		return violation("[MQTT-2.2.1-3]", "%s with packet identifier 0", packetName(typ))
+		return violation("§2.2.1", "%s with packet identifier 0", packetName(typ))
 	}
 	if !validAckCode(typ, code) {
-		return violation("[MQTT-3.4.2-1]", "%s with reason code %#02x", packetName(typ), byte(code))
+		spec := map[byte]string{packets.Puback: "[MQTT-3.4.2-1]", packets.Pubrec: "[MQTT-3.5.2-1]", packets.Pubcomp: "[MQTT-3.7.2-1]"}[typ]
+		return violation(spec, "%s with reason code %#02x", packetName(typ), byte(code))
 	}
 	s := c.sess
 	found := c.e.acked(s, pid, typ, code)
@@ -140,7 +149,7 @@ func (c *conn) handlePubrel(first byte, body []byte) error {
 		return err
 	}
 	if pid == 0 {
-		return violation("[MQTT-2.2.1-3]", "PUBREL with packet identifier 0")
+		return violation("§2.2.1", "PUBREL with packet identifier 0")
 	}
 	if !validAckCode(packets.Pubrel, code) {
 		return violation("[MQTT-3.6.2-1]", "PUBREL with reason code %#02x", byte(code))
@@ -158,12 +167,12 @@ func (c *conn) handlePubrel(first byte, body []byte) error {
 // properties' framing. An MQTT 3 ack is exactly two bytes.
 func parseAck(body []byte, version byte) (uint16, ReasonCode, error) {
 	if len(body) < 2 {
-		return 0, 0, malformed("", "ack of %d bytes", len(body))
+		return 0, 0, malformed("§3.4.1", "ack of %d bytes", len(body))
 	}
 	pid := uint16(body[0])<<8 | uint16(body[1])
 	if version != 5 {
 		if len(body) != 2 {
-			return 0, 0, malformed("", "MQTT 3 ack of %d bytes", len(body))
+			return 0, 0, malformed("§3.4.1", "MQTT 3 ack of %d bytes", len(body))
 		}
 		return pid, Success, nil
 	}
@@ -172,9 +181,12 @@ func parseAck(body []byte, version byte) (uint16, ReasonCode, error) {
 	}
 	code := ReasonCode(body[2])
 	if len(body) > 3 {
-		n, hdr, ok := readVarint(body[3:])
-		if !ok || 3+hdr+n != len(body) {
-			return 0, 0, malformed("", "ack properties overrun the packet")
+		s, err := scanProps(body[3:])
+		if err != nil {
+			return 0, 0, err
+		}
+		if 3+s.size != len(body) {
+			return 0, 0, malformed("§2.2.2", "bytes after the ack's properties")
 		}
 	}
 	return pid, code, nil

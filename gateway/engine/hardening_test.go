@@ -124,7 +124,7 @@ func TestMalformedInputClosesOnlyThatConnection(t *testing.T) {
 	}{
 		{"first packet not CONNECT [MQTT-3.1.0-1]", nil, packet(0x30, str("a"), []byte("x")), 0},
 		{"reserved type 0", connectV4("r0"), []byte{0x00, 0}, 0},
-		{"remaining length of 5 bytes [MQTT-1.5.5-1]", connectV4("r5"), []byte{0x30, 0xFF, 0xFF, 0xFF, 0xFF, 0x01}, 0},
+		{"remaining length of 5 bytes §1.5.5", connectV4("r5"), []byte{0x30, 0xFF, 0xFF, 0xFF, 0xFF, 0x01}, 0},
 		{"packet over the maximum size", connectV5("big"), append([]byte{0x30}, remLen(10000)...), 0x95},
 		{"second CONNECT [MQTT-3.1.0-2]", connectV5("c2"), connectV5("c2"), 0x82},
 		{"PUBLISH with a wildcard [MQTT-3.3.2-2]", connectV5("w1"), packet(0x30, str("a/+/b"), []byte{0}, []byte("x")), 0x90},

@@ -28,11 +28,17 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 	if err := decodeHeader(&pk, first, len(body)); err != nil {
 		return err
 	}
+	if c.version == 5 {
+		if err := checkPublishProps(body, pk.FixedHeader.Qos); err != nil {
+			return err
+		}
+	}
 	if err := pk.PublishDecode(ownBody(body)); err != nil {
 		return decodeError(packets.Publish, err)
 	}
 	qos := pk.FixedHeader.Qos
 	if qos > 0 && pk.PacketID == 0 {
+		// MQTT 5 [MQTT-2.2.1-3]; 3.1.1 [MQTT-2.3.1-1].
 		return violation("[MQTT-2.2.1-3]", "QoS %d PUBLISH with packet identifier 0", qos)
 	}
 	topic := pk.TopicName
@@ -49,7 +55,7 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 			}
 			if topic == "" {
 				if int(alias) > len(c.aliases) || c.aliases[alias-1] == "" {
-					return violation("[MQTT-3.3.2-?]", "topic alias %d was never set", alias)
+					return violation("§3.3.2.3.4", "topic alias %d was never set", alias)
 				}
 				topic = c.aliases[alias-1]
 			} else {
@@ -63,7 +69,7 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 			return violation("[MQTT-3.3.2-14]", "response topic %q is not a topic name", p.ResponseTopic)
 		}
 		if p.PayloadFormatFlag && p.PayloadFormat > 1 {
-			return violation("[MQTT-3.3.2-?]", "payload format indicator %d", p.PayloadFormat)
+			return violation("§3.3.2.3.2", "payload format indicator %d", p.PayloadFormat)
 		}
 	}
 	if topic == "" {
@@ -185,7 +191,8 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 
 // refusePublish answers a refused publish: MQTT 5 gets the reason code in
 // its PUBACK or PUBREC; an MQTT 3 client publishing at QoS 1/2 cannot be
-// told and is disconnected; QoS 0 is dropped.
+// told and is disconnected (3.1.1 [MQTT-3.3.5-2]: acknowledge or close);
+// QoS 0 is dropped.
 func (c *conn) refusePublish(qos byte, pid uint16, code ReasonCode, why string) error {
 	c.e.m.refusedPublishes.Add(1)
 	switch {
@@ -258,6 +265,8 @@ func (c *conn) drainAcks() {
 		}
 		v5 := c.version == 5
 		if r.Code >= 0x80 {
+			// The core could not take it (a transient error): MQTT 3 cannot
+			// be told, so the connection is closed [MQTT-4.8.0-2].
 			if slot.qos > 0 && !v5 {
 				c.end(Success, reasonCore, errors.New("publish refused: "+r.Reason))
 				return
@@ -422,3 +431,20 @@ func (e *Engine) publishAs(cl *Client, m *Message) {
 }
 
 func utf8Valid(b []byte) bool { return utf8.Valid(b) }
+
+// checkPublishProps scans an MQTT 5 PUBLISH's properties (§2.2.2): what
+// does not fit before them is left to the decoder.
+func checkPublishProps(body []byte, qos byte) error {
+	if len(body) < 2 {
+		return nil
+	}
+	p := 2 + (int(body[0])<<8 | int(body[1]))
+	if qos > 0 {
+		p += 2
+	}
+	if p >= len(body) {
+		return nil
+	}
+	_, err := scanProps(body[p:])
+	return err
+}

@@ -25,15 +25,17 @@ func (c *conn) handleSubscribe(first byte, body []byte) error {
 		return decodeError(packets.Subscribe, err)
 	}
 	if pk.PacketID == 0 {
+		// MQTT 5 [MQTT-2.2.1-3]; 3.1.1 [MQTT-2.3.1-1].
 		return violation("[MQTT-2.2.1-3]", "SUBSCRIBE with packet identifier 0")
 	}
 	if len(pk.Filters) == 0 {
+		// 3.1.1 [MQTT-3.8.3-3]; MQTT 5 [MQTT-3.8.3-2].
 		return violation("[MQTT-3.8.3-3]", "SUBSCRIBE without a filter")
 	}
 	var subID uint32
 	if ids := pk.Properties.SubscriptionIdentifier; len(ids) > 0 {
 		if len(ids) > 1 || ids[0] <= 0 || ids[0] > 268435455 {
-			return violation("[MQTT-3.8.2-?]", "subscription identifier %v", ids)
+			return violation("§3.8.2.1.2", "subscription identifier %v", ids)
 		}
 		subID = uint32(ids[0])
 	}
@@ -140,6 +142,7 @@ func (c *conn) handleUnsubscribe(first byte, body []byte) error {
 		return decodeError(packets.Unsubscribe, err)
 	}
 	if pk.PacketID == 0 {
+		// MQTT 5 [MQTT-2.2.1-3]; 3.1.1 [MQTT-2.3.1-1].
 		return violation("[MQTT-2.2.1-3]", "UNSUBSCRIBE with packet identifier 0")
 	}
 	if len(pk.Filters) == 0 {
@@ -184,18 +187,20 @@ func (e *Engine) unsubscribe(s *session, filter string) bool {
 // UNSUBSCRIBE body before it is decoded: every length within the packet,
 // a whole options byte after each filter, and its reserved bits clear
 // [MQTT-3.8.3-4] (MQTT 3: only the QoS bits) [MQTT-3.8.3-5] (MQTT 5: bits
-// 6 and 7; Retain Handling 3 is a protocol error).
+// 6 and 7; a Maximum QoS or Retain Handling of 3 is a protocol error,
+// §3.8.3.1). Filters are UTF-8 [MQTT-3.8.3-1] [MQTT-3.10.3-1] (mochi's
+// decoder).
 func scanFilters(body []byte, version byte, options bool) error {
 	if len(body) < 2 {
 		return malformed("", "no packet identifier")
 	}
 	p := 2
 	if version == 5 {
-		n, hdr, ok := readVarint(body[p:])
-		if !ok || p+hdr+n > len(body) {
-			return malformed("", "properties overrun the packet")
+		s, err := scanProps(body[p:])
+		if err != nil {
+			return err
 		}
-		p += hdr + n
+		p += s.size
 	}
 	for p < len(body) {
 		if p+2 > len(body) {
@@ -219,10 +224,12 @@ func scanFilters(body []byte, version byte, options bool) error {
 			return malformed("[MQTT-3.8.3-4]", "reserved bits of the requested QoS set")
 		case version == 5 && opt&0xC0 != 0:
 			return malformed("[MQTT-3.8.3-5]", "reserved bits of the subscription options set")
+		case opt&0x03 == 3 && version < 5:
+			return malformed("[MQTT-3.8.3-4]", "requested QoS 3")
 		case opt&0x03 == 3:
-			return malformed("[MQTT-3-8.3-4]", "requested QoS 3")
+			return violation("§3.8.3.1", "maximum QoS 3")
 		case version == 5 && (opt>>4)&0x03 == 3:
-			return violation("[MQTT-3.8.3-5]", "retain handling 3")
+			return violation("§3.8.3.1", "retain handling 3")
 		}
 	}
 	return nil
