@@ -77,7 +77,9 @@ type Node struct {
 // New builds a node and starts it: when New returns, every listener is
 // bound (Addr, CoreAddr and HTTPAddr report the ports a ":0" got). ctx
 // bounds only the start (dialling NATS or the remote core); the node runs
-// until Shutdown. On error, what had started is stopped again.
+// until Shutdown. log receives every part's logs (nil: none), unless an
+// Options section names its own Logger. On error, what had started is
+// stopped again.
 func New(ctx context.Context, o Options, log *zerolog.Logger) (_ *Node, err error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -86,13 +88,12 @@ func New(ctx context.Context, o Options, log *zerolog.Logger) (_ *Node, err erro
 		nop := zerolog.Nop()
 		log = &nop
 	}
-	if o.Logger == nil {
-		o.Logger = log
-	}
 	n := &Node{opts: o, log: log, summary: o.summary()}
 	defer func() {
 		if err != nil {
-			_ = n.Shutdown(context.WithoutCancel(ctx))
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startFailedShutdown)
+			_ = n.Shutdown(sctx)
+			cancel()
 		}
 	}()
 	switch {
@@ -108,6 +109,9 @@ func New(ctx context.Context, o Options, log *zerolog.Logger) (_ *Node, err erro
 	}
 	return n, nil
 }
+
+// startFailedShutdown bounds the stop of what a failed New had started.
+const startFailedShutdown = 10 * time.Second
 
 // startEmbedded runs the embedded engine in DataDir and every service over
 // it, for the life of the node.

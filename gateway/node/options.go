@@ -7,8 +7,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/delay"
@@ -47,8 +45,6 @@ const (
 // section means the part it configures does not run. Options hold only
 // what the caller chose: nothing in them is written by New.
 type Options struct {
-	// Logger receives every part's logs; default none.
-	Logger *zerolog.Logger
 	// DataDir is the node's folder: the commit log (embedded engine),
 	// sessions, delayed-delivery state and a generated token. Required.
 	DataDir string
@@ -56,7 +52,7 @@ type Options struct {
 	// CoreRemote.
 	Engine string
 	// Store configures the embedded engine (its folder is DataDir, its
-	// Logger defaults to Logger). With EngineNATS, Retention, MaxDiskBytes,
+	// Logger defaults to the node's). With EngineNATS, Retention, MaxDiskBytes,
 	// MaxMessageBytes, DefaultQueues and DisableAutoCreate apply to the
 	// streams.
 	Store store.Options
@@ -84,7 +80,7 @@ type Options struct {
 	// default to the node's. A zero MaxHold is at most a third of
 	// Store.Retention. Nil: no delayed delivery.
 	Delay *delay.Options
-	// Trace records message traces (its Logger defaults to Logger; with
+	// Trace records message traces (its Logger defaults to the node's; with
 	// EngineNATS, Node is NodeName and Flush "nats"). Nil: none.
 	Trace *trace.Options
 	// HTTPAddr serves the HTTP API, the admin API, the dashboard and
