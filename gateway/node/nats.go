@@ -53,7 +53,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 		if err := writeTokenFile(o.DataDir, n.token); err != nil {
 			return err
 		}
-		n.log.Warn().Str("file", filepath.Join(o.DataDir, TokenFile)).Msg("the core port or the HTTP API listens beyond loopback and no token was configured: using the cluster's generated one (shared by the nodes through NATS)")
+		n.log.Warn().Str(logFile, filepath.Join(o.DataDir, TokenFile)).Msg("the core port or the HTTP API listens beyond loopback and no token was configured: using the cluster's generated one (shared by the nodes through NATS)")
 	}
 	if o.Trace != nil {
 		to := *o.Trace
@@ -143,7 +143,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 			}
 		}
 	}()
-	n.log.Info().Strs("nats", nc.URLs).Str("node", n.nodeName).Msg("engine nats")
+	n.log.Info().Strs(logNATS, nc.URLs).Str(logNode, n.nodeName).Msg("engine nats")
 	return n.startGateway()
 }
 
@@ -178,7 +178,7 @@ func (n *Node) startTerm(period time.Duration) error {
 			n.adoptGone(ctx, period)
 		}()
 	}
-	n.log.Info().Str("core", n.core.Addr().String()).Msg("core services started: this node holds the core lease")
+	n.log.Info().Str(logCore, n.core.Addr().String()).Msg("core services started: this node holds the core lease")
 	return nil
 }
 

@@ -110,6 +110,15 @@ func New(ctx context.Context, o Options, log *zerolog.Logger) (_ *Node, err erro
 	return n, nil
 }
 
+// Log field names.
+const (
+	logFile       = "file"
+	logNode       = "node"
+	logCore       = "core"
+	logCoreRemote = "core_remote"
+	logNATS       = "nats"
+)
+
 // startFailedShutdown bounds the stop of what a failed New had started.
 const startFailedShutdown = 10 * time.Second
 
@@ -131,7 +140,7 @@ func (n *Node) startEmbedded() error {
 		return err
 	}
 	if generated {
-		n.log.Warn().Str("file", filepath.Join(o.DataDir, TokenFile)).
+		n.log.Warn().Str(logFile, filepath.Join(o.DataDir, TokenFile)).
 			Msg("the core port or the HTTP API listens beyond loopback and no token was configured: generated one; clients read it from this file or FERRYMQ_TOKEN")
 	}
 	if o.Trace != nil {
@@ -188,7 +197,7 @@ func (n *Node) startRemote(ctx context.Context) error {
 	if err := n.newGateway(bo, nil); err != nil {
 		return err
 	}
-	n.log.Info().Str("core_remote", o.CoreRemote).Str("node", name).Msg("gateway only")
+	n.log.Info().Str(logCoreRemote, o.CoreRemote).Str(logNode, name).Msg("gateway only")
 	return n.startGateway()
 }
 

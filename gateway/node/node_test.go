@@ -182,3 +182,25 @@ func TestNATSNodeStartsAndStops(t *testing.T) {
 	require.Equal(t, "over nats", string(msgs[0].Body))
 	require.NotNil(t, coreAddr)
 }
+
+// A gateway-only node in front of another node's core port (CoreRemote):
+// what a device publishes to it is stored by the other node.
+func TestRemoteCoreNode(t *testing.T) {
+	core1, err := node.New(t.Context(), options(t), nil)
+	require.NoError(t, err)
+	defer shutdown(t, core1)
+	o := options(t)
+	o.CoreRemote = core1.CoreAddr().String()
+	gw, err := node.New(t.Context(), o, nil)
+	require.NoError(t, err)
+	defer shutdown(t, gw) // first: deferred last
+	require.Nil(t, gw.Store())
+	require.Nil(t, gw.CoreAddr(), "no core port of its own")
+	require.NotNil(t, gw.Sessions(), "sessions stay local")
+
+	publish(t, gw.Addr("tcp"), "car-4", "telemetry/car-4", "via remote")
+	msgs, err := core1.Store().FindByKey(t.Context(), "telemetry", "car-4", core.KeyQuery{})
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.Equal(t, "via remote", string(msgs[0].Body))
+}
