@@ -33,7 +33,7 @@ import (
 //	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
 //	core: {addr: ":10911", token: ""}
 //	http: {addr: ":18083"}
-//	mqtt: {addr: ":1883", ws: {addr: ":8083", path: /mqtt}, tls: [...], limits…}
+//	mqtt: {addr: ":1883", ws: {addr: ":8083", path: /mqtt}, tls: [...], max_queued_messages: 65536, limits…}
 //	bridge: {uplink: [{filter, topic, key, tag}], events_topic: device-events}
 type fileConfig struct {
 	Data  string `yaml:"data"`
@@ -163,6 +163,14 @@ type mqttConfig struct {
 	MaxKeepalive     uint16   `yaml:"max_keepalive"`
 	WriteTimeout     duration `yaml:"write_timeout"`
 	MaxPendingWrites int      `yaml:"max_pending_writes"`
+	// MaxQueuedMessages and MaxQueuedMessagesBytes bound the QoS 1/2
+	// messages queued for a connected client beyond its receive maximum
+	// (gateway.Options.MaxQueuedOnline, MaxQueuedOnlineBytes; defaults
+	// 65,536 and 64 MiB of payload); past either, a new message is not
+	// queued (ferrymq_mqtt_inflight_dropped_total). An offline session's
+	// queue has its own bound: bridge.offline_max_messages, …_bytes.
+	MaxQueuedMessages      int `yaml:"max_queued_messages"`
+	MaxQueuedMessagesBytes int `yaml:"max_queued_messages_bytes"`
 	// ReadBufferBytes and WriteBufferBytes are accepted and ignored (the
 	// engine keeps no per-connection buffer; they sized mochi's).
 	ReadBufferBytes  int `yaml:"read_buffer_bytes"`
@@ -200,6 +208,39 @@ type downlinkConfig struct {
 	MQTTTopic string   `yaml:"mqtt_topic"`
 	QoS       *int     `yaml:"qos"`
 	TTL       duration `yaml:"ttl"`
+}
+
+// bridgeOptions converts the bridge section (down: its downlink rules);
+// the node fills in which core the bridge uses.
+func bridgeOptions(b bridgeConfig, down []bridge.DownlinkRule) bridge.Options {
+	return bridge.Options{
+		Uplink:             b.Uplink,
+		EventsTopic:        b.EventsTopic,
+		DisableEvents:      b.DisableEvents,
+		MaxInflight:        b.MaxInflight,
+		Downlink:           down,
+		DisableDownlink:    b.DisableDownlink,
+		ReceiptsTopic:      b.ReceiptsTopic,
+		DisableReceipts:    b.DisableReceipts,
+		DeadLetterTopic:    b.DeadLetterTopic,
+		OfflineMaxMessages: b.OfflineMaxMessages,
+		OfflineMaxBytes:    b.OfflineMaxBytes,
+		HoldUnknown:        holdUnknown(b.HoldUnknown),
+		Node:               b.Node,
+	}
+}
+
+// holdUnknown is the configured hold for unknown clients: absent is 0 (the
+// mode's default: off in front of a remote core and on NATS), 0s is -1
+// (off).
+func holdUnknown(configured *duration) time.Duration {
+	if configured == nil {
+		return 0
+	}
+	if *configured <= 0 {
+		return -1
+	}
+	return time.Duration(*configured)
 }
 
 // downlinkRules converts the config's rules (nil: the bridge's default).
@@ -279,6 +320,9 @@ func parseConfig(b []byte) (fileConfig, error) {
 	}
 	if cfg.Store.SegmentBytes < 0 || cfg.Store.MaxDiskBytes < 0 || cfg.Store.MaxMessageBytes < 0 || cfg.Store.DefaultQueues < 0 {
 		return fileConfig{}, errors.New("store sizes and counts must not be negative")
+	}
+	if cfg.MQTT.MaxQueuedMessages < 0 || cfg.MQTT.MaxQueuedMessagesBytes < 0 {
+		return fileConfig{}, errors.New("mqtt.max_queued_messages and mqtt.max_queued_messages_bytes must not be negative")
 	}
 	return cfg, nil
 }

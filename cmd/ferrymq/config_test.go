@@ -1,11 +1,13 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 )
@@ -58,13 +60,15 @@ func TestServeConfigFileAndFlagPrecedence(t *testing.T) {
 	cmd := &cobra.Command{Use: "serve"}
 	o.AddFlags(cmd)
 	require.NoError(t, cmd.Flags().Parse([]string{"--config", path, "--flush", "async"}))
-	require.NoError(t, o.applyConfig(cmd))
+	_, err := o.applyConfig(cmd)
+	require.NoError(t, err)
 	require.Equal(t, filepath.Join(dir, "from-config"), o.dataDir, "the file sets what no flag set")
 	require.Equal(t, "async", o.flush, "a flag wins over the file")
 	require.Equal(t, "127.0.0.1:0", o.coreAddr)
 
 	require.NoError(t, os.WriteFile(path, []byte("bogus: 1\n"), 0o644))
-	require.ErrorContains(t, o.applyConfig(cmd), "bogus")
+	_, err = o.applyConfig(cmd)
+	require.ErrorContains(t, err, "bogus")
 }
 
 func FuzzParseConfig(f *testing.F) {
@@ -93,7 +97,8 @@ func TestConfigEmptyListenerDisables(t *testing.T) {
 	cmd := &cobra.Command{Use: "serve"}
 	o.AddFlags(cmd)
 	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
-	require.NoError(t, o.applyConfig(cmd))
+	_, err := o.applyConfig(cmd)
+	require.NoError(t, err)
 	require.Equal(t, "", o.wsAddr, "ws disabled by the file")
 	require.Equal(t, ":1883", o.mqttAddr, "mqtt keeps its default")
 }
@@ -119,4 +124,29 @@ func TestNATSTLSFromConfig(t *testing.T) {
 	c.TLS.CA = empty
 	_, err = natsTLS(c)
 	require.ErrorContains(t, err, "no certificate")
+}
+
+// mqtt.max_queued_messages and mqtt.max_queued_messages_bytes bound a
+// connected client's queue: they reach the gateway's MaxQueuedOnline and
+// MaxQueuedOnlineBytes; absent, the gateway's defaults stay.
+func TestConfigMaxQueuedMessages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("mqtt: {max_queued_messages: 1000, max_queued_messages_bytes: 1048576}\n"), 0o644))
+	o := &serveOptions{}
+	cmd := &cobra.Command{Use: "serve"}
+	o.AddFlags(cmd)
+	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
+	cfg, err := o.applyConfig(cmd)
+	require.NoError(t, err)
+	nopts, err := o.nodeOptions(cfg, io.Discard, &zerolog.Logger{})
+	require.NoError(t, err)
+	require.Equal(t, 1000, nopts.Gateway.MaxQueuedOnline)
+	require.Equal(t, 1<<20, nopts.Gateway.MaxQueuedOnlineBytes)
+
+	nopts, err = o.nodeOptions(fileConfig{}, io.Discard, &zerolog.Logger{})
+	require.NoError(t, err)
+	require.Zero(t, nopts.Gateway.MaxQueuedOnline, "zero: the gateway's default")
+
+	_, err = parseConfig([]byte("mqtt: {max_queued_messages: -1}"))
+	require.ErrorContains(t, err, "max_queued_messages")
 }

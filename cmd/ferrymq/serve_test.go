@@ -102,3 +102,29 @@ func TestServePrintsAddressesAndServesHTTP(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// --heap-profile writes a heap profile when serve stops.
+func TestServeWritesHeapProfile(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "heap.pprof")
+	stderr = io.Discard
+	t.Cleanup(func() { stderr = os.Stderr })
+	ctx, cancel := context.WithCancel(t.Context())
+	cmd := newRootCmd()
+	cmd.SetOut(io.Discard)
+	cmd.SetArgs([]string{"serve", "--data", filepath.Join(dir, "data"), "--heap-profile", prof,
+		"--core", "127.0.0.1:0", "--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "127.0.0.1:0"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "data", "abort"))
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond, "store opened")
+	_, err := os.Stat(prof)
+	require.True(t, os.IsNotExist(err), "not before shutdown")
+	cancel()
+	require.NoError(t, <-done)
+	fi, err := os.Stat(prof)
+	require.NoError(t, err)
+	require.Positive(t, fi.Size())
+}

@@ -1,11 +1,11 @@
-// Package gatewaytest starts a real gateway for tests: the embedded store
-// in a temporary folder, the bridge hook and MQTT listeners (TCP and
-// WebSocket) on 127.0.0.1 ports chosen by the kernel.
+// Package gatewaytest starts a real gateway for tests: a node (package
+// gateway/node) with the embedded store in a temporary folder, the bridge
+// hook and MQTT listeners (TCP and WebSocket) on 127.0.0.1 ports chosen by
+// the kernel, and no core services, core port or HTTP server.
 package gatewaytest
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,14 +18,17 @@ import (
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/node"
 	"github.com/ferrymq/ferrymq/session"
 )
 
 // Options adjust the environment; zero values are fine.
 type Options struct {
-	Dir     string // store folder; default t.TempDir()
-	Store   store.Options
-	Bridge  bridge.Options // Broker is filled in
+	Dir    string // store folder; default t.TempDir()
+	Store  store.Options
+	Bridge bridge.Options // Broker is filled in
+	// Gateway's listeners default to TCP and WebSocket on 127.0.0.1:0;
+	// hooks set here win over the bridge's (a test may wrap one).
 	Gateway gateway.Options
 	// Sessions persists MQTT sessions in Dir/sessions (package session),
 	// with SessionOptions.
@@ -51,6 +54,8 @@ type Options struct {
 
 // Env is a running gateway.
 type Env struct {
+	// Node is the node the gateway runs in.
+	Node    *node.Node
 	Store   *store.Store
 	Bridge  *bridge.Hook
 	Gateway *gateway.Gateway
@@ -62,6 +67,8 @@ type Env struct {
 	Trace *trace.Recorder
 	TCP   string // host:port of the MQTT TCP listener
 	WS    string // host:port of the WebSocket listener (path /mqtt)
+
+	kv *session.Store // Options.SessionsKV's store: closed after the node
 }
 
 // Start runs a gateway until the test ends.
@@ -70,59 +77,6 @@ func Start(t testing.TB, o Options) *Env {
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
 	}
-	st, err := store.Open(o.Dir, o.Store)
-	require.NoError(t, err)
-	o.Bridge.Broker = st
-	var rec *trace.Recorder
-	var ds *delay.Service
-	fail := func(err error) { // before the gateway runs
-		if ds != nil {
-			_ = ds.Close()
-		}
-		_ = rec.Close()
-		_ = st.Close()
-		require.NoError(t, err)
-	}
-	if o.Trace != nil {
-		if rec, err = trace.New(st, *o.Trace); err != nil {
-			fail(err)
-		}
-		rec.Start()
-		o.Bridge.Trace = rec
-	}
-	if o.Delay != nil {
-		do := *o.Delay
-		if do.Trace == nil {
-			do.Trace = rec
-		}
-		if ds, err = delay.New(st, filepath.Join(o.Dir, "delay"), do); err != nil {
-			fail(err)
-		}
-		ds.Start()
-		o.Bridge.Broker = ds.Broker()
-	}
-	var ss *session.Store
-	if o.Sessions || o.SessionsKV != nil {
-		so := o.SessionOptions
-		if o.SessionsKV != nil {
-			ko := o.KVOptions
-			if ko.Logger == nil {
-				ko.Logger = so.Logger
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			ss, err = session.OpenKV(ctx, o.SessionsKV, ko)
-			cancel()
-		} else {
-			ss, err = session.Open(filepath.Join(o.Dir, "sessions"), so)
-		}
-		if err != nil {
-			fail(err)
-		}
-	}
-	br, err := bridge.New(o.Bridge)
-	if err != nil {
-		fail(err)
-	}
 	if o.Gateway.Listeners == nil {
 		o.Gateway.Listeners = []gateway.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}, {Type: "ws", Addr: "127.0.0.1:0"}}
 	}
@@ -130,59 +84,54 @@ func Start(t testing.TB, o Options) *Env {
 	if o.Auth != nil {
 		h.Auth, h.ACL, h.Limits = o.Auth, o.Auth, o.Auth
 	}
-	if ss != nil {
-		h.Sessions = ss
+	no := node.Options{DataDir: o.Dir, Store: o.Store, Delay: o.Delay, Trace: o.Trace, Bridge: o.Bridge, Gateway: o.Gateway}
+	if o.Sessions && o.SessionsKV == nil {
+		no.Sessions = &o.SessionOptions
 	}
-	if h.Uplink == nil {
-		h.Uplink = br
+	var kv *session.Store
+	if o.SessionsKV != nil {
+		ko := o.KVOptions
+		if ko.Logger == nil {
+			ko.Logger = o.SessionOptions.Logger
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var err error
+		kv, err = session.OpenKV(ctx, o.SessionsKV, ko)
+		cancel()
+		require.NoError(t, err)
+		no.Gateway.Hooks.Sessions = kv
 	}
-	if h.Presence == nil {
-		h.Presence = br
+	n, err := node.New(t.Context(), no, nil)
+	if err != nil && kv != nil {
+		_ = kv.Close()
 	}
-	if h.Delivery == nil {
-		h.Delivery = br // a test may wrap it
-	}
-	o.Gateway.Store = st
-	if o.Gateway.MaxQueued == 0 {
-		o.Gateway.MaxQueued = o.Bridge.OfflineMaxMessages
-	}
-	if o.Gateway.MaxQueuedBytes == 0 {
-		o.Gateway.MaxQueuedBytes = o.Bridge.OfflineMaxBytes
-	}
-	gw, err := gateway.New(o.Gateway)
-	if err != nil {
-		fail(err)
-	}
-	require.NoError(t, gw.Start())
-	e := &Env{Store: st, Bridge: br, Gateway: gw, Sessions: ss, Delay: ds, Trace: rec}
-	if a := gw.Addr("tcp"); a != nil {
+	require.NoError(t, err)
+	e := &Env{Node: n, Store: n.Store(), Bridge: n.Bridge(), Gateway: n.Gateway(), Sessions: n.Sessions(),
+		Delay: n.Delay(), Trace: n.Trace(), kv: kv}
+	if a := n.Addr("tcp"); a != nil {
 		e.TCP = a.String()
 	}
-	if a := gw.Addr("ws"); a != nil {
+	if a := n.Addr("ws"); a != nil {
 		e.WS = a.String()
 	}
 	t.Cleanup(func() { e.Stop(t) })
 	return e
 }
 
-// Stop shuts the gateway down, then the delay service and the trace
-// recorder (which write to the store), and closes the store; safe to call
+// Stop shuts the node down — the gateway, then the session store, the
+// delay service and the trace recorder (which write to the store), then
+// the store — and closes Options.SessionsKV's session store; safe to call
 // twice.
 func (e *Env) Stop(t testing.TB) {
 	t.Helper()
-	if e.Gateway == nil {
+	if e.Node == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.NoError(t, e.Gateway.Shutdown(ctx))
-	if e.Sessions != nil {
-		require.NoError(t, e.Sessions.Close())
+	require.NoError(t, e.Node.Shutdown(ctx))
+	if e.kv != nil {
+		require.NoError(t, e.kv.Close())
 	}
-	if e.Delay != nil {
-		require.NoError(t, e.Delay.Close())
-	}
-	require.NoError(t, e.Trace.Close())
-	require.NoError(t, e.Store.Close())
-	e.Gateway = nil
+	e.Node = nil
 }

@@ -1,28 +1,21 @@
-package main
+package node
 
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/rs/zerolog"
-	"github.com/spf13/cobra"
-
-	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/jetstream"
 	"github.com/ferrymq/ferrymq/core/trace"
 )
 
-// runNATS runs a node on the JetStream engine (docs/engines.md): the
+// startNATS runs a node on the JetStream engine (docs/engines.md): the
 // queues, committed offsets and leases live in NATS, so any number of
 // such nodes serve MQTT side by side. Every node runs the gateway, the
 // bridge (uplink produces; downlink reads commands as its own broadcast
@@ -30,72 +23,77 @@ import (
 // retry, POP, delayed-delivery movers, transaction check-backs, the core
 // TCP port and the HTTP API — run on the one node holding the "core" lease
 // and move to another within the lease TTL when it dies.
-func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger) error {
-	nc := o.file.NATS
-	if len(o.natsURLs) == 0 {
-		return fmt.Errorf("--engine nats needs --nats URL[,URL…] or nats.urls in the config")
-	}
-	tlsCfg, err := natsTLS(nc)
-	if err != nil {
-		return err
-	}
-	nodeName := cmp.Or(o.node, nc.Node, o.file.Bridge.Node, hostname())
-	st := o.file.Store
-	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+func (n *Node) startNATS(ctx context.Context) error {
+	o := &n.opts
+	nc := o.NATS
+	n.nodeName = cmp.Or(o.NodeName, o.Bridge.Node, hostname())
+	st := o.Store
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	var err error
 	n.engine, err = jetstream.Open(ctx, jetstream.Options{
-		URLs: o.natsURLs, Name: "ferrymq " + nodeName, CredsFile: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token,
-		TLS: tlsCfg, Replicas: nc.Replicas, DefaultQueues: st.DefaultQueues, DisableAutoCreate: st.AutoCreateTopics != nil && !*st.AutoCreateTopics,
-		MaxAge: o.retention, MaxBytes: st.MaxDiskBytes, MaxMessageBytes: st.MaxMessageBytes, Timeout: time.Duration(nc.Timeout), Logger: log,
+		URLs: nc.URLs, Name: "ferrymq " + n.nodeName, CredsFile: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token,
+		TLS: nc.TLS, Replicas: nc.Replicas, DefaultQueues: st.DefaultQueues, DisableAutoCreate: st.DisableAutoCreate,
+		MaxAge: st.Retention, MaxBytes: st.MaxDiskBytes, MaxMessageBytes: st.MaxMessageBytes, Timeout: nc.Timeout, Logger: n.log,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("engine nats: %w", err)
 	}
 	n.base = n.engine
 	var generated bool
-	if o.token, generated, err = ensureToken(o.token, o.dataDir, o.coreAddr, o.httpAddr); err != nil {
+	if n.token, generated, err = ensureToken(o.Token, o.DataDir, n.tokenAddrs()...); err != nil {
 		return err
 	}
 	if generated {
 		// Every node must accept the same token (the core services move
 		// between them): the first node's is kept in the bucket.
-		if o.token, err = n.engine.Shared(ctx, "token", newToken); err != nil {
+		if n.token, err = n.engine.Shared(ctx, "token", newToken); err != nil {
+			return fmt.Errorf("shared token: %w", err)
+		}
+		if err := writeTokenFile(o.DataDir, n.token); err != nil {
 			return err
 		}
-		if err := writeTokenFile(o.dataDir, o.token); err != nil {
-			return err
+		n.log.Warn().Str(logFile, filepath.Join(o.DataDir, TokenFile)).Msg("the core port or the HTTP API listens beyond loopback and no token was configured: using the cluster's generated one (shared by the nodes through NATS)")
+	}
+	if o.Trace != nil {
+		to := *o.Trace
+		to.Node, to.Flush = n.nodeName, "nats"
+		if to.Logger == nil {
+			to.Logger = n.log
 		}
-		log.Warn().Str("file", filepath.Join(o.dataDir, tokenFile)).Msg("the core port or the HTTP API listens beyond loopback and no token was configured: using the cluster's generated one (shared by the nodes through NATS)")
-	}
-	n.token = o.token
-	tc := o.file.Trace
-	if n.trace, err = trace.New(n.engine, trace.Options{All: tc.All, Topics: tc.Topics, Node: nodeName, Sample: tc.Sample, Flush: "nats", Logger: log}); err != nil {
-		return err
-	}
-	n.trace.Start()
-	// The gateway produces delayed messages through a delay service of its
-	// own that is never started: it only writes first copies; the leader's
-	// service moves them.
-	if n.producer, err = delay.New(n.engine, filepath.Join(o.dataDir, "delay-produce"), delay.Options{Logger: log, Trace: n.trace,
-		MaxDelay: time.Duration(o.file.Delay.MaxDelay), MaxHold: time.Duration(o.file.Delay.MaxHold)}); err != nil {
-		return fmt.Errorf("delayed delivery: %w", err)
+		if n.trace, err = trace.New(n.engine, to); err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+		n.trace.Start()
 	}
 	// Every node sees every command: no node holds one for a client it does
-	// not know (see runRemote).
-	o.kv, o.kvNode = n.engine, nodeName
-	bo := bridge.Options{Broker: n.producer.Broker(), MaxDelay: n.producer.MaxDelay(), Trace: n.trace, Node: nodeName, HoldUnknown: -1}
-	if n.gateway, err = o.newGateway(bo, nil, log); err != nil {
+	// not know (see startRemote).
+	bo := o.Bridge
+	bo.Broker, bo.Trace, bo.Node = n.engine, n.trace, n.nodeName
+	if bo.HoldUnknown == 0 {
+		bo.HoldUnknown = -1
+	}
+	if o.Delay != nil {
+		// The gateway produces delayed messages through a delay service of
+		// its own that is never started: it only writes first copies; the
+		// leader's service moves them.
+		po := delay.Options{Logger: o.Delay.Logger, Trace: o.Delay.Trace, MaxDelay: o.Delay.MaxDelay, MaxHold: o.Delay.MaxHold}
+		po.Logger, po.Trace = cmp.Or(po.Logger, n.log), cmp.Or(po.Trace, n.trace)
+		if n.producer, err = delay.New(n.engine, filepath.Join(o.DataDir, "delay-produce"), po); err != nil {
+			return fmt.Errorf("delayed delivery: %w", err)
+		}
+		bo.Broker, bo.MaxDelay = n.producer.Broker(), cmp.Or(bo.MaxDelay, n.producer.MaxDelay())
+	}
+	if err := n.newGateway(bo, nil); err != nil {
 		return err
 	}
-	n.sessions, n.nodeName, n.summary, n.router = o.sessions, nodeName, o.summary(), o.router
-	n.summary.Engine, n.summary.NATS = "nats", len(o.natsURLs)
 	n.switches = newCoreSwitches()
 	// The election only says what this node should be; one goroutine
 	// starts and stops the core services to match, so a slow start never
 	// holds up lease renewals, and a failed start gives the lease back.
-	out := cmd.OutOrStdout()
+	ttl := cmp.Or(nc.LeaseTTL, DefaultLeaseTTL)
 	want := make(chan bool, 1) // the latest state the election asked for
-	n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: nodeName, TTL: time.Duration(nc.LeaseTTL), Logger: log,
+	n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: n.nodeName, TTL: nc.LeaseTTL, Logger: n.log,
 		OnChange: func(held bool) {
 			select {
 			case <-want: // superseded
@@ -104,15 +102,14 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 			want <- held
 		}})
 	if err != nil {
-		return err
+		return fmt.Errorf("core lease: %w", err)
 	}
 	// A liveness lease per node: when one expires, the core lease holder
 	// adopts the sessions that node had parked (adoptGone).
-	if n.liveness, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "node." + nodeName, Holder: nodeName,
-		TTL: time.Duration(nc.LeaseTTL), Logger: log}); err != nil {
-		return err
+	if n.liveness, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "node." + n.nodeName, Holder: n.nodeName,
+		TTL: nc.LeaseTTL, Logger: n.log}); err != nil {
+		return fmt.Errorf("liveness lease: %w", err)
 	}
-	n.nodeName = nodeName
 	termCtx, stopTerms := context.WithCancel(context.Background())
 	n.terms = make(chan struct{})
 	n.stopTerms = stopTerms
@@ -131,42 +128,43 @@ func (o *serveOptions) runNATS(cmd *cobra.Command, n *node, log *zerolog.Logger)
 			}
 			switch {
 			case held && !running:
-				if err := n.startTerm(o, log); err != nil {
-					log.Error().Err(err).Msg("core services did not start: giving the lease back")
+				if err := n.startTerm(max(ttl, 2*time.Second) / 2); err != nil {
+					n.log.Error().Err(err).Msg("core services did not start: giving the lease back")
 					_ = n.stopTerm()
 					n.election.Resign()
 					continue
 				}
 				running = true
-				fmt.Fprintf(out, "core  %s\n", n.core.Addr())
 			case !held && running:
 				running = false
 				if err := n.stopTerm(); err != nil {
-					log.Warn().Err(err).Msg("core services stopped with an error")
+					n.log.Warn().Err(err).Msg("core services stopped with an error")
 				}
 			}
 		}
 	}()
-	httpAddr, err := n.startGateway(cmd.OutOrStdout(), o.httpAddr, log)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "engine nats %v (node %s)\nhttp  %s\n", o.natsURLs, nodeName, httpAddr)
-	log.Info().Strs("nats", o.natsURLs).Str("node", nodeName).Str("http", httpAddr.String()).Msg("serving (engine nats)")
-	return n.runUntilDone(cmd.Context(), log)
+	n.log.Info().Strs(logNATS, nc.URLs).Str(logNode, n.nodeName).Msg("engine nats")
+	return n.startGateway()
 }
 
 // startTerm starts the core services for a term as lease holder and
-// points the HTTP API at them.
-func (n *node) startTerm(o *serveOptions, log *zerolog.Logger) error {
-	if err := n.startCore(o, log); err != nil {
+// points the HTTP API at them; the janitor looks for gone nodes every
+// period.
+func (n *Node) startTerm(period time.Duration) error {
+	if err := n.startDelay(); err != nil {
 		return err
 	}
-	api, err := n.newHTTPAPI(log)
+	if n.opts.Core == nil {
+		return nil
+	}
+	if err := n.startCore(); err != nil {
+		return err
+	}
+	api, err := n.newHTTPAPI()
 	if err != nil {
-		return err
+		return fmt.Errorf("http api: %w", err)
 	}
-	adm, err := n.adminHandler(log, true)
+	adm, err := n.adminHandler(true)
 	if err != nil {
 		return err
 	}
@@ -177,14 +175,14 @@ func (n *node) startTerm(o *serveOptions, log *zerolog.Logger) error {
 		n.stopJanitor = func() { cancel(); <-done }
 		go func() {
 			defer close(done)
-			n.adoptGone(ctx, max(time.Duration(o.file.NATS.LeaseTTL), 2*time.Second)/2, log)
+			n.adoptGone(ctx, period)
 		}()
 	}
-	log.Info().Str("core", n.core.Addr().String()).Msg("core services started: this node holds the core lease")
+	n.log.Info().Str(logCore, n.core.Addr().String()).Msg("core services started: this node holds the core lease")
 	return nil
 }
 
-func (n *node) stopTerm() error {
+func (n *Node) stopTerm() error {
 	n.switches.set(nil, nil, nil)
 	if n.stopJanitor != nil {
 		n.stopJanitor()
@@ -199,7 +197,7 @@ func (n *node) stopTerm() error {
 // lists the nodes' liveness leases, and when one went missing since the
 // last look (or at the first look) the sessions parked on nodes without a
 // lease are adopted here, so commands for them are queued again.
-func (n *node) adoptGone(ctx context.Context, period time.Duration, log *zerolog.Logger) {
+func (n *Node) adoptGone(ctx context.Context, period time.Duration) {
 	var before map[string]bool
 	for first := true; ; first = false {
 		if !first {
@@ -211,7 +209,7 @@ func (n *node) adoptGone(ctx context.Context, period time.Duration, log *zerolog
 		}
 		holders, err := n.engine.Holders(ctx, "", "node.")
 		if err != nil {
-			log.Debug().Err(err).Msg("liveness leases not listed")
+			n.log.Debug().Err(err).Msg("liveness leases not listed")
 			continue
 		}
 		alive := map[string]bool{n.nodeName: true}
@@ -229,38 +227,10 @@ func (n *node) adoptGone(ctx context.Context, period time.Duration, log *zerolog
 		// Adopted sessions are installed in the engine, which tells the
 		// router of their subscriptions: they are routed here from now on.
 		if _, err := n.sessions.AdoptGone(ctx, func(node string) bool { return alive[node] }); err != nil && ctx.Err() == nil {
-			log.Warn().Err(err).Msg("sessions of gone nodes not adopted")
+			n.log.Warn().Err(err).Msg("sessions of gone nodes not adopted")
 			before = nil // try again next time
 		}
 	}
-}
-
-// natsTLS builds the client TLS configuration of the nats section (nil
-// when none is configured).
-func natsTLS(c natsConfig) (*tls.Config, error) {
-	if c.TLS.CA == "" && c.TLS.Cert == "" {
-		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.TLS.CA != "" {
-		pem, err := os.ReadFile(c.TLS.CA)
-		if err != nil {
-			return nil, fmt.Errorf("nats tls ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("nats tls ca %s: no certificate", c.TLS.CA)
-		}
-		cfg.RootCAs = pool
-	}
-	if c.TLS.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(c.TLS.Cert, c.TLS.Key)
-		if err != nil {
-			return nil, fmt.Errorf("nats tls cert: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
 }
 
 // coreSwitches route HTTP requests for the core services to the current

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"cmp"
@@ -17,8 +17,8 @@ const (
 	maxStatsGroups = 50
 )
 
-// topicStats is one row of /stats "topics".
-type topicStats struct {
+// TopicStats is one row of /stats "topics".
+type TopicStats struct {
 	Name   string `json:"name"`
 	Queues int    `json:"queues"`
 	// Messages is the sum of the queues' max offsets: every message ever
@@ -27,10 +27,10 @@ type topicStats struct {
 	Messages int64 `json:"messages"`
 }
 
-// groupStats is one row of /stats "groups": a group's progress on one
+// GroupStats is one row of /stats "groups": a group's progress on one
 // topic, summed over the topic's queues. Broadcast groups keep progress
 // per member: one row per member then.
-type groupStats struct {
+type GroupStats struct {
 	Group   string `json:"group"`
 	Mode    string `json:"mode"`
 	Topic   string `json:"topic"`
@@ -73,25 +73,25 @@ func statsExtra(b core.Broker, g *group.Coordinator) func(ctx context.Context) m
 	}
 }
 
-func topicRows(ctx context.Context, b core.Broker) ([]topicStats, int, error) {
+func topicRows(ctx context.Context, b core.Broker) ([]TopicStats, int, error) {
 	infos, err := b.Topics(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
-	rows := make([]topicStats, 0, len(infos))
+	rows := make([]TopicStats, 0, len(infos))
 	for _, t := range infos {
-		r := topicStats{Name: t.Name, Queues: t.Queues}
+		r := TopicStats{Name: t.Name, Queues: t.Queues}
 		for _, q := range t.Ranges {
 			r.Messages += q.Max
 		}
 		rows = append(rows, r)
 	}
-	slices.SortStableFunc(rows, func(a, b topicStats) int { return cmp.Compare(b.Messages, a.Messages) }) // by name within
+	slices.SortStableFunc(rows, func(a, b TopicStats) int { return cmp.Compare(b.Messages, a.Messages) }) // by name within
 	return rows[:min(len(rows), maxStatsTopics)], len(rows), nil
 }
 
-func groupRows(ctx context.Context, g *group.Coordinator) ([]groupStats, int, error) {
-	rows := []groupStats{}
+func groupRows(ctx context.Context, g *group.Coordinator) ([]GroupStats, int, error) {
+	rows := []GroupStats{}
 	for _, gi := range g.Groups() {
 		members := []string{""} // the group's own offsets
 		if gi.Mode == group.Broadcast {
@@ -111,17 +111,17 @@ func groupRows(ctx context.Context, g *group.Coordinator) ([]groupStats, int, er
 			rows = append(rows, sumLags(gi, member, lags)...)
 		}
 	}
-	slices.SortStableFunc(rows, func(a, b groupStats) int { return cmp.Compare(b.Lag, a.Lag) })
+	slices.SortStableFunc(rows, func(a, b GroupStats) int { return cmp.Compare(b.Lag, a.Lag) })
 	return rows[:min(len(rows), maxStatsGroups)], len(rows), nil
 }
 
 // sumLags folds a group's per-queue lags (sorted by topic) into one row
 // per topic.
-func sumLags(gi group.GroupInfo, member string, lags []group.QueueLag) []groupStats {
-	var rows []groupStats
+func sumLags(gi group.GroupInfo, member string, lags []group.QueueLag) []GroupStats {
+	var rows []GroupStats
 	for _, l := range lags {
 		if len(rows) == 0 || rows[len(rows)-1].Topic != l.Queue.Topic {
-			rows = append(rows, groupStats{Group: gi.Name, Mode: string(gi.Mode), Topic: l.Queue.Topic, Member: member, Members: len(gi.Members)})
+			rows = append(rows, GroupStats{Group: gi.Name, Mode: string(gi.Mode), Topic: l.Queue.Topic, Member: member, Members: len(gi.Members)})
 		}
 		r := &rows[len(rows)-1]
 		r.Queues++

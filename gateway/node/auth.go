@@ -1,6 +1,7 @@
-package main
+package node
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -10,14 +11,10 @@ import (
 	"github.com/ferrymq/ferrymq/auth"
 )
 
-// newAuth builds the auth hook from the config's auth section; nil (and
-// no hook) when there is none. closers are the providers to close at exit.
-// The engine keeps a session's owner: a different identity may not take
-// it over.
-func newAuth(c *authConfig, log *zerolog.Logger) (hook *auth.Hook, closers []func() error, err error) {
-	if c == nil {
-		return nil, nil, nil
-	}
+// newAuth builds the auth hook from c; closers are the providers to close
+// once the node has stopped. (The engine keeps a session's owner: a
+// different identity may not take it over.)
+func newAuth(c *AuthOptions, log *zerolog.Logger) (hook *auth.Hook, closers []func() error, err error) {
 	defer func() {
 		if err != nil {
 			for _, f := range closers {
@@ -28,14 +25,14 @@ func newAuth(c *authConfig, log *zerolog.Logger) (hook *auth.Hook, closers []fun
 	}()
 	chain := &auth.Chain{AllowAnonymous: c.Anonymous}
 	if c.MTLS != nil {
-		p, err := auth.NewMTLS(auth.MTLSOptions{Field: auth.CertField(c.MTLS.Field), RequireClientID: c.MTLS.RequireClientID})
+		p, err := auth.NewMTLS(*c.MTLS)
 		if err != nil {
 			return nil, closers, fmt.Errorf("auth mtls: %w", err)
 		}
 		chain.Providers = append(chain.Providers, p)
 	}
 	if c.JWT != nil {
-		o := auth.JWTOptions{Secret: []byte(c.JWT.Secret), Algorithms: c.JWT.Algorithms, Issuer: c.JWT.Issuer, Audience: c.JWT.Audience}
+		o := c.JWT.Options
 		if c.JWT.PublicKeys != "" {
 			if o.PublicKeys, err = auth.LoadPublicKeys(c.JWT.PublicKeys); err != nil {
 				return nil, closers, fmt.Errorf("auth jwt: %w", err)
@@ -48,25 +45,14 @@ func newAuth(c *authConfig, log *zerolog.Logger) (hook *auth.Hook, closers []fun
 		chain.Providers = append(chain.Providers, p)
 	}
 	if c.HMAC != nil {
-		o := auth.HMACOptions{ProductSecrets: map[string][]byte{}, DeviceSecrets: map[string][]byte{}, Skew: time.Duration(c.HMAC.Skew)}
-		for k, v := range c.HMAC.Products {
-			o.ProductSecrets[k] = []byte(v)
-		}
-		for k, v := range c.HMAC.Devices {
-			o.DeviceSecrets[k] = []byte(v)
-		}
-		p, err := auth.NewHMAC(o)
+		p, err := auth.NewHMAC(*c.HMAC)
 		if err != nil {
 			return nil, closers, fmt.Errorf("auth hmac: %w", err)
 		}
 		chain.Providers = append(chain.Providers, p)
 	}
 	if c.Static != nil {
-		reload := time.Duration(c.Static.Reload)
-		if reload == 0 {
-			reload = 10 * time.Second
-		}
-		p, err := auth.NewStaticFile(c.Static.File, reload, *log)
+		p, err := auth.NewStaticFile(c.Static.File, cmp.Or(c.Static.Reload, DefaultStaticReload), *log)
 		if err != nil {
 			return nil, closers, fmt.Errorf("auth static: %w", err)
 		}

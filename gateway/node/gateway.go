@@ -1,0 +1,118 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/cluster"
+	"github.com/ferrymq/ferrymq/session"
+)
+
+// newGateway builds the session store, the bridge (bo says which core it
+// uses: Broker or Core), the auth hook, the router between nodes (engine
+// nats) and the MQTT gateway with its listeners; st (nil without a local
+// store) adds store metrics. The gateway is not started yet.
+func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
+	o := &n.opts
+	if bo.Logger == nil {
+		bo.Logger = n.log
+	}
+	hooks := o.Gateway.Hooks
+	var err error
+	switch {
+	case hooks.Sessions != nil:
+		if s, ok := hooks.Sessions.(*session.Store); ok {
+			n.sessions = s // the caller's: not closed here
+		}
+	case n.engine != nil: // engine nats: sessions in a JetStream bucket, shared by the nodes
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		n.sessions, err = session.OpenKV(ctx, n.engine.JetStream(), session.KVOptions{Logger: n.log, NodeID: n.nodeName,
+			Replicas: o.NATS.Replicas, Timeout: o.NATS.Timeout})
+		cancel()
+		n.ownSessions = true
+	case o.Sessions != nil:
+		so := *o.Sessions
+		if so.Logger == nil {
+			so.Logger = n.log
+		}
+		n.sessions, err = session.Open(filepath.Join(o.DataDir, "sessions"), so)
+		n.ownSessions = true
+	}
+	if err != nil {
+		n.sessions = nil
+		return fmt.Errorf("sessions: %w", err)
+	}
+	if n.bridge, err = bridge.New(bo); err != nil {
+		return fmt.Errorf("bridge: %w", err)
+	}
+	gwo := o.Gateway
+	gwo.Listeners = append([]gateway.Listener(nil), o.Gateway.Listeners...)
+	if o.MQTTAddr != "" {
+		gwo.Listeners = append(gwo.Listeners, gateway.Listener{Type: "tcp", Addr: o.MQTTAddr, ProxyProtocol: o.ProxyProtocol})
+	}
+	if o.WSAddr != "" {
+		gwo.Listeners = append(gwo.Listeners, gateway.Listener{Type: "ws", Addr: o.WSAddr, Path: o.WSPath})
+	}
+	for i, t := range o.TLS {
+		cfg, err := gateway.LoadTLS(t.Cert, t.Key, t.ClientCA)
+		if err != nil {
+			return fmt.Errorf("mqtt tls listener %d: %w", i+1, err)
+		}
+		gwo.Listeners = append(gwo.Listeners, gateway.Listener{Name: t.Name, Type: t.Type, Addr: t.Addr, Path: t.Path, TLS: cfg})
+	}
+	if o.Auth != nil {
+		hook, closers, err := newAuth(o.Auth, n.log)
+		n.closers = append(n.closers, closers...)
+		if err != nil {
+			return err
+		}
+		hooks.Auth, hooks.ACL, hooks.Limits = hook, hook, hook
+	}
+	if hooks.Sessions == nil && n.sessions != nil {
+		hooks.Sessions = n.sessions
+	}
+	if hooks.Uplink == nil {
+		hooks.Uplink = n.bridge
+	}
+	if hooks.Presence == nil {
+		hooks.Presence = n.bridge
+	}
+	if hooks.Delivery == nil {
+		hooks.Delivery = n.bridge
+	}
+	if n.engine != nil && hooks.Router == nil {
+		// engine nats: MQTT publish/subscribe between devices on different
+		// nodes, over NATS interest (gateway/cluster).
+		if n.router, err = cluster.New(cluster.Options{Conn: n.engine.Conn(), Node: n.nodeName, Logger: n.log}); err != nil {
+			return fmt.Errorf("mqtt routing between nodes: %w", err)
+		}
+		hooks.Router = n.router
+	}
+	gwo.Hooks = hooks
+	if mi := bo.MaxInflight; mi > 0 && (gwo.ReceiveMaximum == 0 || uint16(min(mi, 65535)) < gwo.ReceiveMaximum) {
+		gwo.ReceiveMaximum = uint16(min(mi, 65535)) // the bridge's max inflight bounds the same thing: publishes on their way to the core
+	}
+	if gwo.MaxQueued == 0 {
+		gwo.MaxQueued = bo.OfflineMaxMessages
+	}
+	if gwo.MaxQueuedBytes == 0 {
+		gwo.MaxQueuedBytes = bo.OfflineMaxBytes
+	}
+	gwo.Node = cmp.Or(gwo.Node, bo.Node)
+	if gwo.Store == nil {
+		gwo.Store = st
+	}
+	if gwo.Logger == nil {
+		gwo.Logger = n.log
+	}
+	if n.gateway, err = gateway.New(gwo); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
+}
