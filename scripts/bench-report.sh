@@ -169,7 +169,9 @@ command -v python3 >/dev/null || apt_install python3
 command -v gnuplot >/dev/null || apt_install gnuplot-nox
 command -v curl >/dev/null || apt_install curl
 if want_scenario fanin-clients-qos0 || want_scenario fanin-clients-qos1; then
-	command -v mosquitto_pub >/dev/null && command -v mosquitto_sub >/dev/null || apt_install mosquitto-clients
+	if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto_sub >/dev/null; then
+		apt_install mosquitto-clients
+	fi
 fi
 if want_scenario idle-mem-tls; then
 	command -v openssl >/dev/null || apt_install openssl
@@ -595,10 +597,10 @@ run_fanin_clients() {
 	local pub=(mosquitto_pub -h 127.0.0.1 -p "$PORT" -q "$qos" -l)
 	local pin=
 	((${#BENCH_CPU[@]} > 0)) && pin="${BENCH_CPU[*]} "
-	local cmd="${pin}mosquitto_sub -h 127.0.0.1 -p $PORT -q $qos -v -t '#' -i fanin-sub >received.txt &"
-	cmd+=" for i in \$(seq 0 $((FANIN_CLIENTS - 1))); do ${pin}mosquitto_pub -h 127.0.0.1 -p $PORT -q $qos -l"
-	cmd+=" -t fanin/\$i -i fanin-pub-\$i <${lines##*/} & done; wait  # ${lines##*/}: $FANIN_CLIENT_COUNT lines of $FANIN_CLIENT_SIZE B"
-	echo "$cmd" >"$out.cmd"
+	local shown="${pin}mosquitto_sub -h 127.0.0.1 -p $PORT -q $qos -v -t '#' -i fanin-sub >received.txt &"
+	shown+=" for i in \$(seq 0 $((FANIN_CLIENTS - 1))); do ${pin}mosquitto_pub -h 127.0.0.1 -p $PORT -q $qos -l"
+	shown+=" -t fanin/\$i -i fanin-pub-\$i <${lines##*/} & done; wait  # ${lines##*/}: $FANIN_CLIENT_COUNT lines of $FANIN_CLIENT_SIZE B"
+	echo "$shown" >"$out.cmd"
 	"${BENCH_CPU[@]}" "${sub[@]}" >"$out.received" 2>"$out.sub.log" &
 	local sub_pid=$!
 	echo "$sub_pid" >>"$PIDS"
@@ -649,7 +651,7 @@ run_fanin_clients() {
 		         per_sec: (if $secs > 0 then $distinct / $secs else 0 end)},
 		  errors: (if $failed > 0 then [{err: "mosquitto_pub exited with an error (see its .pubN.log)", count: $failed}] else [] end)}' \
 		>"$out.json"
-	record "$scenario" "$peer" "$out" "$cmd" "$ticks" "$rss0" "$rss1" "$hwm"
+	record "$scenario" "$peer" "$out" "$shown" "$ticks" "$rss0" "$rss1" "$hwm"
 	jq -r --arg run "$scenario/$peer" '"\($run): \(.mqtt.received) of \(.mqtt.expected) delivered, \(.mqtt.per_sec | floor)/s"' "$out.json" >&2
 }
 
