@@ -7,7 +7,12 @@ Usage: bench-report.py [--machine TEXT] RESULTS.jsonl REPORT.md CHART.dat
 
 Every record is one run: {scenario, peer, version, durability, date,
 command, pinned, broker_cpu_s, rss_before_kib, rss_after_kib, rss_peak_kib,
-result} where result is the JSON of `ferrymq bench mqtt|core --json`.
+result} where result is the JSON of `ferrymq bench mqtt|core --json` (or,
+for fanin-clients-*, the script's own summary of mosquitto_pub/_sub), plus
+optional fields: goroutines_before/_holding, os_threads_before/_holding
+and transport (idle scenarios), auth (connect-auth), cpu_profile and
+cpu_top (latency, ferrymq), and na: the reason a broker cannot run the
+scenario (its row then says so; no numbers).
 Each scenario has one headline metric; every row shows the ratio of
 ferrymq's headline to that broker's, oriented so that > 1 means ferrymq is
 ahead (for "lower is better" metrics the ratio is theirs over ferrymq's).
@@ -55,13 +60,20 @@ def delivered(rec):
 
 # Each scenario: title, what was run (words), headline (name, function of a
 # record, higher_is_better, formatter) and the table's columns.
-def scen_idle():
+def goroutines(r):
+    a, b = r.get("goroutines_before"), r.get("goroutines_holding")
+    if a is None and b is None:
+        return "n/a"
+    return f"{num(a)} → {num(b)}"
+
+
+def scen_idle(title="Idle memory per connection"):
     def kib_per_conn(r):
         held = r["result"]["conns"]["held"]
         return (r["rss_after_kib"] - r["rss_before_kib"]) / held if held else None
 
-    return dict(
-        title="Idle memory per connection",
+    return lambda: dict(
+        title=title,
         headline=("KiB per connection", kib_per_conn, False, lambda v: f"{v:.2f} KiB"),
         cols=[
             ("held", lambda r: num(r["result"]["conns"]["held"])),
@@ -70,14 +82,16 @@ def scen_idle():
             ("RSS holding", lambda r: f"{r['rss_after_kib'] / 1024:.1f} MiB"),
             ("KiB / conn", lambda r: f"{kib_per_conn(r):.2f}"),
             ("per 1M conns", lambda r: f"{kib_per_conn(r) * 1e6 / 1024 / 1024:.1f} GiB"),
+            ("goroutines before → holding", goroutines),
+            ("OS threads before → holding", lambda r: f"{num(r.get('os_threads_before'))} → {num(r.get('os_threads_holding'))}"),
         ],
     )
 
 
-def scen_connect():
+def scen_connect(title="Connect storm"):
     c = lambda r: r["result"]["conns"]
-    return dict(
-        title="Connect storm",
+    return lambda: dict(
+        title=title,
         headline=("connections/s", lambda r: c(r)["per_sec"], True, lambda v: f"{v:,.0f}/s"),
         cols=[
             ("connected", lambda r: num(c(r)["connected"])),
@@ -88,6 +102,25 @@ def scen_connect():
             ("p99.9", lambda r: lat(c(r)["latency"]["p999_us"])),
             ("broker CPU s", lambda r: f"{r['broker_cpu_s']:.2f}"),
             ("CPU ms / conn", lambda r: f"{r['broker_cpu_s'] * 1000 / max(1, c(r)['connected']):.3f}"),
+            ("auth", lambda r: r.get("auth") or "none"),
+        ],
+    )
+
+
+def scen_fanin_clients(qos):
+    """mosquitto_pub -l × N into one mosquitto_sub -t '#' (the script's summary)."""
+    return lambda: dict(
+        title=f"QoS {qos} fan-in with mosquitto_pub -l / mosquitto_sub",
+        headline=("delivered/s", lambda r: mqtt(r).get("per_sec"), True, lambda v: f"{v:,.0f}/s"),
+        cols=[
+            ("sent", lambda r: num(r["result"]["sent"])),
+            ("delivered", lambda r: num(delivered(r))),
+            ("lost (loss)", lambda r: f"{num(mqtt(r).get('lost'))} ({pct(mqtt(r).get('loss_pct'))})"),
+            ("dups", lambda r: num(mqtt(r).get("duplicates"))),
+            ("publishers done after", lambda r: f"{r['result']['publish_seconds']:.2f} s"),
+            ("last arrival after", lambda r: f"{r['result']['seconds']:.2f} s"),
+            ("delivered/s", lambda r: num(mqtt(r).get("per_sec"))),
+            ("CPU s / M delivered", lambda r: num(cpu_per_m(r, delivered(r)), 1)),
         ],
     )
 
@@ -192,10 +225,16 @@ def scen_ordered():
 
 
 SCENARIOS = {
-    "idle-mem": scen_idle,
-    "connect": scen_connect,
+    "idle-mem": scen_idle(),
+    "idle-mem-sub": scen_idle("Idle memory per connection with one subscription"),
+    "idle-mem-tls": scen_idle("Idle memory per TLS connection"),
+    "idle-mem-ws": scen_idle("Idle memory per WebSocket connection"),
+    "connect": scen_connect(),
+    "connect-auth": scen_connect("Connect storm with authentication"),
     "fanin-qos0": scen_pubsub("QoS 0 fan-in", "delivered/s", lambda r: mqtt(r).get("per_sec")),
     "fanin-qos1": scen_pubsub("QoS 1 fan-in", "acknowledged/s", lambda r: r["result"]["acked_per_sec"]),
+    "fanin-clients-qos0": scen_fanin_clients(0),
+    "fanin-clients-qos1": scen_fanin_clients(1),
     "fanout": scen_pubsub("Fan-out 1 → N", "deliveries/s", lambda r: mqtt(r).get("per_sec"), "delivered"),
     "p2p": scen_pubsub("Point-to-point (pairs)", "delivered/s", lambda r: mqtt(r).get("per_sec")),
     "latency": scen_latency,
@@ -266,11 +305,11 @@ def main():
         for p in peers:
             r = by[key].get(p)
             try:
-                vals[p] = f(r) if r else None
+                vals[p] = f(r) if r and not r.get("na") else None
             except (KeyError, TypeError, ZeroDivisionError):
                 vals[p] = None
         anchor = key
-        cells = [fmt(vals[p]) if vals[p] is not None else "–" for p in peers]
+        cells = [fmt(vals[p]) if vals[p] is not None else ("n/a" if by[key].get(p, {}).get("na") else "–") for p in peers]
         ratios = [fmt_ratio(advantage(vals.get(FERRY), vals[p], hb)) for p in others]
         w(f"| [{s['title']}](#{anchor}) | {name} ({'higher' if hb else 'lower'} is better) | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
         # chart: each broker's score relative to ferrymq, higher = better
@@ -308,7 +347,7 @@ def main():
         w("| " + " | ".join(head) + " |")
         w("|---|---|" + "---:|" * (len(head) - 2))
         fv = None
-        if FERRY in by[key]:
+        if FERRY in by[key] and not by[key][FERRY].get("na"):
             try:
                 fv = f(by[key][FERRY])
             except (KeyError, TypeError, ZeroDivisionError):
@@ -316,6 +355,9 @@ def main():
         for p in peers:
             r = by[key].get(p)
             if not r:
+                continue
+            if r.get("na"):
+                w(f"| **{p}** | {r['durability']} | n/a: {r['na']} |" + " |" * len(s["cols"]))
                 continue
             cells = []
             for _, cf in s["cols"]:
@@ -334,9 +376,13 @@ def main():
         w("")
         for p in peers:
             r = by[key].get(p)
-            if r:
+            if r and r.get("na"):
+                w(f"- {p}: n/a — {r['na']}")
+            elif r:
                 errs = r["result"].get("errors") or []
                 note = "" if not errs else "  — errors: " + "; ".join(f"{e.get('count')}× {e.get('err')}" for e in errs[:3])
+                if r.get("cpu_profile"):
+                    note += f"  — CPU profile (profiler on during this run): `{r['cpu_profile']}`, `go tool pprof -top` in `{r.get('cpu_top')}`"
                 w(f"- {p}: `{r['command']}`{note}")
         w("")
 

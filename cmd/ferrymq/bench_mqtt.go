@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -51,6 +54,12 @@ type benchMQTTOptions struct {
 	source         string
 	perSource      int
 	connectTimeout time.Duration
+	username       string
+	password       string
+	subscribe      string
+	subQoS         int
+	tlsInsecure    bool
+	caFile         string
 
 	json bool
 }
@@ -58,7 +67,7 @@ type benchMQTTOptions struct {
 func (o *benchMQTTOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.mode, "mode", string(mqttbench.ModePubSub), "pubsub, connect (a connect storm) or idle (hold connections)")
-	f.StringVar(&o.addr, "addr", "tcp://127.0.0.1:1883", "broker: tcp://host:port, or ws://host:port/path (pubsub only)")
+	f.StringVar(&o.addr, "addr", "tcp://127.0.0.1:1883", "broker: tcp://host:port, ws://host:port/path, or tls://host:port (connect, idle)")
 	f.IntVar(&o.version, "mqtt-version", 3, "MQTT version of pubsub clients: 3 (3.1.1, paho.mqtt.golang) or 5 (paho.golang)")
 	f.StringVar(&o.clientPrefix, "client-prefix", "", `prefix of client identifiers (default "mqttbench-<pid>-")`)
 	f.BoolVar(&o.clean, "clean", true, "clean session (3.1.1) / clean start (5); --clean=false keeps sessions")
@@ -89,6 +98,12 @@ func (o *benchMQTTOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.source, "source", "", "first local address of connections, spread --per-source a piece (default 127.0.0.1 for a loopback broker)")
 	f.IntVar(&o.perSource, "per-source", 10_000, "connections per local address")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "bound on dial + CONNECT/CONNACK, and SUBACK")
+	f.StringVar(&o.username, "username", "", "user name in every CONNECT (connect, idle)")
+	f.StringVar(&o.password, "password", "", "password in every CONNECT (connect, idle); also read from FERRYMQ_MQTT_PASSWORD")
+	f.StringVar(&o.subscribe, "subscribe", "", "idle, connect: each connection subscribes once to this filter (%i: its index) and waits for SUBACK")
+	f.IntVar(&o.subQoS, "sub-qos", 0, "QoS of --subscribe: 0, 1 or 2")
+	f.BoolVar(&o.tlsInsecure, "tls-insecure", false, "tls://: do not verify the server's certificate")
+	f.StringVar(&o.caFile, "ca", "", "tls://: verify the server's certificate with the CAs in this PEM `FILE` (default: the system's)")
 
 	f.BoolVar(&o.json, "json", false, "print the result as one JSON line instead of tables")
 }
@@ -109,6 +124,24 @@ func (o *benchMQTTOptions) options(progress io.Writer) (mqttbench.Options, error
 	if o.coreAddr != "" && o.coreTopic == "" {
 		errs = append(errs, errors.New("--core needs --core-topic"))
 	}
+	if o.subQoS < 0 || o.subQoS > 2 {
+		errs = append(errs, fmt.Errorf("--sub-qos %d: must be 0, 1 or 2", o.subQoS))
+	}
+	var tlsConfig *tls.Config
+	if o.tlsInsecure || o.caFile != "" {
+		tlsConfig = &tls.Config{InsecureSkipVerify: o.tlsInsecure} //nolint:gosec // asked for with --tls-insecure
+	}
+	if o.caFile != "" {
+		pem, err := os.ReadFile(o.caFile)
+		roots := x509.NewCertPool()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--ca: %w", err))
+		case !roots.AppendCertsFromPEM(pem):
+			errs = append(errs, fmt.Errorf("--ca %s: no PEM certificate in it", o.caFile))
+		}
+		tlsConfig.RootCAs = roots
+	}
 	if len(errs) > 0 {
 		return mqttbench.Options{}, fmt.Errorf("bench mqtt: %w", errors.Join(errs...))
 	}
@@ -116,14 +149,19 @@ func (o *benchMQTTOptions) options(progress io.Writer) (mqttbench.Options, error
 	if token == "" {
 		token = getenv("FERRYMQ_TOKEN")
 	}
+	password := o.password
+	if password == "" {
+		password = getenv("FERRYMQ_MQTT_PASSWORD")
+	}
 	return mqttbench.Options{
-		Mode: mqttbench.Mode(o.mode), Addr: o.addr, Version: o.version, ClientPrefix: o.clientPrefix,
+		Mode: mqttbench.Mode(o.mode), Addr: o.addr, TLS: tlsConfig, Username: o.username, Password: password,
+		Version: o.version, ClientPrefix: o.clientPrefix,
 		PersistentSession: !o.clean, Label: o.label,
 		Publishers: o.publishers, Subscribers: o.subscribers, QoS: byte(o.qos), SizeBytes: o.size, Rate: o.rate,
 		Count: o.count, Duration: o.duration, Topic: o.topic, Filter: o.filter, SlowSubscribers: o.slow, Inflight: o.inflight, Drain: o.drain,
 		Core:  mqttbench.CoreOptions{Addr: o.coreAddr, Token: token, Topic: o.coreTopic, Group: o.coreGroup},
 		Conns: o.conns, Workers: o.workers, KeepAlive: o.keepAlive, Hold: o.hold, Source: source,
-		ConnsPerSource: o.perSource, ConnectTimeout: o.connectTimeout,
+		ConnsPerSource: o.perSource, ConnectTimeout: o.connectTimeout, Subscribe: o.subscribe, SubQoS: byte(o.subQoS),
 		Progress: progress,
 	}, nil
 }
@@ -148,7 +186,10 @@ received within --drain.
 connect: --conns raw MQTT 3.1.1 connections (a hand-written CONNECT, no client
 library) opened by --workers as fast as possible or at --rate; measures
 CONNECT → CONNACK latency and connections/s, then closes them (or holds them
-for --hold).
+for --hold). Over tcp://, tls:// (--ca, --tls-insecure) or ws://; with
+--username/--password in every CONNECT (a refusal counts as failed, its
+return code among the errors); with --subscribe each connection subscribes
+once (%i: its index) at --sub-qos and waits for the SUBACK.
 
 idle: the same, then holds them open (a PINGREQ every --keepalive/2) until
 --hold passes or the command is interrupted; prints "holding N connections"
@@ -159,7 +200,10 @@ A progress line goes to stderr every second; the result to stdout.`,
   ferrymq bench mqtt --qos 1 --rate 5000 --duration 30s --core 127.0.0.1:10911 --core-topic telemetry
   ferrymq bench mqtt --mqtt-version 5 --addr ws://127.0.0.1:8083/mqtt --qos 2 --json
   ferrymq bench mqtt --mode connect --conns 5000 --workers 16
-  ferrymq bench mqtt --mode idle --conns 15000 --source 127.0.0.2 --keepalive 300s`,
+  ferrymq bench mqtt --mode idle --conns 15000 --source 127.0.0.2 --keepalive 300s
+  ferrymq bench mqtt --mode idle --conns 15000 --subscribe 'idle/%i' --sub-qos 1
+  ferrymq bench mqtt --mode idle --addr tls://127.0.0.1:8883 --ca ca.pem --conns 15000
+  ferrymq bench mqtt --mode connect --addr ws://127.0.0.1:8083/mqtt --username bench --password secret`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := o.options(cmd.ErrOrStderr())

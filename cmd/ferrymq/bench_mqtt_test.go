@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/gateway/mqttbench"
 	"github.com/ferrymq/ferrymq/gateway/mqttbench/mqttbenchtest"
 )
@@ -92,4 +94,53 @@ func TestBenchMQTTRejectsBadOptions(t *testing.T) {
 	err = cmd.ExecuteContext(t.Context())
 	require.ErrorIs(t, err, mqttbench.ErrInvalidOptions)
 	require.ErrorContains(t, err, `mode "storm"`)
+}
+
+func TestBenchMQTTIdleTLSAndSubscribe(t *testing.T) {
+	b := mqttbenchtest.Start(t, mqttbenchtest.Options{})
+	for _, trust := range [][]string{{"--ca", b.CAFile}, {"--tls-insecure"}} {
+		args := append([]string{"mqtt", "--mode", "idle", "--addr", b.TLSAddr, "--conns", "20", "--hold", "100ms",
+			"--subscribe", "cli/%i", "--sub-qos", "1", "--json"}, trust...)
+		out, progress := runBench(t, args...)
+		r := decodeMQTTResult(t, out)
+		require.EqualValues(t, 20, r.Conns.Connected, "%v: %v", trust, r.Errors)
+		require.Equal(t, 20, r.Conns.Alive)
+		require.Equal(t, "cli/%i", r.Conns.Subscribe)
+		require.EqualValues(t, 1, r.Conns.SubQoS)
+		require.Contains(t, progress, "holding 20 connections\n")
+	}
+	out, _ := runBench(t, "mqtt", "--mode", "idle", "--addr", b.WSAddr, "--conns", "10", "--hold", "50ms", "--json")
+	require.EqualValues(t, 10, decodeMQTTResult(t, out).Conns.Connected)
+}
+
+func TestBenchMQTTConnectCredentials(t *testing.T) {
+	b := mqttbenchtest.Start(t, mqttbenchtest.Options{Auth: benchAuth{}})
+	out, _ := runBench(t, "mqtt", "--mode", "connect", "--addr", b.Addr, "--conns", "10", "--username", "bench",
+		"--password", "s3cret", "--json")
+	require.EqualValues(t, 10, decodeMQTTResult(t, out).Conns.Connected)
+
+	out, _ = runBench(t, "mqtt", "--mode", "connect", "--addr", b.Addr, "--conns", "10", "--username", "bench",
+		"--password", "wrong")
+	require.Contains(t, out, "errors:")
+	require.Contains(t, out, "10× mqttbench: connection refused: return code 4 (bad user name or password)")
+}
+
+func TestBenchMQTTRejectsBadTLSOptions(t *testing.T) {
+	cmd := newBenchCmd()
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	cmd.SetArgs([]string{"mqtt", "--mode", "idle", "--addr", "tls://127.0.0.1:1", "--ca", "/nonexistent.pem", "--sub-qos", "3"})
+	err := cmd.ExecuteContext(t.Context())
+	require.ErrorContains(t, err, "--ca")
+	require.ErrorContains(t, err, "--sub-qos 3")
+}
+
+// benchAuth lets in user bench with password s3cret.
+type benchAuth struct{}
+
+func (benchAuth) Authenticate(_ context.Context, ci *engine.ConnectInfo) (engine.Identity, error) {
+	if ci.Username != "bench" || string(ci.Password) != "s3cret" {
+		return engine.Identity{}, &engine.Refusal{Code: engine.BadUsernameOrPassword, Reason: "bad credentials"}
+	}
+	return engine.Identity{Username: ci.Username}, nil
 }

@@ -11,7 +11,18 @@ import (
 // alive reports whether the server still holds conn open, without
 // blocking: it reads and discards what has arrived (PINGRESPs), then sees
 // whether the stream has ended.
+//
+// A TLS or WebSocket connection is looked at through its TCP connection:
+// what it discards there is lost to the upper layer, so call alive only
+// when nothing more is to be read.
 func alive(conn net.Conn) bool {
+	for {
+		u, ok := conn.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		conn = u.NetConn()
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return true

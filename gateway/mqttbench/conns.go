@@ -32,11 +32,13 @@ type conns struct {
 // per second if set), then holds them (idle mode, or Hold > 0) and
 // finally disconnects them.
 func runConns(ctx context.Context, o *Options, addr brokerAddr) (res Result, err error) {
-	r := &conns{o: o, d: &leanDialer{addr: addr.hostport, prefix: o.ClientPrefix, keepAlive: uint16(o.KeepAlive / time.Second),
-		clean: !o.PersistentSession, timeout: o.ConnectTimeout, source: o.Source, perSource: o.ConnsPerSource}}
+	r := &conns{o: o, d: &leanDialer{addr: addr.hostport, scheme: addr.scheme, wsPath: addr.path, tls: o.TLS,
+		prefix: o.ClientPrefix, keepAlive: uint16(o.KeepAlive / time.Second), clean: !o.PersistentSession,
+		username: o.Username, password: o.Password, subscribe: o.Subscribe, subQoS: o.SubQoS,
+		timeout: o.ConnectTimeout, source: o.Source, perSource: o.ConnsPerSource}}
 	res = Result{Mode: o.Mode, Label: o.Label, Addr: o.Addr, Version: 3, Started: time.Now()}
 	defer func() { res.Errors = r.errs.list() }()
-	cs := &Conns{Asked: o.Conns, Sources: r.d.sources(o.Conns)}
+	cs := &Conns{Asked: o.Conns, Sources: r.d.sources(o.Conns), Subscribe: o.Subscribe, SubQoS: o.SubQoS}
 	res.Conns = cs
 
 	held := make([]net.Conn, o.Conns)

@@ -14,8 +14,10 @@
 //     measures publish → acknowledgement and publish → receipt latency.
 //   - connect: a storm of lean MQTT 3.1.1 connections (a hand-encoded
 //     CONNECT, a 4-byte CONNACK; no client library, no goroutine per
-//     connection), measuring CONNECT → CONNACK latency and connections per
-//     second; then they are closed, or held for Hold.
+//     connection) over TCP, TLS or WebSocket, with a username and password
+//     if given, measuring CONNECT → CONNACK latency and connections per
+//     second; then they are closed, or held for Hold. With Subscribe each
+//     connection subscribes once and waits for its SUBACK.
 //   - idle: the same connections held open (with a PINGREQ every
 //     KeepAlive/2 written by one goroutine) until Hold passes or ctx ends,
 //     printing HoldingLine once all are up so that a script can measure

@@ -2,17 +2,22 @@ package mqttbench
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 )
 
-// The lean client: just enough MQTT 3.1.1 to open a connection, keep it
-// alive and close it, for tens of thousands of connections in one
-// process. A connection is a bare net.Conn: no goroutine, no buffer.
+// The lean client: just enough MQTT 3.1.1 to open a connection (over
+// TCP, TLS or WebSocket, with a username and password if asked),
+// subscribe once, keep it alive and close it, for tens of thousands of
+// connections in one process. A connection is a bare net.Conn (or a
+// tls.Conn, or a wsConn around one): no goroutine, no buffer of ours.
 
 // Fixed headers of the packets the lean client sends without a body.
 var (
@@ -27,22 +32,47 @@ var (
 //	1–4    remaining length, variable byte integer (§2.2.3)
 //	6      0x00 0x04 "MQTT": protocol name [MQTT-3.1.2-1]
 //	1      0x04: protocol level 3.1.1 [MQTT-3.1.2-2]
-//	1      connect flags: 0x02 clean session, nothing else
+//	1      connect flags: 0x80 user name, 0x40 password, 0x02 clean
+//	       session; no will
 //	2      keep alive, seconds
 //	2+n    client identifier: length, UTF-8 [MQTT-3.1.3-3]
+//	2+n    user name, if flagged [MQTT-3.1.3-11]
+//	2+n    password, if flagged (binary) [MQTT-3.1.3-12]
 //
-// clientID must be at most 65,535 bytes.
-func appendConnect(b []byte, clientID string, keepAlive uint16, clean bool) []byte {
+// clientID, username and password must be at most 65,535 bytes each; a
+// password goes only with a username [MQTT-3.1.2-22].
+func appendConnect(b []byte, clientID string, keepAlive uint16, clean bool, username, password string) []byte {
 	var flags byte
 	if clean {
 		flags |= 0x02
 	}
+	n := 10 + 2 + len(clientID)
+	if username != "" {
+		flags |= 0x80
+		n += 2 + len(username)
+	}
+	if password != "" {
+		flags |= 0x40
+		n += 2 + len(password)
+	}
 	b = append(b, 0x10)
-	b = appendVarint(b, 10+2+len(clientID))
+	b = appendVarint(b, n)
 	b = append(b, 0x00, 0x04, 'M', 'Q', 'T', 'T', 0x04, flags)
 	b = binary.BigEndian.AppendUint16(b, keepAlive)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(clientID)))
-	return append(b, clientID...)
+	b = appendString(b, clientID)
+	if username != "" {
+		b = appendString(b, username)
+	}
+	if password != "" {
+		b = appendString(b, password)
+	}
+	return b
+}
+
+// appendString appends s with its 2-byte length (§1.5.3).
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
 }
 
 // appendVarint appends n as an MQTT variable byte integer: 7 bits a byte,
@@ -88,9 +118,16 @@ func parseConnack(b [4]byte) error {
 // leanDialer opens lean connections.
 type leanDialer struct {
 	addr      string // host:port
+	scheme    string // "tcp", "tls" or "ws"; "" is tcp
+	wsPath    string // ws: the request path
+	tls       *tls.Config
 	prefix    string // of client identifiers
 	keepAlive uint16
 	clean     bool
+	username  string
+	password  string
+	subscribe string // filter, %i the index; "": none
+	subQoS    byte
 	timeout   time.Duration
 	source    netip.Addr // first source address; invalid: let the kernel pick
 	perSource int
@@ -131,12 +168,50 @@ func (d *leanDialer) connect(ctx context.Context, i int) (net.Conn, time.Duratio
 	if err != nil {
 		return nil, 0, err
 	}
+	if conn, err = d.upgrade(ctx, conn); err != nil {
+		return nil, 0, err
+	}
 	lat, err := d.handshake(ctx, conn, fmt.Sprintf("%s%d", d.prefix, i))
+	if err == nil && d.subscribe != "" {
+		err = subscribeLean(conn, strings.ReplaceAll(d.subscribe, "%i", strconv.Itoa(i)), d.subQoS, d.timeout)
+	}
 	if err != nil {
 		_ = conn.Close()
 		return nil, 0, err
 	}
 	return conn, lat, nil
+}
+
+// upgrade runs the TLS or WebSocket handshake on a fresh TCP connection,
+// within the timeout; on failure it closes conn.
+func (d *leanDialer) upgrade(ctx context.Context, conn net.Conn) (net.Conn, error) {
+	switch d.scheme {
+	case "tls":
+		cfg := d.tls
+		if cfg == nil {
+			cfg = &tls.Config{}
+		}
+		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(d.addr)
+		}
+		tc := tls.Client(conn, cfg)
+		hctx, cancel := context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("tls handshake: %w", err)
+		}
+		return tc, nil
+	case "ws":
+		wc, err := wsHandshake(ctx, conn, d.addr, d.wsPath, d.timeout)
+		if err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		return wc, nil
+	}
+	return conn, nil
 }
 
 func (d *leanDialer) handshake(ctx context.Context, conn net.Conn, clientID string) (time.Duration, error) {
@@ -146,9 +221,9 @@ func (d *leanDialer) handshake(ctx context.Context, conn net.Conn, clientID stri
 	// Ending ctx ends a wait for CONNACK.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	var buf [64]byte
+	var buf [128]byte
 	begin := time.Now()
-	if _, err := conn.Write(appendConnect(buf[:0], clientID, d.keepAlive, d.clean)); err != nil {
+	if _, err := conn.Write(appendConnect(buf[:0], clientID, d.keepAlive, d.clean, d.username, d.password)); err != nil {
 		return 0, fmt.Errorf("write CONNECT: %w", err)
 	}
 	var ack [4]byte

@@ -8,7 +8,7 @@ import (
 )
 
 func TestAppendConnect(t *testing.T) {
-	got := appendConnect(nil, "dev-1", 300, true)
+	got := appendConnect(nil, "dev-1", 300, true, "", "")
 	want := []byte{
 		0x10, 17, // CONNECT, remaining length 10 + 2 + 5
 		0, 4, 'M', 'Q', 'T', 'T', 4, // protocol name, level 3.1.1
@@ -17,7 +17,7 @@ func TestAppendConnect(t *testing.T) {
 		0, 5, 'd', 'e', 'v', '-', '1',
 	}
 	require.Equal(t, want, got)
-	require.Equal(t, byte(0x00), appendConnect(nil, "x", 0, false)[9], "no flags without clean session")
+	require.Equal(t, byte(0x00), appendConnect(nil, "x", 0, false, "", "")[9], "no flags without clean session")
 }
 
 func TestAppendVarint(t *testing.T) {
@@ -37,7 +37,7 @@ func TestAppendVarint(t *testing.T) {
 	} {
 		require.Equal(t, c.want, appendVarint(nil, c.n), "n=%d", c.n)
 	}
-	long := appendConnect(nil, string(make([]byte, 200)), 60, true)
+	long := appendConnect(nil, string(make([]byte, 200)), 60, true, "", "")
 	require.Equal(t, []byte{0x10, 0xD4, 0x01}, long[:3], "remaining length 212 takes two bytes")
 }
 

@@ -1,6 +1,7 @@
 package mqttbench
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -33,9 +34,19 @@ const (
 type Options struct {
 	// Mode; default ModePubSub.
 	Mode Mode
-	// Addr is the broker: tcp://host:port (also mqtt://, or host:port) or,
-	// in pubsub mode, ws://host:port/path. Default tcp://127.0.0.1:1883.
+	// Addr is the broker: tcp://host:port (also mqtt://, or host:port),
+	// ws://host:port/path, or, in connect and idle modes,
+	// tls://host:port (also ssl://, mqtts://). Default
+	// tcp://127.0.0.1:1883.
 	Addr string
+	// TLS configures tls:// connections; nil: the system's roots, the
+	// address's host as the server name.
+	TLS *tls.Config
+	// Username and Password go into every lean CONNECT (connect and idle
+	// modes); empty: none. A refused CONNECT counts as failed, its return
+	// code among the errors.
+	Username string
+	Password string
 	// Version is the MQTT version of pubsub clients: 3 (3.1.1, with
 	// eclipse/paho.mqtt.golang) or 5 (eclipse/paho.golang); default 3.
 	// Connect and idle modes always speak 3.1.1 with the lean client.
@@ -108,6 +119,12 @@ type Options struct {
 	// 127.0.0.2, …: Linux routes all of 127/8 to lo). Default 127.0.0.1
 	// when the broker is on a loopback address, else unbound.
 	Source netip.Addr
+	// Subscribe, when set, makes every lean connection subscribe once to
+	// it at SubQoS after its CONNACK and wait for the SUBACK; "%i" is
+	// replaced by the connection's index. A refused subscription fails
+	// the connection.
+	Subscribe string
+	SubQoS    byte
 	// ConnsPerSource is the most connections bound to one source address;
 	// default 10,000 (under the 28,232 ephemeral ports of Linux).
 	ConnsPerSource int
@@ -137,8 +154,9 @@ type CoreOptions struct {
 // brokerAddr is Options.Addr taken apart.
 type brokerAddr struct {
 	url      string // for paho: tcp://host:port or ws://host:port/path
-	scheme   string // "tcp" or "ws"
+	scheme   string // "tcp", "tls" or "ws"
 	hostport string
+	path     string // ws only: the request path, "/" if none
 }
 
 func parseAddr(s string) (brokerAddr, error) {
@@ -156,14 +174,24 @@ func parseAddr(s string) (brokerAddr, error) {
 			return brokerAddr{}, fmt.Errorf("address %q: a tcp address has no path", s)
 		}
 		u.Path = ""
+	case "tls", "ssl", "mqtts":
+		u.Scheme = "tls"
+		if u.Path != "" && u.Path != "/" {
+			return brokerAddr{}, fmt.Errorf("address %q: a tls address has no path", s)
+		}
+		u.Path = ""
 	case "ws":
 	default:
-		return brokerAddr{}, fmt.Errorf("address %q: scheme must be tcp, mqtt or ws", s)
+		return brokerAddr{}, fmt.Errorf("address %q: scheme must be tcp, mqtt, tls or ws", s)
 	}
 	if _, _, err := net.SplitHostPort(u.Host); err != nil {
 		return brokerAddr{}, fmt.Errorf("address %q: %w", s, err)
 	}
-	return brokerAddr{url: u.String(), scheme: u.Scheme, hostport: u.Host}, nil
+	path := u.RequestURI()
+	if u.Scheme != "ws" {
+		path = ""
+	}
+	return brokerAddr{url: u.String(), scheme: u.Scheme, hostport: u.Host, path: path}, nil
 }
 
 func (o Options) withDefaults() Options {
@@ -296,6 +324,12 @@ func (o Options) validate() error {
 		if o.SlowSubscribers < 0 {
 			add("slow subscribers %d: must not be negative", o.SlowSubscribers)
 		}
+		if err == nil && addr.scheme == "tls" {
+			add("address %q: pubsub mode speaks MQTT over tcp or ws only", o.Addr)
+		}
+		if o.Username != "" || o.Password != "" || o.Subscribe != "" {
+			add("--username, --password and --subscribe are for connect and idle modes")
+		}
 		if o.SlowSubscribers > 0 && err == nil && addr.scheme != "tcp" {
 			add("slow subscribers speak MQTT over tcp only")
 		}
@@ -303,8 +337,19 @@ func (o Options) validate() error {
 			add("a core consumer needs a topic and a group")
 		}
 	case ModeConnect, ModeIdle:
-		if err == nil && addr.scheme != "tcp" {
-			add("address %q: connect and idle modes speak MQTT over tcp only", o.Addr)
+		if len(o.Username) > math.MaxUint16 || len(o.Password) > math.MaxUint16 {
+			add("username and password: at most 65,535 bytes each")
+		}
+		if o.Password != "" && o.Username == "" {
+			add("a password needs a username in MQTT 3.1.1 [MQTT-3.1.2-22]")
+		}
+		if o.Subscribe != "" {
+			if err := mqtttopic.ValidFilter(strings.ReplaceAll(o.Subscribe, "%i", "0")); err != nil {
+				errs = append(errs, fmt.Errorf("subscribe: %w", err))
+			}
+		}
+		if o.SubQoS > 2 {
+			add("subscription QoS %d: must be 0, 1 or 2", o.SubQoS)
 		}
 		if o.Conns < 1 {
 			add("conns %d: must be at least 1", o.Conns)

@@ -40,7 +40,10 @@ func TestParseAddr(t *testing.T) {
 		"127.0.0.1:1883":           {url: "tcp://127.0.0.1:1883", scheme: "tcp", hostport: "127.0.0.1:1883"},
 		"tcp://127.0.0.1:1883":     {url: "tcp://127.0.0.1:1883", scheme: "tcp", hostport: "127.0.0.1:1883"},
 		"mqtt://localhost:1883":    {url: "tcp://localhost:1883", scheme: "tcp", hostport: "localhost:1883"},
-		"ws://127.0.0.1:8083/mqtt": {url: "ws://127.0.0.1:8083/mqtt", scheme: "ws", hostport: "127.0.0.1:8083"},
+		"ws://127.0.0.1:8083/mqtt": {url: "ws://127.0.0.1:8083/mqtt", scheme: "ws", hostport: "127.0.0.1:8083", path: "/mqtt"},
+		"ws://127.0.0.1:8083":      {url: "ws://127.0.0.1:8083", scheme: "ws", hostport: "127.0.0.1:8083", path: "/"},
+		"tls://127.0.0.1:8883":     {url: "tls://127.0.0.1:8883", scheme: "tls", hostport: "127.0.0.1:8883"},
+		"mqtts://localhost:8883":   {url: "tls://localhost:8883", scheme: "tls", hostport: "localhost:8883"},
 	} {
 		got, err := parseAddr(in)
 		require.NoError(t, err, in)
@@ -60,9 +63,15 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 
-	err = Options{Mode: ModeIdle, Addr: "ws://127.0.0.1:1/mqtt", KeepAlive: 70_000 * time.Second}.withDefaults().validate()
-	require.ErrorContains(t, err, "tcp only")
-	require.ErrorContains(t, err, "keepalive")
+	err = Options{Mode: ModeIdle, Addr: "ws://127.0.0.1:1/mqtt", KeepAlive: 70_000 * time.Second, Password: "x",
+		Subscribe: "a/#/b", SubQoS: 3}.withDefaults().validate()
+	require.NotContains(t, err.Error(), "ws", "idle connections may be WebSockets")
+	for _, want := range []string{"keepalive", "password needs a username", "subscribe:", "subscription QoS 3"} {
+		require.ErrorContains(t, err, want)
+	}
+	err = Options{Addr: "tls://127.0.0.1:1", Username: "u"}.withDefaults().validate()
+	require.ErrorContains(t, err, "tcp or ws only")
+	require.ErrorContains(t, err, "for connect and idle modes")
 
 	require.ErrorContains(t, Options{Mode: "storm"}.withDefaults().validate(), `mode "storm"`)
 }

@@ -80,8 +80,9 @@ type Delivery struct {
 
 // Conns is what a connect or idle run measured.
 type Conns struct {
-	// Asked is Options.Conns; Connected got a CONNACK with return code 0;
-	// Failed did not (dial error, refusal, timeout).
+	// Asked is Options.Conns; Connected got a CONNACK with return code 0
+	// (and, with Subscribe, a SUBACK granting it); Failed did not (dial,
+	// TLS or WebSocket error, refusal, timeout).
 	Asked     int   `json:"asked"`
 	Connected int64 `json:"connected"`
 	Failed    int64 `json:"failed"`
@@ -97,6 +98,10 @@ type Conns struct {
 	HeldSeconds float64 `json:"held_seconds"`
 	// Sources is the number of local addresses the connections used.
 	Sources int `json:"sources"`
+	// Subscribe is the filter each connection subscribed to once
+	// (Options.Subscribe, %i unreplaced) at SubQoS; "": none.
+	Subscribe string `json:"subscribe,omitempty"`
+	SubQoS    byte   `json:"sub_qos,omitempty"`
 }
 
 // ErrorCount is an error message and how often it was seen.
