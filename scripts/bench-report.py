@@ -273,7 +273,7 @@ def main():
     out = []
     w = out.append
     dates = sorted({r["date"] for r in recs})
-    pinned = all(r.get("pinned") for r in recs)
+    pinned = all(r.get("pinned") for r in recs if not r.get("na"))  # an n/a row ran nothing
     w(f"Run {', '.join(dates)} on {a.machine or 'this machine'}; loopback only; "
       + ("each broker pinned to CPU 0 and the load generator (`ferrymq bench`) to CPU 1." if pinned else "not pinned."))
     w("")
