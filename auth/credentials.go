@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"golang.org/x/sync/singleflight"
 	"io"
 	"os"
 	"sync"
@@ -138,6 +139,10 @@ type StaticFile struct {
 
 	cacheMu sync.Mutex
 	cache   map[cacheKey]string // → the hash the password verified against
+	// verifying joins concurrent checks of one username, password and
+	// hash: a fleet reconnecting with shared credentials costs one bcrypt,
+	// not one per connection.
+	verifying singleflight.Group
 
 	// counters, for tests and metrics
 	cacheHits   atomic.Uint64
@@ -278,19 +283,26 @@ func (s *StaticFile) Authenticate(r *Request) (Identity, error) {
 		s.cacheHits.Add(1)
 		return Identity{ClientID: r.ClientID, Username: r.Username, Provider: ProviderStatic}, nil
 	}
-	s.bcryptCalls.Add(1)
-	if err := bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), r.Password); err != nil {
+	flight := r.Username + "\x00" + string(key.digest[:]) + "\x00" + u.PasswordHash
+	_, err, _ := s.verifying.Do(flight, func() (any, error) {
+		s.bcryptCalls.Add(1)
+		if err := bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), r.Password); err != nil {
+			return nil, err
+		}
+		s.cacheMu.Lock()
+		if len(s.cache) >= CacheEntries {
+			for k := range s.cache { // evict an arbitrary entry
+				delete(s.cache, k)
+				break
+			}
+		}
+		s.cache[key] = u.PasswordHash
+		s.cacheMu.Unlock()
+		return nil, nil
+	})
+	if err != nil {
 		return Identity{}, fmt.Errorf("%w: wrong password for user %q", ErrDenied, r.Username)
 	}
-	s.cacheMu.Lock()
-	if len(s.cache) >= CacheEntries {
-		for k := range s.cache { // evict an arbitrary entry
-			delete(s.cache, k)
-			break
-		}
-	}
-	s.cache[key] = u.PasswordHash
-	s.cacheMu.Unlock()
 	return Identity{ClientID: r.ClientID, Username: r.Username, Provider: ProviderStatic}, nil
 }
 

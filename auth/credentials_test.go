@@ -265,3 +265,38 @@ func BenchmarkStaticFile(b *testing.B) {
 		}
 	})
 }
+
+// TestStaticFileConcurrentFirstConnects: connections arriving together
+// with the same credentials, before any is cached, share one bcrypt (a
+// fleet reconnecting after an outage must not cost one each); a wrong
+// password among them is still refused.
+func TestStaticFileConcurrentFirstConnects(t *testing.T) {
+	// The default cost (tens of ms a check): the checks overlap.
+	h, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.DefaultCost)
+	require.NoError(t, err)
+	s, _ := newStatic(t, credentialsYAML(User{Username: "fleet", PasswordHash: string(h)}), zerolog.Nop())
+	const n = 32
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			pw := "pw"
+			if i == 0 {
+				pw = "wrong"
+			}
+			_, errs[i] = s.Authenticate(&Request{ClientID: fmt.Sprintf("car-%d", i), Username: "fleet", Password: []byte(pw)})
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.ErrorIs(t, errs[0], ErrDenied)
+	for i := 1; i < n; i++ {
+		require.NoError(t, errs[i], "connection %d", i)
+	}
+	// One bcrypt for the wrong password and one for the right (a check
+	// that missed the cache just before the first finished and called
+	// after it left the group may run a second): never one each.
+	require.LessOrEqual(t, s.bcryptCalls.Load(), uint64(3), "concurrent checks of the same credentials each ran bcrypt")
+}
