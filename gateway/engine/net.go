@@ -159,13 +159,44 @@ func (t *tcpTransport) write(b []byte) error {
 	return err
 }
 
-func (t *tcpTransport) closeWrite() {
-	if rc, err := t.nc.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_WR) })
+func (t *tcpTransport) closeWrite() { _ = shutdownSocket(t.nc, syscall.SHUT_WR) }
+
+func (t *tcpTransport) close() { closeSocket(t.nc) }
+
+// closeSocket ends a socket the event loop watches without closing its
+// descriptor on this goroutine: it is shut down both ways, the event loop
+// sees the hang-up and closes it, on its own goroutine. Closing it here
+// would free the descriptor's number while the event loop may still hold
+// an event read for it (the client's own hang-up, as it leaves after our
+// last packet); a socket accepted meanwhile gets the number, and the
+// event loop, which knows sockets by number, would apply that event to it
+// and close a new connection before its CONNACK. (nbio closes a socket
+// here itself when a write fails: that rarer case remains.)
+func closeSocket(nc *nbio.Conn) {
+	if err := shutdownSocket(nc, syscall.SHUT_RDWR); err != nil && !errors.Is(err, syscall.ENOTCONN) {
+		_ = nc.Close() // not a socket the event loop will hear of again
 	}
 }
 
-func (t *tcpTransport) close() { _ = t.nc.Close() }
+// shutdownSocket shuts nc's socket down (how: SHUT_WR, SHUT_RDWR) unless
+// the event loop closed it: its lock keeps the descriptor ours meanwhile.
+// ENOTCONN: the peer reset it, the event loop heard that and closes it.
+func shutdownSocket(nc *nbio.Conn, how int) error {
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	nc.Lock()
+	defer nc.Unlock()
+	if closed, _ := nc.IsClosed(); closed {
+		return nil
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.Shutdown(int(fd), how) }); err != nil {
+		return err
+	}
+	return serr
+}
 
 func (t *tcpTransport) tlsState() *tls.ConnectionState { return nil }
 

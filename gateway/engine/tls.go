@@ -46,6 +46,13 @@ func (noDeadlines) SetDeadline(time.Time) error      { return nil }
 func (noDeadlines) SetReadDeadline(time.Time) error  { return nil }
 func (noDeadlines) SetWriteDeadline(time.Time) error { return nil }
 
+// Close, llib's last step after its close_notify, leaves the descriptor
+// to the event loop (closeSocket).
+func (d noDeadlines) Close() error {
+	closeSocket(d.Conn)
+	return nil
+}
+
 // decode decrypts raw (ciphertext, ours to overwrite: the plaintext is
 // written into its buffer, never longer than what was read).
 func (t *tlsTransport) decode(raw []byte) ([]byte, error) {
