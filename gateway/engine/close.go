@@ -69,7 +69,7 @@ func (c *conn) end(code ReasonCode, why string, cause error) {
 			}
 		}
 	}
-	e.log.Debug().Str(logClient, c.id()).Str(logRemote, c.remote).Str("reason", why).AnErr("cause", cause).Msg("connection closed")
+	e.log.Debug().Str(logClient, c.id()).Str(logRemote, c.cl.remote).Str("reason", why).AnErr("cause", cause).Msg("connection closed")
 }
 
 func (c *conn) backlogged() bool {

@@ -48,85 +48,100 @@ var errWouldBlock = errors.New("engine: would block")
 // Lock order: Engine.mu, then session.mu, then conn.upMu, then conn.wmu;
 // conn.mu is a leaf.
 type conn struct {
+	// Fields are grouped by who touches them and ordered so that nothing
+	// pads: a conn is the engine's largest per-device allocation and is kept
+	// within the 512-byte size class (TestConnFitsItsSizeClass).
 	e      *Engine
 	t      transport
 	nbc    *nbio.Conn
 	ln     *listener
-	remote string
 	opened int64 // unix ns
 
-	mu       sync.Mutex // guards sched, work, the kill request and the read side below
-	sched    bool       // a turn is queued or running
-	work     uint8
-	killCode ReasonCode
-	killWhy  string
-	killErr  error
-	inbox    []byte // bytes read from the socket, not yet handled
-	rdBusy   bool   // a goroutine is reading the socket
-	rdAgain  bool   // the socket became readable again meanwhile
-	rdPause  bool   // paused: leave bytes in the socket
-	rdWanted bool   // the poller left bytes in the socket
-	rdDrain  bool   // the client shut its side: read to the end, past inboxMax
-	eof      bool   // the peer closed (or the socket failed: rdErr)
-	rdErr    error
+	cl Client // the hooks' view, once connected (client points here); cl.remote is known from the accept on
 
-	cl Client // the hooks' view, once connected (client points here)
+	// guarded by mu
+	inbox []byte   // bytes read from the socket, not yet handled
+	rdErr error    // why the socket failed (eof)
+	kreq  *killReq // the first kill request, until the turn takes it
 
 	// turn
-	state     uint8
 	partial   []byte // bytes of an incomplete packet (nil when there is none)
 	client    *Client
 	sess      *session
-	version   byte
-	aliases   []string     // inbound topic aliases, index alias-1 (MQTT 5)
-	paused    bool         // reading stopped: too many publishes in flight, or a pacing wait
+	aliases   []string    // inbound topic aliases, index alias-1 (MQTT 5)
+	outAlias  *outAliases // topic aliases we set for the client (MQTT 5, if it allows them); under wmu
+	release   func()
 	resumeAt  atomic.Int64 // unix ns a pacing wait ends, 0 for none (the wheel reads it)
 	maxOut    uint32       // the client's Maximum Packet Size; 0 none
 	recvMax   uint16       // the client's Receive Maximum (our sends in flight)
-	outAlias  *outAliases  // topic aliases we set for the client (MQTT 5, if it allows them); under wmu
-	noProblem bool         // the client asked for no reason strings (MQTT 5 Request Problem Information 0)
-	cleanEnd  bool         // the client sent DISCONNECT (no will unless 0x04)
-	willToo   bool         // DISCONNECT 0x04: publish the will anyway
-	released  bool         // Limits.Admit's release was called
-	release   func()
 
-	// PROXY protocol: the header is still to come.
-	proxyPending bool
+	// guarded by mu
+	sched    bool // a turn is queued or running
+	work     uint8
+	rdBusy   bool // a goroutine is reading the socket
+	rdAgain  bool // the socket became readable again meanwhile
+	rdPause  bool // paused: leave bytes in the socket
+	rdWanted bool // the poller left bytes in the socket
+	rdDrain  bool // the client shut its side: read to the end, past inboxMax
+	eof      bool // the peer closed (or the socket failed: rdErr)
+
+	// turn
+	state        uint8
+	version      byte
+	paused       bool // reading stopped: too many publishes in flight, or a pacing wait
+	noProblem    bool // the client asked for no reason strings (MQTT 5 Request Problem Information 0)
+	cleanEnd     bool // the client sent DISCONNECT (no will unless 0x04)
+	willToo      bool // DISCONNECT 0x04: publish the will anyway
+	released     bool // Limits.Admit's release was called
+	proxyPending bool // PROXY protocol: the header is still to come
+	lingerShut   bool // lingering close (net.go)
+	// guarded by wmu
+	terminal bool // a packet that ends the connection was queued: nothing more [MQTT-3.14.4-1]
+	holdOut  bool // CONNACK not queued yet: what the session gets meanwhile waits (connect.go)
+
+	mu    sync.Mutex // guards sched, work, the kill request and the read side
+	upMu  sync.Mutex // guards up and upPending
+	wlock sync.Mutex // serializes writes to the transport (writeOut)
+	wmu   sync.Mutex // guards the write side
 
 	// Lingering close (net.go): the turn's, but read by the wheel's tick.
 	lingering   atomic.Bool
-	lingerShut  bool
 	lingerUntil atomic.Int64
 	lingerRead  int
 
 	takenOver   atomic.Bool // another connection took the session: no will, presence says so
 	established atomic.Bool // CONNACK accepted (for the wheel, which must not read turn state)
+	closed      atomic.Bool
 
-	upMu      sync.Mutex // guards up and upPending
-	up        []*upSlot  // uplink publishes in the order received, until their ack is written
-	upPending int        // QoS 1/2 publishes counted against our Receive Maximum
+	up        []*upSlot // uplink publishes in the order received, until their ack is written
+	upPending int       // QoS 1/2 publishes counted against our Receive Maximum
 
-	wlock        sync.Mutex // serializes writes to the transport (writeOut)
-	wmu          sync.Mutex // guards the write side below
-	out          []byte     // encoded packets not yet handed to the transport
-	outPkts      int
-	backlogBytes int   // handed to the transport, not yet taken by the socket
-	backlogPkts  int   // the same, counted in packets (approximately, see noteWritten)
+	// guarded by wmu
+	out          []byte // encoded packets not yet handed to the transport
+	outPkts      int32
+	backlogPkts  int32 // handed to the transport, not yet taken by the socket, in packets (approximately, see noteWritten)
+	backlogBytes int   // the same in bytes
 	stuckSince   int64 // unix ns the backlog began; 0 without one
-	terminal     bool  // a packet that ends the connection was queued: nothing more [MQTT-3.14.4-1]
-	holdOut      bool  // CONNACK not queued yet: what the session gets meanwhile waits (connect.go)
 
 	lastRead atomic.Int64 // unix ns of the last bytes read
 	kaNanos  atomic.Int64 // 1.5 × keepalive in ns; 0 none [MQTT-3.1.2-24]
 	wheelAt  atomic.Int64 // deadline of c's live entry in the wheel; 0 none
 	// expiresAt is when the client's credential expires (Identity.Expires).
 	expiresAt atomic.Int64
-	closed    atomic.Bool
+}
+
+// killReq is a request to end a connection (conn.kill), rare enough to live
+// outside the conn.
+type killReq struct {
+	code ReasonCode
+	why  string
+	err  error
 }
 
 func newConn(e *Engine, t transport, ln *listener, remote string) *conn {
 	now := time.Now().UnixNano()
-	c := &conn{e: e, t: t, ln: ln, remote: remote, opened: now}
+	c := &conn{e: e, t: t, ln: ln, opened: now}
+	c.cl.remote = remote
 	c.lastRead.Store(now)
 	return c
 }
@@ -148,8 +163,8 @@ func (c *conn) schedule(w uint8) {
 // MQTT 5 client past CONNACK); the first request wins.
 func (c *conn) kill(code ReasonCode, why string, err error) {
 	c.mu.Lock()
-	if c.killWhy == "" {
-		c.killCode, c.killWhy, c.killErr = code, why, err
+	if c.kreq == nil {
+		c.kreq = &killReq{code: code, why: why, err: err}
 	}
 	c.mu.Unlock()
 	c.schedule(wKill)
@@ -160,7 +175,7 @@ func (c *conn) run() {
 	defer func() {
 		if r := recover(); r != nil {
 			c.e.m.panics.Add(1)
-			c.e.log.Error().Str(logClient, c.id()).Str(logRemote, c.remote).Str("panic", fmt.Sprint(r)).
+			c.e.log.Error().Str(logClient, c.id()).Str(logRemote, c.cl.remote).Str("panic", fmt.Sprint(r)).
 				Bytes("stack", firstLines(debug.Stack(), 14)).Msg("recovered panic in a connection; closed it")
 			c.end(MalformedPacket, reasonMalformed, fmt.Errorf("panic: %v", r))
 			c.mu.Lock()
@@ -177,7 +192,7 @@ func (c *conn) run() {
 			c.mu.Unlock()
 			return
 		}
-		code, why, kerr := c.killCode, c.killWhy, c.killErr
+		kr := c.kreq
 		c.mu.Unlock()
 
 		if c.lingering.Load() {
@@ -187,8 +202,8 @@ func (c *conn) run() {
 			}
 			continue
 		}
-		if w&wKill != 0 {
-			c.end(code, why, kerr)
+		if w&wKill != 0 && kr != nil {
+			c.end(kr.code, kr.why, kr.err)
 			continue
 		}
 		if w&wAcks != 0 {
@@ -630,7 +645,7 @@ func (c *conn) queueBytes(b []byte, terminal bool) bool {
 func (c *conn) pendingWrites() (pkts, bytes int) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.outPkts + c.backlogPkts, len(c.out) + c.backlogBytes
+	return int(c.outPkts) + int(c.backlogPkts), len(c.out) + c.backlogBytes
 }
 
 // writesFull: the write queue is at MaxPendingWrites or MaxPendingBytes.
@@ -692,7 +707,7 @@ func (c *conn) noteWritten(n int) {
 		c.backlogBytes, c.backlogPkts, c.stuckSince = 0, 0, 0
 	} else {
 		left := c.backlogBytes - n
-		c.backlogPkts = (c.backlogPkts*left + c.backlogBytes - 1) / c.backlogBytes
+		c.backlogPkts = int32((int64(c.backlogPkts)*int64(left) + int64(c.backlogBytes) - 1) / int64(c.backlogBytes))
 		c.backlogBytes = left
 		c.stuckSince = time.Now().UnixNano()
 	}
@@ -855,10 +870,10 @@ func (c *conn) proxyHeader(data []byte) []byte {
 	}
 	c.proxyPending = false
 	if src != "" {
-		c.remote = src
+		c.cl.remote = src
 	}
 	if lim := c.e.opts.Hooks.Limits; lim != nil {
-		r, err := lim.Admit(c.remote)
+		r, err := lim.Admit(c.cl.remote)
 		if err != nil {
 			c.e.m.admissionRefused.Add(1)
 			c.end(Success, reasonRefused, err)

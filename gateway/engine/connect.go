@@ -211,7 +211,7 @@ func (c *conn) connect(pk *packets.Packet) error {
 	info := &ConnectInfo{
 		ClientID: id, Assigned: assigned, Username: string(cp.Username), Password: cp.Password,
 		Protocol: pk.ProtocolVersion, Clean: cp.Clean, Keepalive: cp.Keepalive, SessionExpiry: expiry,
-		Listener: c.ln.name, Remote: c.remote, TLS: c.t.tlsState(),
+		Listener: c.ln.name, Remote: c.cl.remote, TLS: c.t.tlsState(),
 	}
 	if v5 {
 		for _, u := range pk.Properties.User {
@@ -244,7 +244,7 @@ func (c *conn) connect(pk *packets.Packet) error {
 				code, why = r.Code, r.Reason
 			}
 			e.m.authFailures.Add(1)
-			e.log.Info().Err(err).Str(logClient, id).Str(logRemote, c.remote).Msg("connect refused")
+			e.log.Info().Err(err).Str(logClient, id).Str(logRemote, c.cl.remote).Msg("connect refused")
 			c.refuse(code, why)
 			return nil
 		}
@@ -253,7 +253,7 @@ func (c *conn) connect(pk *packets.Packet) error {
 		return nil // killed while authenticating (shutdown)
 	}
 	c.cl = Client{
-		id: id, username: ident.Username, listener: c.ln.name, remote: c.remote, protocol: pk.ProtocolVersion,
+		id: id, username: ident.Username, listener: c.ln.name, remote: c.cl.remote, protocol: pk.ProtocolVersion,
 		clean: cp.Clean, keepalive: cp.Keepalive, since: time.Now().UnixNano(), authState: ident.State,
 		tls: info.TLS, cn: c,
 	}
@@ -298,7 +298,7 @@ func (c *conn) connect(pk *packets.Packet) error {
 	s, present, replaced, refused := e.establish(c, cl, cp.Clean, expiry, will, e.opts.Hooks.Auth != nil)
 	if refused {
 		c.releaseWrites(nil) // nothing was queued: the session is not c's
-		e.log.Info().Str(logClient, id).Str(logRemote, c.remote).Msg("connect refused: the client ID's session belongs to another identity")
+		e.log.Info().Str(logClient, id).Str(logRemote, c.cl.remote).Msg("connect refused: the client ID's session belongs to another identity")
 		c.refuse(BadUsernameOrPassword, "client ID held by another identity")
 		return nil
 	}

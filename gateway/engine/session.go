@@ -21,29 +21,31 @@ import (
 // use is nil, and a subscriber's outbound state exists only while it has
 // messages in flight.
 type session struct {
+	// Ordered so that nothing pads: within the 256-byte size class
+	// (TestConnFitsItsSizeClass).
 	id     string
 	e      *Engine
 	online atomic.Bool // conn != nil, for readers that must not take mu (shared-group choice)
+	mu     sync.Mutex  // guards everything below
 
-	mu         sync.Mutex // guards everything below
-	conn       *conn      // nil while offline
+	conn       *conn // nil while offline
 	username   string
-	protocol   byte
-	expiry     uint32 // session expiry interval, seconds; 0: ends with its connection
 	subs       []sessSub
 	inflight   []*outMsg          // sent (or to be resent), in send order
 	queue      []*outMsg          // waiting for room in the window, in order
-	byPID      map[uint16]*outMsg // both of the above by packet ID
+	inQoS2     []inQoS2           // inbound QoS 2 publishes received, until their PUBREL
+	expiring   []*outMsg          // expired, waiting for its discards to be recorded (finishExpiry)
+	byPID      map[uint16]*outMsg // inflight and queue by packet ID
 	queueBytes int
-	nextPID    uint16
-	inQoS2     []inQoS2 // inbound QoS 2 publishes received, until their PUBREL
 	will       *willSpec
-	willAt     int64 // unix ns the will is due (delayed will pending); 0 none
-	offline    int64 // unix ns the session went offline; 0 online
+	willAt     int64  // unix ns the will is due (delayed will pending); 0 none
+	offline    int64  // unix ns the session went offline; 0 online
+	wheelAt    int64  // deadline of s's live entry in the wheel; 0 none
+	generation uint64 // counts connections, to tell a stale one
+	expiry     uint32 // session expiry interval, seconds; 0: ends with its connection
+	nextPID    uint16
+	protocol   byte
 	ended      bool
-	expiring   []*outMsg // expired, waiting for its discards to be recorded (finishExpiry)
-	wheelAt    int64     // deadline of s's live entry in the wheel; 0 none
-	generation uint64    // counts connections, to tell a stale one
 	// resuming: a connection was attached and its CONNACK is not out yet;
 	// new messages queue behind what the session had (resumeLocked).
 	resuming bool
