@@ -65,15 +65,15 @@ type conn struct {
 	kreq  *killReq // the first kill request, until the turn takes it
 
 	// turn
-	partial   []byte // bytes of an incomplete packet (nil when there is none)
-	client    *Client
-	sess      *session
-	aliases   []string    // inbound topic aliases, index alias-1 (MQTT 5)
-	outAlias  *outAliases // topic aliases we set for the client (MQTT 5, if it allows them); under wmu
-	release   func()
-	resumeAt  atomic.Int64 // unix ns a pacing wait ends, 0 for none (the wheel reads it)
-	maxOut    uint32       // the client's Maximum Packet Size; 0 none
-	recvMax   uint16       // the client's Receive Maximum (our sends in flight)
+	partial  []byte // bytes of an incomplete packet (nil when there is none)
+	client   *Client
+	sess     *session
+	aliases  []string    // inbound topic aliases, index alias-1 (MQTT 5)
+	outAlias *outAliases // topic aliases we set for the client (MQTT 5, if it allows them); under wmu
+	release  func()
+	resumeAt atomic.Int64 // unix ns a pacing wait ends, 0 for none (the wheel reads it)
+	maxOut   uint32       // the client's Maximum Packet Size; 0 none
+	recvMax  uint16       // the client's Receive Maximum (our sends in flight)
 
 	// guarded by mu
 	sched    bool // a turn is queued or running
