@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -103,12 +104,7 @@ func encodedLen(m *core.Message, maxPropsBytes int) (int, error) {
 // n must be encodedLen(m).
 func appendRecord(dst []byte, m *core.Message, n int) []byte {
 	start := len(dst)
-	if cap(dst)-start < n {
-		nd := make([]byte, start, start+n)
-		copy(nd, dst)
-		dst = nd
-	}
-	dst = dst[:start+n]
+	dst = slices.Grow(dst, n)[:start+n]
 	b := dst[start:]
 	be := binary.BigEndian
 	be.PutUint32(b[offMagic:], recordMagic)

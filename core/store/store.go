@@ -415,11 +415,14 @@ func (s *Store) topic(name string, create bool, queues int) (*topic, error) {
 	return t, nil
 }
 
-// prepared is one message encoded outside the lock.
+// prepared is one message checked outside the lock: its topic, queue,
+// record length and key hashes. The record itself is encoded under the
+// lock, straight into the batch's buffer (one copy of the body, no garbage
+// per message).
 type prepared struct {
 	t     *topic
 	queue int
-	rec   []byte
+	n     int
 	keys  []uint64
 }
 
@@ -449,7 +452,7 @@ func (s *Store) prepare(m *core.Message) (prepared, error) {
 	} else {
 		p.queue = int((t.rr.Add(1) - 1) % uint32(len(t.queues)))
 	}
-	p.rec = appendRecord(nil, m, n)
+	p.n = n
 	if m.ShardingKey != "" {
 		p.keys = append(p.keys, keyHash(m.Topic, m.ShardingKey))
 	}
@@ -578,7 +581,7 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 	b := s.pend
 	for i := range preps {
 		p := &preps[i]
-		n := int64(len(p.rec))
+		n := int64(p.n)
 		newSeg := false
 		if s.nextOffset > s.activeBase && s.nextOffset-s.activeBase+n > s.opts.SegmentBytes {
 			s.activeBase = s.nextOffset
@@ -587,7 +590,6 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 		off := s.nextOffset
 		qoff := p.t.next[p.queue]
 		p.t.next[p.queue]++
-		sealRecord(p.rec, off, qoff, now, p.queue)
 		if k := len(b.chunks); k == 0 || newSeg {
 			if k < cap(b.chunks) {
 				b.chunks = b.chunks[:k+1] // reuse the buffer of an earlier cycle
@@ -598,7 +600,9 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 			}
 		}
 		c := &b.chunks[len(b.chunks)-1]
-		c.buf = append(c.buf, p.rec...)
+		at := len(c.buf)
+		c.buf = appendRecord(c.buf, msgs[i], p.n)
+		sealRecord(c.buf[at:], off, qoff, now, p.queue)
 		b.disp = append(b.disp, dispatchReq{
 			t: p.t, queue: p.queue, qoff: qoff, off: off, size: int(n),
 			tagHash: core.TagHash(msgs[i].Tag), storedAt: now, keys: p.keys,
