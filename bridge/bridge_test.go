@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -173,10 +174,17 @@ func TestEventJSONMatchesEncodingJSON(t *testing.T) {
 			Listener: "tcp", Proto: 4, Clean: true, Keepalive: 60},
 		{Event: EventDisconnected, ClientID: "c\"\\<>&\x01\u2028é", Seq: 1 << 60, Time: at, Reason: ReasonLost, Error: "read: \xff\xfe"},
 		{Event: EventTakeover, ClientID: "x", Time: at, OldRemote: "a:1"},
+		// Every field, each number at its widest: the size hint holds it.
+		{Event: EventTakeover, ClientID: "car-7", Username: "fleet", Seq: 1<<64 - 1, Time: at, Node: "gw-1",
+			Remote: "[2001:db8::1]:65535", Listener: "tcp", Proto: 255, Clean: true, Keepalive: 65535,
+			Reason: ReasonKeepalive, Error: "read: reset", OldRemote: "[2001:db8::2]:65535"},
 	} {
 		want, err := json.Marshal(&e)
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(e.appendJSON(nil)))
+		if escaped := bytes.ContainsRune(want, '\\'); !escaped {
+			require.LessOrEqual(t, len(want), e.jsonSizeHint(), "jsonSizeHint is short for %s", want)
+		}
 	}
 }
 

@@ -104,7 +104,8 @@ func (h *Hook) emit(e *Event) uint64 {
 	e.Seq = h.seq.Add(1)
 	e.Time = time.Now().UTC()
 	e.Node = h.opts.Node
-	h.enqueue(&core.Message{Topic: h.opts.EventsTopic, ShardingKey: e.ClientID, Tag: e.Event, Body: e.appendJSON(nil)})
+	h.enqueue(&core.Message{Topic: h.opts.EventsTopic, ShardingKey: e.ClientID, Tag: e.Event,
+		Body: e.appendJSON(make([]byte, 0, e.jsonSizeHint()))})
 	return e.Seq
 }
 
@@ -183,6 +184,16 @@ func (h *Hook) storeNotices(msgs []*core.Message) {
 			}
 		}
 	})
+}
+
+// jsonSizeHint is what appendJSON will most likely write: the names, the
+// numbers and the time at their longest, the strings unescaped. One
+// allocation of the right size instead of a connect's worth of append
+// growth (~850 B of garbage per event before).
+func (e *Event) jsonSizeHint() int {
+	const fixed = 224 // every name, quote and separator; seq, ts, proto, keepalive at full width
+	return fixed + len(e.Event) + len(e.ClientID) + len(e.Username) + len(e.Node) + len(e.Remote) +
+		len(e.Listener) + len(e.Reason) + len(e.Error) + len(e.OldRemote)
 }
 
 // appendJSON encodes e as encoding/json would (same field names, order and
