@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -94,7 +95,7 @@ func fuzzRecord(t *testing.T, b []byte) {
 	if n > m.Size {
 		t.Fatalf("re-encoded record is %d bytes, the original %d", n, m.Size)
 	}
-	rec := appendRecord(nil, &in, n)
+	rec := appendRecord(nil, &in, n, time.Now().UnixNano())
 	sealRecord(rec, m.CommitLogOffset, m.QueueOffset, m.StoredAt.UnixNano(), m.Queue)
 	if _, err := checkRecord(rec); err != nil {
 		t.Fatalf("re-encoded record rejected: %v", err)

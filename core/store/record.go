@@ -101,8 +101,10 @@ func encodedLen(m *core.Message, maxPropsBytes int) (int, error) {
 
 // appendRecord appends m's record to dst with placeholders for what only the
 // appender knows (offsets, store time, queue, CRC); sealRecord fills them in.
-// n must be encodedLen(m).
-func appendRecord(dst []byte, m *core.Message, n int) []byte {
+// n must be encodedLen(m). A message without a birth time is born when it
+// is stored: defaultBorn is the store time its appender stamps on it, so
+// a stored record never has a store time before its birth.
+func appendRecord(dst []byte, m *core.Message, n int, defaultBorn int64) []byte {
 	start := len(dst)
 	dst = slices.Grow(dst, n)[:start+n]
 	b := dst[start:]
@@ -112,11 +114,11 @@ func appendRecord(dst []byte, m *core.Message, n int) []byte {
 	b[offFlags] = recordFlagsV1
 	be.PutUint16(b[offReserved:], recordReservedV1)
 	be.PutUint32(b[offLength:], uint32(n))
-	born := m.BornAt
-	if born.IsZero() {
-		born = time.Now()
+	born := defaultBorn
+	if !m.BornAt.IsZero() {
+		born = m.BornAt.UnixNano()
 	}
-	be.PutUint64(b[offBornAt:], uint64(born.UnixNano()))
+	be.PutUint64(b[offBornAt:], uint64(born))
 	var deliver int64
 	if !m.DeliverAt.IsZero() {
 		deliver = m.DeliverAt.UnixNano()

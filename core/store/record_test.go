@@ -262,7 +262,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		// Records are appended after whatever the buffer already holds.
 		prefix := []byte("previous record")
 		in.ReconsumeCount = 3
-		buf := appendRecord(append([]byte(nil), prefix...), in, n)
+		buf := appendRecord(append([]byte(nil), prefix...), in, n, time.Now().UnixNano())
 		require.Equal(t, prefix, buf[:len(prefix)])
 		rec := buf[len(prefix):]
 		require.Len(t, rec, n)

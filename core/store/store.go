@@ -601,7 +601,7 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 		}
 		c := &b.chunks[len(b.chunks)-1]
 		at := len(c.buf)
-		c.buf = appendRecord(c.buf, msgs[i], p.n)
+		c.buf = appendRecord(c.buf, msgs[i], p.n, now)
 		sealRecord(c.buf[at:], off, qoff, now, p.queue)
 		b.disp = append(b.disp, dispatchReq{
 			t: p.t, queue: p.queue, qoff: qoff, off: off, size: int(n),

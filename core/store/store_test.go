@@ -93,6 +93,9 @@ func TestProduceReadRoundTrip(t *testing.T) {
 				require.Equal(t, fmt.Sprint(i), m.Properties["i"])
 				require.Equal(t, r.QueueOffset, m.QueueOffset)
 				require.Equal(t, r.ID, m.ID)
+				// Born unset: the store stamps it, never after its store time.
+				require.False(t, m.BornAt.IsZero())
+				require.False(t, m.StoredAt.Before(m.BornAt), "stored %v before born %v", m.StoredAt, m.BornAt)
 			}
 		})
 	}
