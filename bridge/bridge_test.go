@@ -198,6 +198,9 @@ func FuzzEventJSON(f *testing.F) {
 		want, err := json.Marshal(&e)
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(e.appendJSON(nil)))
+		if !bytes.ContainsRune(want, '\\') {
+			require.LessOrEqual(t, len(want), e.jsonSizeHint())
+		}
 	})
 }
 
