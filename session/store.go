@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -203,6 +204,19 @@ func (s *Store) delLocked(id, k, what string) bool {
 // their expiry from an earlier start nor publishes their will again.
 func (s *Store) Load() ([]engine.StoredSession, []*engine.Message, error) {
 	return s.b.load()
+}
+
+// Flush returns when the writes of clientID's session made so far are in
+// the bucket (engine.SessionFlusher). A store opened with Open has nothing
+// to wait for: no other node reads its log.
+func (s *Store) Flush(ctx context.Context, clientID string) error {
+	if s.kv == nil {
+		return nil
+	}
+	if err := s.kv.w.flush(ctx, "s"+clientID); err != nil {
+		return fmt.Errorf("session: store %q: %w: %w", clientID, ErrUnavailable, err)
+	}
+	return nil
 }
 
 // LoadMessages returns the stored outbound messages of clientID, in order.

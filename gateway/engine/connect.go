@@ -311,6 +311,17 @@ func (c *conn) connect(pk *packets.Packet) error {
 		p.Connected(cl, present, replaced)
 	}
 
+	if f, ok := e.opts.Hooks.Sessions.(SessionFlusher); ok && expiry > 0 {
+		// Outside the engine's locks; what reaches the session meanwhile
+		// waits behind the CONNACK (holdWrites).
+		ctx, cancel := context.WithTimeout(e.ctx, e.opts.ConnectTimeout)
+		err := f.Flush(ctx, id)
+		cancel()
+		if err != nil {
+			// Served from what this node has; the store says what it keeps.
+			e.log.Warn().Err(err).Str(logClient, id).Msg("session not stored before its CONNACK")
+		}
+	}
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, SessionPresent: present}
 	if v5 {
 		ap := &ack.Properties

@@ -60,6 +60,15 @@ type SessionClaimer interface {
 	Claim(ctx context.Context, clientID string, clean bool) (*StoredSession, error)
 }
 
+// SessionFlusher is a SessionStore that makes its writes behind the calls
+// (NATS KV: the calls come under the engine's locks). The engine waits for
+// a stored session's writes before its CONNACK: a CONNACK with a session
+// expiry means the session is in the store, and a node the client moves to
+// at once finds it there (Session Present).
+type SessionFlusher interface {
+	Flush(ctx context.Context, clientID string) error
+}
+
 // ClientRecord is what a session keeps of its client.
 type ClientRecord struct {
 	ID       string
