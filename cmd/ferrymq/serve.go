@@ -66,7 +66,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logPretty, "log-pretty", false, "human-readable logs instead of JSON lines")
 	f.StringVar(&o.cpuProf, "cpu-profile", "", "write a CPU profile (pprof) of the whole run to this file")
-	f.StringVar(&o.heapProf, "heap-profile", "", "write a heap profile (pprof, after a GC) to this file at shutdown")
+	f.StringVar(&o.heapProf, "heap-profile", "", "write a heap profile (pprof, after a GC) to this file when told to stop, before the shutdown frees the connections")
 	f.StringVar(&o.engine, "engine", "embedded", "queue engine: embedded (commit log in --data) or nats (a NATS JetStream cluster, see --nats)")
 	f.StringSliceVar(&o.natsURLs, "nats", nil, "NATS server URLs for --engine nats (comma-separated; config: nats.urls)")
 	f.StringVar(&o.node, "node", "", "this node's name, unique among the nodes of one NATS cluster (config: nats.node; default the host name)")
@@ -199,16 +199,17 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 
 	<-cmd.Context().Done() // SIGINT, SIGTERM
-	log.Info().Msg("shutting down")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err = n.Shutdown(ctx)
+	// The heap as it serves (connections still held), not after the
+	// shutdown freed them: what an idle fleet costs is what it shows.
 	if o.heapProf != "" {
 		if perr := writeHeapProfile(o.heapProf); perr != nil {
 			log.Error().Err(perr).Msg("heap profile not written")
 		}
 	}
-	return err
+	log.Info().Msg("shutting down")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return n.Shutdown(ctx)
 }
 
 // addrString is a's string, "-" for none.

@@ -103,7 +103,7 @@ func TestServePrintsAddressesAndServesHTTP(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// --heap-profile writes a heap profile when serve stops.
+// --heap-profile writes a heap profile when serve is told to stop.
 func TestServeWritesHeapProfile(t *testing.T) {
 	dir := t.TempDir()
 	prof := filepath.Join(dir, "heap.pprof")
