@@ -348,13 +348,13 @@ func (k *kvBackend) queue(id, sk string, value []byte, del bool) error {
 	}
 	it := &kvWrite{id: id, subj: k.prefix + bucketKey(pk), value: value, del: del, what: string(pk.kind)}
 	if pk.kind == kRetained {
-		it.lane, it.topic = "r"+pk.id, pk.id
+		it.lane, it.topic = retainedLane(pk.id), pk.id
 	} else {
 		rev := k.held[id]
 		if rev == 0 && !k.claiming[id] {
 			return fmt.Errorf("%w: %q", ErrNotOwner, id)
 		}
-		it.lane, it.fence, it.lazy = "s"+id, rev, rev == 0
+		it.lane, it.fence, it.lazy = sessionLane(id), rev, rev == 0
 	}
 	return k.w.enqueue(it)
 }
@@ -370,7 +370,7 @@ func (k *kvBackend) claimLaterLocked(id string) error {
 	if k.held[id] != 0 || k.claiming[id] {
 		return nil
 	}
-	if err := k.w.enqueue(&kvWrite{lane: "s" + id, id: id, what: "owner", subj: k.prefix + ownerKey(id), claim: true}); err != nil {
+	if err := k.w.enqueue(&kvWrite{lane: sessionLane(id), id: id, what: "owner", subj: k.prefix + ownerKey(id), claim: true}); err != nil {
 		return err
 	}
 	k.claiming[id] = true
@@ -432,7 +432,7 @@ func (k *kvBackend) releaseLocked(id string) {
 	if rev == 0 && !k.claiming[id] {
 		return
 	}
-	if err := k.w.enqueue(&kvWrite{lane: "s" + id, id: id, what: "owner", subj: k.prefix + ownerKey(id), release: true,
+	if err := k.w.enqueue(&kvWrite{lane: sessionLane(id), id: id, what: "owner", subj: k.prefix + ownerKey(id), release: true,
 		fence: rev, lazy: rev == 0}); err != nil {
 		k.s.failed(reasonOf(err), err, id, "owner")
 	}
@@ -655,7 +655,7 @@ func (k *kvBackend) loadMessages(id string) ([]engine.StoredMessage, error) {
 // from the bucket into the cache, once this node's writes of it have
 // landed.
 func (k *kvBackend) fetchMessages(ctx context.Context, id string) error {
-	if err := k.w.flush(ctx, "s"+id); err != nil {
+	if err := k.w.flush(ctx, sessionLane(id)); err != nil {
 		return fmt.Errorf("session: load messages of %q: %w: %w", id, ErrUnavailable, err)
 	}
 	tok := token(id)

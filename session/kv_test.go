@@ -48,7 +48,7 @@ func flush(t testing.TB, s *Store, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, s.kv.w.flush(ctx, "s"+id))
+	require.NoError(t, s.kv.w.flush(ctx, sessionLane(id)))
 }
 
 func claim(t testing.TB, s *Store, id string, clean bool) *engine.StoredSession {

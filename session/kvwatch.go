@@ -120,7 +120,7 @@ func (k *kvBackend) saveRetainedLocked(m *engine.Message) {
 			return
 		}
 	}
-	it := &kvWrite{lane: "r" + m.Topic, what: "retained", subj: k.prefix + kvRetained + token(m.Topic), value: value,
+	it := &kvWrite{lane: retainedLane(m.Topic), what: "retained", subj: k.prefix + kvRetained + token(m.Topic), value: value,
 		del: value == nil, topic: m.Topic}
 	if value != nil {
 		it.m = m

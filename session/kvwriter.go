@@ -18,6 +18,10 @@ import (
 // same subject while one is being proposed), while different sessions'
 // writes go in parallel.
 
+// sessionLane and retainedLane name the lanes.
+func sessionLane(id string) string     { return "s" + id }
+func retainedLane(topic string) string { return "r" + topic }
+
 // kvWrite is one queued write.
 type kvWrite struct {
 	lane  string

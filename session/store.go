@@ -207,13 +207,13 @@ func (s *Store) Load() ([]engine.StoredSession, []*engine.Message, error) {
 }
 
 // Flush returns when the writes of clientID's session made so far are in
-// the bucket (engine.SessionFlusher). A store opened with Open has nothing
+// the bucket (engine.SessionClaimer). A store opened with Open has nothing
 // to wait for: no other node reads its log.
 func (s *Store) Flush(ctx context.Context, clientID string) error {
 	if s.kv == nil {
 		return nil
 	}
-	if err := s.kv.w.flush(ctx, "s"+clientID); err != nil {
+	if err := s.kv.w.flush(ctx, sessionLane(clientID)); err != nil {
 		return fmt.Errorf("session: store %q: %w: %w", clientID, ErrUnavailable, err)
 	}
 	return nil

@@ -279,7 +279,8 @@ func (c *conn) connect(pk *packets.Packet) error {
 		c.noProblem = p.RequestProblemInfoFlag && p.RequestProblemInfo == 0
 	}
 
-	if cs, ok := e.opts.Hooks.Sessions.(SessionClaimer); ok {
+	cs, shared := e.opts.Hooks.Sessions.(SessionClaimer)
+	if shared {
 		ctx, cancel := context.WithTimeout(e.ctx, e.opts.ConnectTimeout)
 		stored, err := cs.Claim(ctx, id, cp.Clean)
 		cancel()
@@ -311,11 +312,11 @@ func (c *conn) connect(pk *packets.Packet) error {
 		p.Connected(cl, present, replaced)
 	}
 
-	if f, ok := e.opts.Hooks.Sessions.(SessionFlusher); ok && expiry > 0 {
+	if shared && expiry > 0 {
 		// Outside the engine's locks; what reaches the session meanwhile
 		// waits behind the CONNACK (holdWrites).
 		ctx, cancel := context.WithTimeout(e.ctx, e.opts.ConnectTimeout)
-		err := f.Flush(ctx, id)
+		err := cs.Flush(ctx, id)
 		cancel()
 		if err != nil {
 			// Served from what this node has; the store says what it keeps.

@@ -53,19 +53,20 @@ type SessionStore interface {
 // SessionClaimer is a SessionStore shared by several nodes (NATS KV): at
 // every CONNECT the engine claims the client's session before it resumes
 // or discards it, and gets the session as stored when another node served
-// it last (nil when this node holds it already, or there is none). It may
-// block (a network round trip). When another node claims a session this
-// node holds, the store calls Engine.Forget.
+// it last (nil when this node holds it already, or there is none). When
+// another node claims a session this node holds, the store calls
+// Engine.Forget.
+//
+// Such a store makes its writes behind the calls (they come under the
+// engine's locks), so the engine also waits, with Flush, for a stored
+// session's writes before its CONNACK: a CONNACK with a session expiry
+// means the session is in the store, and a node the client moves to at
+// once finds it there (Session Present). Both may block (a network round
+// trip).
 type SessionClaimer interface {
 	Claim(ctx context.Context, clientID string, clean bool) (*StoredSession, error)
-}
-
-// SessionFlusher is a SessionStore that makes its writes behind the calls
-// (NATS KV: the calls come under the engine's locks). The engine waits for
-// a stored session's writes before its CONNACK: a CONNACK with a session
-// expiry means the session is in the store, and a node the client moves to
-// at once finds it there (Session Present).
-type SessionFlusher interface {
+	// Flush returns when the writes of clientID's session made so far are
+	// stored.
 	Flush(ctx context.Context, clientID string) error
 }
 
