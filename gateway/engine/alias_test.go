@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/binary"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -11,10 +12,12 @@ import (
 	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
-// outPublish is a QoS 0 PUBLISH as a client reads it: topic name and the
-// Topic Alias property (0 if absent).
+// outPublish is a PUBLISH as an MQTT 5 client reads it: topic name,
+// packet identifier (QoS 1 and 2), the Topic Alias property (0 if absent)
+// and payload.
 type outPublish struct {
 	topic   string
+	pid     uint16
 	alias   uint16
 	payload string
 }
@@ -22,11 +25,23 @@ type outPublish struct {
 func readPublishV5(t *testing.T, c net.Conn) outPublish {
 	t.Helper()
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
-	first, body := readFrame(t, c)
+	_, p := parsePublishV5(t, c)
+	return p
+}
+
+// parsePublishV5 reads one PUBLISH from r: its fixed header's first byte
+// (flags: DUP, QoS, RETAIN) and what it carries.
+func parsePublishV5(t *testing.T, r io.Reader) (byte, outPublish) {
+	t.Helper()
+	first, body := readFrame(t, r)
 	require.Equal(t, byte(0x30), first&0xF0, "PUBLISH")
 	n := int(binary.BigEndian.Uint16(body))
 	p := outPublish{topic: string(body[2 : 2+n])}
 	body = body[2+n:]
+	if first&0x06 != 0 { // QoS 1 or 2
+		p.pid = binary.BigEndian.Uint16(body)
+		body = body[2:]
+	}
 	plen, used := int(body[0]), 1 // the tests' properties are short
 	props := body[used : used+plen]
 	for len(props) > 0 {
@@ -41,7 +56,7 @@ func readPublishV5(t *testing.T, c net.Conn) outPublish {
 		}
 	}
 	p.payload = string(body[used+plen:])
-	return p
+	return first, p
 }
 
 // TestServerTopicAliases: a client that allows topic aliases (Topic Alias

@@ -90,14 +90,11 @@ func TestResumeKeepsToTheReceiveMaximum(t *testing.T) {
 			continue
 		}
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
-		first, body := readFrame(t, io.MultiReader(bytes.NewReader(b[:]), c))
+		first, p := parsePublishV5(t, io.MultiReader(bytes.NewReader(b[:]), c))
 		require.Equal(t, byte(0x3A), first, "PUBLISH, DUP, QoS 1")
-		n := int(body[0])<<8 | int(body[1])
-		require.Equal(t, "cmd/car", string(body[2:2+n]))
-		pid := uint16(body[2+n])<<8 | uint16(body[3+n])
-		plen := int(body[4+n]) // properties: fewer than 128 bytes here
-		got = append(got, string(body[5+n+plen:]))
-		outstanding = append(outstanding, pid)
+		require.Equal(t, "cmd/car", p.topic)
+		got = append(got, p.payload)
+		outstanding = append(outstanding, p.pid)
 		require.LessOrEqual(t, len(outstanding), 3, "never more in flight than the Receive Maximum")
 	}
 	want := make([]string, 10)
