@@ -57,8 +57,8 @@ func (c *conn) end(code ReasonCode, why string, cause error) {
 	if terminal {
 		c.linger()
 	} else {
+		e.removeConn(c) // first: the descriptor is not reused while c is in the table
 		c.t.close()
-		e.removeConn(c)
 	}
 	if wasConnected {
 		if p := e.opts.Hooks.Presence; p != nil {

@@ -4,16 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/lesismal/nbio"
+	"github.com/ferrymq/ferrymq/gateway/eventloop"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"golang.org/x/sys/unix"
 )
 
 // Work a connection's turn has to do (conn.work bits).
@@ -53,7 +51,7 @@ type conn struct {
 	// within the 512-byte size class (TestConnFitsItsSizeClass).
 	e      *Engine
 	t      transport
-	nbc    *nbio.Conn
+	sock   *eventloop.Socket
 	ln     *listener
 	opened int64 // unix ns
 
@@ -82,7 +80,6 @@ type conn struct {
 	rdAgain  bool // the socket became readable again meanwhile
 	rdPause  bool // paused: leave bytes in the socket
 	rdWanted bool // the poller left bytes in the socket
-	rdDrain  bool // the client shut its side: read to the end, past inboxMax
 	eof      bool // the peer closed (or the socket failed: rdErr)
 
 	// turn
@@ -228,17 +225,12 @@ func (c *conn) run() {
 }
 
 // The read side. The event loop's poller reads the socket when it becomes
-// readable (onReadable) — at once, so that nothing is lost when the client
-// closes right after sending (the loop closes a socket on hang-up) — into
-// the connection's inbox, and schedules a turn, which decodes and handles
-// what is there. A paused connection is not read: its bytes stay in the
-// socket (TCP backpressure) until the turn resumes it and reads itself.
-// rdBusy makes sure only one goroutine reads the socket at a time. The
-// event loop closes a socket right after reporting the client's FIN: so
-// when the poller would leave bytes in the socket it asks whether the
-// client shut its side (peerShut), and if so reads everything (rdDrain).
-// A paused connection whose client closed still handles what it sent once
-// it resumes (heldInput), then ends.
+// readable (onReadable) into the connection's inbox, and schedules a turn,
+// which decodes and handles what is there. A paused connection is not
+// read: its bytes stay in the socket (TCP backpressure) until the turn
+// resumes it and reads itself. rdBusy makes sure only one goroutine reads
+// the socket at a time. A paused connection whose client closed still
+// handles what it sent once it resumes (heldInput), then ends.
 
 // inboxMax bounds what the poller reads ahead of the turn.
 const inboxMax = 256 << 10
@@ -247,44 +239,17 @@ const inboxMax = 256 << 10
 func (c *conn) onReadable() {
 	c.mu.Lock()
 	if c.rdBusy || c.rdPause || len(c.inbox) >= inboxMax {
-		if !peerShut(c.nbc) {
-			if c.rdBusy {
-				c.rdAgain = true
-			} else {
-				c.rdWanted = true
-			}
-			c.mu.Unlock()
-			return
+		if c.rdBusy {
+			c.rdAgain = true
+		} else {
+			c.rdWanted = true
 		}
-		// The client shut its side: the event loop closes the socket as
-		// soon as this returns, and what is still in it would be lost
-		// (publishes, the DISCONNECT that cancels the will). Read it all
-		// now, past the inbox bound: after the FIN nothing more can come,
-		// so it is at most the socket's receive buffer.
-		for c.rdBusy { // the other reader reads without blocking: it ends soon
-			c.mu.Unlock()
-			runtime.Gosched()
-			c.mu.Lock()
-		}
-		c.rdDrain = true
+		c.mu.Unlock()
+		return
 	}
 	c.rdBusy = true
 	c.mu.Unlock()
 	c.readSocket()
-}
-
-// peerShut reports whether the client has shut down its sending side (or
-// the socket failed): poll(2) with POLLRDHUP and no wait. It is asked only
-// when the poller would otherwise leave bytes in the socket.
-func peerShut(nc *nbio.Conn) bool {
-	fds := []unix.PollFd{{Fd: int32(nc.Hash()), Events: unix.POLLRDHUP}}
-	for {
-		n, err := unix.Poll(fds, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		return err == nil && n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0
-	}
 }
 
 // readSocket reads until the socket has nothing more, the peer closed, or
@@ -294,7 +259,7 @@ func (c *conn) readSocket() {
 	defer readBufs.Put(bp)
 	buf := *bp
 	for {
-		n, err := c.nbc.Read(buf)
+		n, err := c.sock.Read(buf)
 		c.mu.Lock()
 		if n > 0 {
 			if c.inbox == nil {
@@ -306,23 +271,19 @@ func (c *conn) readSocket() {
 		switch {
 		case err == nil && n > 0:
 			switch {
-			case c.rdDrain: // to the end of the stream
 			case len(c.inbox) >= inboxMax || c.rdPause:
-				if peerShut(c.nbc) { // see onReadable
-					c.rdDrain = true
-				} else {
-					stop, c.rdWanted = true, true
-				}
-			case n < len(buf) && !c.rdAgain:
-				// A short read drained the socket: on Linux every later
-				// arrival raises a new edge, so no read to EAGAIN is needed.
+				stop, c.rdWanted = true, true
+			case n < len(buf) && !c.rdAgain && !c.sock.Hup():
+				// A short read drained the socket: every later arrival raises
+				// a new edge, so no read to EAGAIN is needed — unless the peer
+				// hung up, whose end (0) is still to be read.
 				stop = true
 			}
 		case err == nil: // n == 0: the peer closed
 			c.eof, stop = true, true
 		case errors.Is(err, syscall.EINTR):
 		case errors.Is(err, syscall.EAGAIN):
-			if c.rdAgain && !c.rdDrain {
+			if c.rdAgain {
 				c.rdAgain = false
 			} else {
 				stop = true
@@ -334,7 +295,7 @@ func (c *conn) readSocket() {
 			}
 		}
 		if stop {
-			c.rdBusy, c.rdDrain = false, false
+			c.rdBusy = false
 			c.work |= wRead
 			submit := !c.sched
 			c.sched = true

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +14,12 @@ import (
 // sendOnConnect sends each client a QoS 1 message from its
 // Presence.Connected call (as the bridge releases the commands it held
 // for a client it did not know yet).
-type sendOnConnect struct{ e *engine.Engine }
+// The engine is set after it started: atomic, as nothing else orders the
+// test's store before the hook's load.
+type sendOnConnect struct{ e atomic.Pointer[engine.Engine] }
 
 func (h *sendOnConnect) Connected(c *engine.Client, _ bool, _ *engine.Client) {
-	_ = h.e.Send(c.ID(), &engine.Message{Topic: "cmd/" + c.ID(), QoS: 1, Payload: []byte("held")})
+	_ = h.e.Load().Send(c.ID(), &engine.Message{Topic: "cmd/" + c.ID(), QoS: 1, Payload: []byte("held")})
 }
 
 func (h *sendOnConnect) Disconnected(*engine.Client, string, error, bool) {}
@@ -27,7 +30,7 @@ func (h *sendOnConnect) Disconnected(*engine.Client, string, error, bool) {}
 func TestConnackComesFirst(t *testing.T) {
 	h := &sendOnConnect{}
 	e, addr := start(t, engine.Options{Hooks: engine.Hooks{Presence: h}})
-	h.e = e
+	h.e.Store(e)
 	for i := range 5 {
 		c := rawConnect(t, addr, connectV4("first-"+string(rune('a'+i)))) // asserts CONNACK is the first packet
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))

@@ -3,11 +3,12 @@
 //
 // # Connections
 //
-// Sockets live on an event loop (lesismal/nbio, edge-triggered epoll). An
-// idle connection holds no goroutine and no buffer: its state is a few
-// hundred bytes of structs. When a socket becomes readable the poller reads
-// it into the connection's inbox at once (nothing is lost if the client
-// closes right after sending) and schedules a turn of the connection on the
+// Sockets live on the gateway's event loop (gateway/eventloop:
+// edge-triggered epoll whose pollers wait on Go's netpoller, not in a
+// blocking epoll_wait). An idle connection holds no goroutine and no
+// buffer: its state is a few hundred bytes of structs. When a socket
+// becomes readable the poller reads it into the connection's inbox at once
+// and schedules a turn of the connection on the
 // engine's work pool, a bounded set of goroutines shared by every
 // connection. A turn decodes what arrived (PROXY header, TLS, WebSocket,
 // then MQTT framing; packets are decoded with mochi-mqtt's packets codec),

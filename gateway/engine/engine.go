@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lesismal/nbio"
 	"github.com/rs/zerolog"
 
+	"github.com/ferrymq/ferrymq/gateway/eventloop"
 	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 	"github.com/ferrymq/ferrymq/gateway/topictree"
 	"github.com/ferrymq/ferrymq/gateway/wheel"
@@ -36,7 +36,7 @@ type Engine struct {
 	log      zerolog.Logger
 	idPrefix string
 
-	nb    *nbio.Engine
+	loop  *eventloop.Loop // from Start
 	pool  *pool
 	wheel *wheel.Wheel[timed]
 	lns   []*listener
@@ -47,8 +47,7 @@ type Engine struct {
 	mu       sync.Mutex // guards sessions
 	sessions map[string]*session
 
-	conns  connTable
-	probes sync.Map // *nbio.Conn → chan struct{}: Start's probes of the event loop (ready_unix.go)
+	conns connTable
 
 	m metrics
 
@@ -76,37 +75,12 @@ func New(o Options) (*Engine, error) {
 		sessions: map[string]*session{},
 	}
 	e.conns.init()
-	quietNBIO(e.log)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.pool = newPool(o.Workers, func(r any) {
 		e.m.panics.Add(1)
 		e.log.Error().Str("panic", fmt.Sprint(r)).Msg("recovered panic in engine work")
 	})
 	e.wheel = wheel.New[timed](250*time.Millisecond, 16384, time.Now())
-	e.nb = nbio.NewEngine(nbio.Config{
-		Name:               "ferrymq-mqtt",
-		NPoller:            o.Pollers,
-		EpollMod:           nbio.EPOLLET,
-		ReadBufferSize:     4096, // unused: reads happen in the connections' turns
-		MaxWriteBufferSize: 0,
-	})
-	e.nb.OnRead(func(nc *nbio.Conn) {
-		if c := e.connOf(nc); c != nil {
-			c.onReadable()
-			return
-		}
-		e.probed(nc)
-	})
-	e.nb.OnClose(func(nc *nbio.Conn, err error) {
-		if c := e.connOf(nc); c != nil {
-			c.transportClosed(err)
-		}
-	})
-	e.nb.OnWrittenSize(func(nc *nbio.Conn, _ []byte, n int) {
-		if c := e.connOf(nc); c != nil {
-			c.noteWritten(n)
-		}
-	})
 	for i := range o.Listeners {
 		l, err := e.listen(&o.Listeners[i])
 		if err != nil {
@@ -130,13 +104,11 @@ func (e *Engine) Start() error {
 			return fmt.Errorf("engine: restore sessions: %w", err)
 		}
 	}
-	if err := e.nb.Start(); err != nil {
+	loop, err := eventloop.New(e.opts.Pollers, loopEvents{e})
+	if err != nil {
 		return fmt.Errorf("engine: start event loop: %w", err)
 	}
-	if err := e.awaitPollers(); err != nil {
-		e.nb.Stop()
-		return err
-	}
+	e.loop = loop
 	e.wg.Go(e.tickLoop)
 	for _, l := range e.lns {
 		e.wg.Go(func() { l.serve() })
@@ -201,19 +173,40 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.cancel()
 		e.wg.Wait()
 		e.pool.close()
-		e.nb.Stop()
+		if e.loop != nil {
+			_ = e.loop.Close()
+		}
 	})
 	return err
 }
 
-func (e *Engine) connOf(nc *nbio.Conn) *conn { return e.conns.get(nc) }
+// loopEvents is the engine as the event loop's Handler.
+type loopEvents struct{ e *Engine }
+
+func (h loopEvents) Readable(s *eventloop.Socket) {
+	if c := h.e.conns.get(s); c != nil {
+		c.onReadable()
+	}
+}
+
+func (h loopEvents) Written(s *eventloop.Socket, n int) {
+	if c := h.e.conns.get(s); c != nil {
+		c.noteWritten(n)
+	}
+}
+
+func (h loopEvents) Failed(s *eventloop.Socket, err error) {
+	if c := h.e.conns.get(s); c != nil {
+		c.transportClosed(err)
+	}
+}
 
 func (e *Engine) connCount() int { return int(e.conns.n.Load()) }
 
 func (e *Engine) forceCloseAll() {
 	e.conns.each(func(c *conn) {
-		c.t.close()
 		e.conns.remove(c)
+		c.t.close()
 	})
 }
 
@@ -226,62 +219,42 @@ func (e *Engine) removeConn(c *conn) {
 }
 
 // connTable finds a connection by its socket: one slot per file
-// descriptor (as the event loop's own table), so an idle connection costs
-// the table 8 bytes instead of a map entry. Slots are atomic: the poller
-// that looks a connection up sees it fully built.
-//
-// The event loop closes a socket (a client's hang-up) before the
-// connection's turn has ended it, so a new socket may get the same
-// descriptor while the old connection is still alive: it moves to
-// orphans, where its close still finds it.
+// descriptor, so an idle connection costs the table 8 bytes instead of a
+// map entry. Slots are atomic: the poller that looks a connection up sees
+// it fully built. A connection leaves the table before its socket closes,
+// so a descriptor's number is never a new socket's while an old
+// connection still holds its slot.
 type connTable struct {
-	slots   []atomic.Pointer[conn]
-	n       atomic.Int64
-	mu      sync.Mutex // orphans' moves
-	orphans map[*nbio.Conn]*conn
+	slots []atomic.Pointer[conn]
+	n     atomic.Int64
 }
 
 func (t *connTable) init() {
-	t.slots = make([]atomic.Pointer[conn], nbio.MaxOpenFiles)
-	t.orphans = map[*nbio.Conn]*conn{}
+	t.slots = make([]atomic.Pointer[conn], eventloop.MaxFDs())
 }
 
 func (t *connTable) add(c *conn) bool {
-	fd := c.nbc.Hash()
-	if fd < 0 || fd >= len(t.slots) {
+	fd := c.sock.Fd()
+	if fd < 0 || fd >= len(t.slots) || !t.slots[fd].CompareAndSwap(nil, c) {
 		return false
 	}
-	t.mu.Lock()
-	if old := t.slots[fd].Swap(c); old != nil {
-		t.orphans[old.nbc] = old
-	}
-	t.mu.Unlock()
 	t.n.Add(1)
 	return true
 }
 
-func (t *connTable) get(nc *nbio.Conn) *conn {
-	fd := nc.Hash()
+func (t *connTable) get(s *eventloop.Socket) *conn {
+	fd := s.Fd()
 	if fd >= 0 && fd < len(t.slots) {
-		if c := t.slots[fd].Load(); c != nil && c.nbc == nc {
+		if c := t.slots[fd].Load(); c != nil && c.sock == s {
 			return c
 		}
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.orphans[nc]
+	return nil
 }
 
 func (t *connTable) remove(c *conn) {
-	fd := c.nbc.Hash()
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	fd := c.sock.Fd()
 	if fd >= 0 && fd < len(t.slots) && t.slots[fd].CompareAndSwap(c, nil) {
-		t.n.Add(-1)
-		return
-	}
-	if t.orphans[c.nbc] == c {
-		delete(t.orphans, c.nbc)
 		t.n.Add(-1)
 	}
 }
@@ -291,15 +264,6 @@ func (t *connTable) each(fn func(*conn)) {
 		if c := t.slots[i].Load(); c != nil {
 			fn(c)
 		}
-	}
-	t.mu.Lock()
-	list := make([]*conn, 0, len(t.orphans))
-	for _, c := range t.orphans {
-		list = append(list, c)
-	}
-	t.mu.Unlock()
-	for _, c := range list {
-		fn(c)
 	}
 }
 

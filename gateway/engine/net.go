@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"syscall"
 	"time"
 
 	ltls "github.com/lesismal/llib/std/crypto/tls"
-	"github.com/lesismal/nbio"
+	"golang.org/x/sys/unix"
+
+	"github.com/ferrymq/ferrymq/gateway/eventloop"
 )
 
 // transport is what lies between the socket and MQTT's bytes: nothing
@@ -36,7 +37,7 @@ type listener struct {
 	e    *Engine
 	cfg  Listener
 	name string
-	ln   net.Listener
+	ln   *eventloop.Listener
 	tls  *ltls.Config
 }
 
@@ -49,12 +50,11 @@ func (e *Engine) listen(cfg *Listener) (*listener, error) {
 		}
 		l.tls = tc
 	}
-	// No TCP keepalive: every connection has an MQTT keepalive on the
-	// wheel (a client asking for none gets the server's maximum), and the
-	// four setsockopt calls per accepted socket were ~6 % of a connect
-	// storm's CPU. Go sets TCP_NODELAY on every accepted socket itself.
-	lc := net.ListenConfig{KeepAlive: -1}
-	ln, err := lc.Listen(e.ctx, "tcp", cfg.Addr)
+	// Connections are accepted as bare descriptors (eventloop.Acceptor:
+	// accept4, TCP_NODELAY, nothing else). No TCP keepalive: every
+	// connection has an MQTT keepalive on the wheel (a client asking for
+	// none gets the server's maximum).
+	ln, err := eventloop.Listen(cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("engine: listener %s on %s: %w", cfg.Name, cfg.Addr, err)
 	}
@@ -70,7 +70,7 @@ func (l *listener) serve() {
 	e := l.e
 	backoff := time.Millisecond
 	for {
-		nc, err := l.ln.Accept()
+		fd, remote, err := l.ln.Accept()
 		if err != nil {
 			if e.closing.Load() || errors.Is(err, net.ErrClosed) {
 				return
@@ -82,36 +82,36 @@ func (l *listener) serve() {
 		}
 		backoff = time.Millisecond
 		e.m.accepted.Add(1)
-		l.accept(nc)
+		l.accept(fd, remote.String())
 	}
 }
 
-func (l *listener) accept(nc net.Conn) {
+func (l *listener) accept(fd int, remote string) {
 	e := l.e
-	remote := nc.RemoteAddr().String()
 	var release func()
 	if lim := e.opts.Hooks.Limits; lim != nil && !l.cfg.ProxyProtocol {
 		r, err := lim.Admit(remote)
 		if err != nil {
 			e.m.admissionRefused.Add(1)
-			_ = nc.Close()
+			_ = unix.Close(fd)
 			e.log.Debug().Err(err).Str(logRemote, remote).Msg("connection refused")
 			return
 		}
 		release = r
 	}
-	nbc, err := nbio.NBConn(nc)
+	sock, err := e.loop.Add(fd)
 	if err != nil {
-		_ = nc.Close()
+		_ = unix.Close(fd)
 		if release != nil {
 			release()
 		}
+		e.log.Warn().Err(err).Str(logRemote, remote).Msg("add connection to the event loop")
 		return
 	}
 	c := newConn(e, nil, l, remote)
 	c.release = release
 	c.proxyPending = l.cfg.ProxyProtocol
-	t := &tcpTransport{nc: nbc}
+	t := &tcpTransport{sock: sock}
 	c.t = t
 	if l.tls != nil {
 		c.t = newTLSTransport(t, l.tls)
@@ -119,23 +119,23 @@ func (l *listener) accept(nc net.Conn) {
 	if l.cfg.Type == "ws" {
 		c.t = newWSTransport(c.t, l.cfg.Path, e.opts.MaxPacketBytes)
 	}
-	c.nbc = nbc
+	c.sock = sock
 	// The connect timeout first: c's first turn (the event loop finds c
 	// in the table) is then ordered after what watch read of c.
 	c.watch()
 	if !e.conns.add(c) { // the event loop finds c here
-		_ = nbc.Close()
+		_ = sock.Close()
 		if release != nil {
 			release()
 		}
 		return
 	}
-	if _, err := e.nb.AddConn(nbc); err != nil {
+	// Bytes that arrived before the socket was watched are reported at
+	// once (epoll polls a socket as it is added).
+	if err := sock.Watch(); err != nil {
 		e.log.Warn().Err(err).Str(logRemote, remote).Msg("add connection to the event loop")
 		c.kill(Success, reasonLost, err)
-		return
 	}
-	c.schedule(wRead) // bytes may have arrived before the socket was watched
 }
 
 // transportClosed is the event loop's news that the socket closed.
@@ -151,54 +151,19 @@ func (c *conn) transportClosed(err error) {
 
 // tcpTransport is a plain socket on the event loop.
 type tcpTransport struct {
-	nc *nbio.Conn
+	sock *eventloop.Socket
 }
 
 func (t *tcpTransport) decode(raw []byte) ([]byte, error) { return raw, nil }
 
 func (t *tcpTransport) write(b []byte) error {
-	_, err := t.nc.Write(b)
+	_, err := t.sock.Write(b)
 	return err
 }
 
-func (t *tcpTransport) closeWrite() { _ = shutdownSocket(t.nc, syscall.SHUT_WR) }
+func (t *tcpTransport) closeWrite() { _ = t.sock.Shutdown(unix.SHUT_WR) }
 
-func (t *tcpTransport) close() { closeSocket(t.nc) }
-
-// closeSocket ends a socket the event loop watches without closing its
-// descriptor on this goroutine: it is shut down both ways, the event loop
-// sees the hang-up and closes it, on its own goroutine. Closing it here
-// would free the descriptor's number while the event loop may still hold
-// an event read for it (the client's own hang-up, as it leaves after our
-// last packet); a socket accepted meanwhile gets the number, and the
-// event loop, which knows sockets by number, would apply that event to it
-// and close a new connection before its CONNACK. (nbio closes a socket
-// here itself when a write fails: that rarer case remains.)
-func closeSocket(nc *nbio.Conn) {
-	if err := shutdownSocket(nc, syscall.SHUT_RDWR); err != nil && !errors.Is(err, syscall.ENOTCONN) {
-		_ = nc.Close() // not a socket the event loop will hear of again
-	}
-}
-
-// shutdownSocket shuts nc's socket down (how: SHUT_WR, SHUT_RDWR) unless
-// the event loop closed it: its lock keeps the descriptor ours meanwhile.
-// ENOTCONN: the peer reset it, the event loop heard that and closes it.
-func shutdownSocket(nc *nbio.Conn, how int) error {
-	rc, err := nc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	nc.Lock()
-	defer nc.Unlock()
-	if closed, _ := nc.IsClosed(); closed {
-		return nil
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = syscall.Shutdown(int(fd), how) }); err != nil {
-		return err
-	}
-	return serr
-}
+func (t *tcpTransport) close() { _ = t.sock.Close() }
 
 func (t *tcpTransport) tlsState() *tls.ConnectionState { return nil }
 
@@ -235,8 +200,8 @@ func (c *conn) lingerDone() {
 		return
 	}
 	c.lingering.Store(false)
+	c.e.conns.remove(c) // first: the descriptor is not reused while c is in the table
 	c.t.close()
-	c.e.conns.remove(c)
 }
 
 // drainLingering discards what a lingering connection's client sent; a

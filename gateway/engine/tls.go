@@ -7,8 +7,9 @@ import (
 	"time"
 
 	ltls "github.com/lesismal/llib/std/crypto/tls"
-	"github.com/lesismal/nbio"
 	"github.com/lesismal/nbio/mempool"
+
+	"github.com/ferrymq/ferrymq/gateway/eventloop"
 )
 
 // TLS on the event loop is lesismal/llib's fork of crypto/tls, whose
@@ -31,27 +32,18 @@ type tlsTransport struct {
 }
 
 func newTLSTransport(t *tcpTransport, cfg *ltls.Config) *tlsTransport {
-	return &tlsTransport{tcp: t, tc: ltls.NewConn(noDeadlines{t.nc}, cfg, false, true, mempool.DefaultMemPool)}
+	return &tlsTransport{tcp: t, tc: ltls.NewConn(noDeadlines{t.sock}, cfg, false, true, mempool.DefaultMemPool)}
 }
 
-// noDeadlines is the socket as llib sees it: without deadlines. llib, as
-// crypto/tls, sets a write deadline of now after its close_notify ("any
-// later write fails"); an nbio deadline closes the connection when it
-// passes, so the lingering close (conn.linger) ended at once and a client
-// still writing got a reset. The engine's own timers (the wheel) bound
-// writes.
-type noDeadlines struct{ *nbio.Conn }
+// noDeadlines is the socket as llib sees it: a net.Conn without
+// deadlines. llib, as crypto/tls, sets a write deadline of now after its
+// close_notify ("any later write fails"); the engine's own timers (the
+// wheel) bound writes and the lingering close (conn.linger).
+type noDeadlines struct{ *eventloop.Socket }
 
 func (noDeadlines) SetDeadline(time.Time) error      { return nil }
 func (noDeadlines) SetReadDeadline(time.Time) error  { return nil }
 func (noDeadlines) SetWriteDeadline(time.Time) error { return nil }
-
-// Close, llib's last step after its close_notify, leaves the descriptor
-// to the event loop (closeSocket).
-func (d noDeadlines) Close() error {
-	closeSocket(d.Conn)
-	return nil
-}
 
 // decode decrypts raw (ciphertext, ours to overwrite: the plaintext is
 // written into its buffer, never longer than what was read).

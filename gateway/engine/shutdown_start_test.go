@@ -11,9 +11,9 @@ import (
 )
 
 // TestShutdownRightAfterStart: an engine stopped as soon as it started
-// stops. nbio's Stop is lost on a poller whose goroutine has not run yet
-// (the poller clears its shutdown flag when it starts), and Shutdown then
-// waited for it forever.
+// stops, whatever its pollers were doing (nbio's Stop, before the engine
+// had its own event loop, was lost on a poller whose goroutine had not run
+// yet, and Shutdown waited for it forever).
 func TestShutdownRightAfterStart(t *testing.T) {
 	for i := range 50 {
 		e, err := engine.New(engine.Options{Listeners: []engine.Listener{{Type: "tcp", Addr: "127.0.0.1:0"}}, Pollers: 1 + i%7})
