@@ -7,7 +7,6 @@ import (
 	"time"
 
 	ltls "github.com/lesismal/llib/std/crypto/tls"
-	"github.com/lesismal/nbio/mempool"
 
 	"github.com/ferrymq/ferrymq/gateway/eventloop"
 )
@@ -23,7 +22,10 @@ import (
 // hybrid post-quantum key exchange (X25519MLKEM768) that a Go 1.26 client
 // offers first keeps most of it, so the default curve preference is
 // X25519, then P-256 (measured: 13 KB per idle TLS connection with the
-// default preference, 10.4 KB with this one; docs/gateway.md).
+// default preference, 10.4 KB with this one; docs/gateway.md). Its buffers
+// come from llib's NativeAllocator (exact sizes, left to the collector):
+// nbio's pool handed out buffers of at least 1 KiB, often grown far past
+// what a small record needs, and an idle connection kept its last one.
 
 // tlsTransport is TLS over a socket.
 type tlsTransport struct {
@@ -32,7 +34,7 @@ type tlsTransport struct {
 }
 
 func newTLSTransport(t *tcpTransport, cfg *ltls.Config) *tlsTransport {
-	return &tlsTransport{tcp: t, tc: ltls.NewConn(noDeadlines{t.sock}, cfg, false, true, mempool.DefaultMemPool)}
+	return &tlsTransport{tcp: t, tc: ltls.NewConn(noDeadlines{t.sock}, cfg, false, true, &ltls.NativeAllocator{})}
 }
 
 // noDeadlines is the socket as llib sees it: a net.Conn without
