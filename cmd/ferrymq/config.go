@@ -83,6 +83,8 @@ type fileConfig struct {
 	// Engine is "embedded" (default) or "nats" (docs/engines.md).
 	Engine string     `yaml:"engine"`
 	NATS   natsConfig `yaml:"nats"`
+	// GCPercent is the garbage collector target (serve --gc-percent).
+	GCPercent int `yaml:"gc_percent"`
 }
 
 // natsConfig is the JetStream engine's section (engine: nats).

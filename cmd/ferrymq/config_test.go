@@ -86,6 +86,7 @@ func TestSampleConfigParses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "sync", cfg.Flush)
 	require.Equal(t, ":10911", cfg.Core.Addr)
+	require.Equal(t, defaultGCPercent, cfg.GCPercent)
 }
 
 // An empty listener address in the file disables that listener, as the
@@ -149,4 +150,43 @@ func TestConfigMaxQueuedMessages(t *testing.T) {
 
 	_, err = parseConfig([]byte("mqtt: {max_queued_messages: -1}"))
 	require.ErrorContains(t, err, "max_queued_messages")
+}
+
+// The collector target: serve's default, the file's gc_percent, the flag
+// over the file, and GOGC in the environment over both.
+func TestServeGCTarget(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("gc_percent: 30\n"), 0o644))
+	noEnv := func(string) string { return "" }
+	target := func(args ...string) (int, bool, error) {
+		o := &serveOptions{}
+		cmd := &cobra.Command{Use: "serve"}
+		o.AddFlags(cmd)
+		require.NoError(t, cmd.Flags().Parse(args))
+		_, err := o.applyConfig(cmd)
+		require.NoError(t, err)
+		return o.gcTarget(noEnv)
+	}
+	pct, ok, err := target()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, defaultGCPercent, pct)
+	pct, _, err = target("--config", path)
+	require.NoError(t, err)
+	require.Equal(t, 30, pct)
+	pct, _, err = target("--config", path, "--gc-percent", "80")
+	require.NoError(t, err)
+	require.Equal(t, 80, pct)
+	_, _, err = target("--gc-percent", "5")
+	require.ErrorContains(t, err, "want 10 to 1000")
+
+	o := &serveOptions{gcPercent: 80}
+	_, ok, err = o.gcTarget(func(k string) string {
+		if k == "GOGC" {
+			return "200"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	require.False(t, ok, "GOGC set: the runtime follows it")
 }
