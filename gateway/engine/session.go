@@ -114,6 +114,11 @@ func (s *session) allocPIDLocked() (uint16, bool) {
 	}
 }
 
+// maxSessionMessages is the most QoS 1/2 messages a session holds, in
+// flight and queued: each has a packet identifier from its first queueing
+// on (it is stored with it), and there are 65,535.
+const maxSessionMessages = 65535
+
 // deliver hands m to session s with QoS qos (already min(message,
 // subscription)) and retain flag; subIDs are the subscription identifiers
 // that matched. It never blocks on the client: QoS 0 is dropped when the
@@ -145,6 +150,9 @@ func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs [
 	if c != nil {
 		limit, bytesLimit = e.opts.MaxQueuedOnline+s.windowLocked(e), e.opts.MaxQueuedOnlineBytes
 	}
+	// Every message held, in flight or queued, has its packet identifier:
+	// a session holds at most as many as there are.
+	limit = min(limit, maxSessionMessages)
 	if len(s.queue)+len(s.inflight) >= limit || s.queueBytes+len(m.Payload) > bytesLimit {
 		s.mu.Unlock()
 		e.m.droppedQueueFull.Add(1)
@@ -152,8 +160,9 @@ func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs [
 		return
 	}
 	pid, ok := s.allocPIDLocked()
-	if !ok {
+	if !ok { // only if something holds identifiers besides the queue and the window
 		s.mu.Unlock()
+		e.m.droppedQueueFull.Add(1)
 		e.discard(s.id, m, false, "no packet identifier free")
 		return
 	}

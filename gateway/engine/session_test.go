@@ -231,3 +231,27 @@ func TestNoLocalAndRetainAsPublished(t *testing.T) {
 	}
 	require.Never(t, func() bool { return len(got) > 0 }, 200*time.Millisecond, 10*time.Millisecond)
 }
+
+// TestSessionHoldsNoMoreThanItsPacketIdentifiers: a connected subscriber
+// that acknowledges nothing holds at most 65,535 QoS 1 messages in flight
+// and queued (each has a packet identifier), even when MaxQueuedOnline
+// plus the window allow more; the rest are dropped for it and counted —
+// none vanishes uncounted (the default 65,536 + 1,024 once lost the
+// messages past the identifiers without a trace).
+func TestSessionHoldsNoMoreThanItsPacketIdentifiers(t *testing.T) {
+	e, addr := start(t, engine.Options{})
+	sub := rawConnect(t, addr, packet(0x10, str("MQTT"), []byte{4, 0x02, 0, 60}, str("lagging")))
+	_, err := sub.Write(packet(0x82, []byte{0, 1}, str("cmd/lagging"), []byte{1}))
+	require.NoError(t, err)
+	require.NoError(t, sub.SetReadDeadline(time.Now().Add(5*time.Second)))
+	typ, _ := readFrame(t, sub)
+	require.Equal(t, byte(0x90), typ, "SUBACK")
+	const total = 67000
+	for i := range total {
+		require.NoError(t, e.Send("lagging", &engine.Message{Topic: "cmd/lagging", QoS: 1, Payload: []byte{byte(i)}}))
+	}
+	inflight, queued := e.Held()
+	dropped := e.Stats().Counters["dropped_queue_full"]
+	require.Equal(t, 65535, inflight+queued, "a packet identifier each")
+	require.Equal(t, uint64(total-65535), dropped, "every message past them counted")
+}
