@@ -301,7 +301,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, o KVOptions) (*Store, e
 // Store.wg, ended by Close).
 func (k *kvBackend) start(ctx context.Context) error {
 	s := k.s
-	rw, rcancel, err := k.watch(ctx, []string{kvRetained + "*"})
+	rw, rcancel, err := k.watchAtStart(ctx, []string{kvRetained + "*"})
 	if err != nil {
 		return fmt.Errorf("session: watch retained messages: %w", err)
 	}
@@ -310,7 +310,7 @@ func (k *kvBackend) start(ctx context.Context) error {
 		rcancel()
 		return fmt.Errorf("session: load retained messages: %w", err)
 	}
-	ow, ocancel, err := k.watch(ctx, []string{kvOwner + "*"}, jetstream.UpdatesOnly())
+	ow, ocancel, err := k.watchAtStart(ctx, []string{kvOwner + "*"}, jetstream.UpdatesOnly())
 	if err != nil {
 		stopWatch(rw)
 		rcancel()
@@ -322,6 +322,27 @@ func (k *kvBackend) start(ctx context.Context) error {
 	s.log.Info().Str(logBucket, k.bucket).Int("retained", len(k.initial)).Msg("session bucket opened")
 	s.mu.Unlock()
 	return nil
+}
+
+// watchAtStart is watch for the bucket's opening: a JetStream cluster
+// that has just started (or just lost every node and come back) may take
+// longer than one request's timeout to answer for a new bucket's stream,
+// so an unavailable bucket is asked again, with backoff, until ctx ends.
+func (k *kvBackend) watchAtStart(ctx context.Context, keys []string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, context.CancelFunc, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		w, cancel, err := k.watch(ctx, keys, opts...)
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return w, cancel, err
+		}
+		k.s.log.Warn().Err(err).Str(logBucket, k.bucket).Dur("retry_in", backoff).Msg("session bucket not available yet")
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // snapshotTimeout bounds reading every key of a kind (all owner records,

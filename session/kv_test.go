@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
@@ -255,4 +256,20 @@ func TestKVCleanStartWithExpiryClaimsAtItsFirstWrite(t *testing.T) {
 	st := claim(t, b, "dev", false)
 	require.NotNil(t, st, "stored, under a's claim")
 	require.Equal(t, []engine.StoredSubscription{{Filter: "x", Options: topictree.Options{QoS: 1}}}, st.Subscriptions)
+}
+
+// TestKVOpenAsksAgainWhileTheBucketIsUnavailable: opening the bucket asks
+// again while its watch does not answer in time (a JetStream cluster just
+// started or restarted), until the caller's context ends — it does not
+// give up at the first timeout. Here every watch times out (a timeout of
+// 1 ns), so the open retries and finally fails with ErrUnavailable.
+func TestKVOpenAsksAgainWhileTheBucketIsUnavailable(t *testing.T) {
+	_, js := natsJS(t)
+	var logs strings.Builder // written by OpenKV's goroutine only, read after it returned
+	log := zerolog.New(&logs)
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	_, err := OpenKV(ctx, js, KVOptions{NodeID: "a", Timeout: time.Nanosecond, Logger: &log})
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.GreaterOrEqual(t, strings.Count(logs.String(), "session bucket not available yet"), 2, logs.String())
 }
