@@ -42,15 +42,9 @@ func Listen(addr string) (*Listener, error) {
 	if derr != nil {
 		return nil, fmt.Errorf("eventloop: duplicate listener descriptor: %w", derr)
 	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		_ = unix.Close(fd)
-		return nil, fmt.Errorf("eventloop: listener non-blocking: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "listener")
-	frc, err := f.SyscallConn()
+	f, frc, err := onNetpoller(fd, "listener")
 	if err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("eventloop: listener on the netpoller: %w", err)
+		return nil, err
 	}
 	return &Listener{f: f, rc: frc, addr: ln.Addr()}, nil
 }

@@ -94,18 +94,29 @@ func newPoller(l *Loop) (*poller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventloop: epoll_create1: %w", err)
 	}
-	// Non-blocking before os.NewFile: then the file goes on the netpoller.
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		_ = unix.Close(epfd)
-		return nil, fmt.Errorf("eventloop: epoll descriptor non-blocking: %w", err)
+	f, rc, err := onNetpoller(epfd, "epoll")
+	if err != nil {
+		return nil, err
 	}
-	f := os.NewFile(uintptr(epfd), "epoll")
+	return &poller{l: l, epfd: epfd, file: f, rc: rc}, nil
+}
+
+// onNetpoller puts fd, which it takes over (closed on error), on Go's
+// netpoller: its RawConn's Read then parks the goroutine until fd is
+// readable. name says what fd is, in the file's name and in errors.
+func onNetpoller(fd int, name string) (*os.File, syscall.RawConn, error) {
+	// Non-blocking before os.NewFile: then the file goes on the netpoller.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		_ = unix.Close(fd)
+		return nil, nil, fmt.Errorf("eventloop: %s descriptor non-blocking: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
 	rc, err := f.SyscallConn()
 	if err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("eventloop: epoll descriptor on the netpoller: %w", err)
+		return nil, nil, fmt.Errorf("eventloop: %s descriptor on the netpoller: %w", name, err)
 	}
-	return &poller{l: l, epfd: epfd, file: f, rc: rc}, nil
+	return f, rc, nil
 }
 
 // run reports events until the loop closes. It asks epoll for events
