@@ -50,7 +50,7 @@ func (e *Engine) listen(cfg *Listener) (*listener, error) {
 		}
 		l.tls = tc
 	}
-	// Connections are accepted as bare descriptors (eventloop.Acceptor:
+	// Connections are accepted as bare descriptors (eventloop.Listener:
 	// accept4, TCP_NODELAY, nothing else). No TCP keepalive: every
 	// connection has an MQTT keepalive on the wheel (a client asking for
 	// none gets the server's maximum).
