@@ -308,7 +308,7 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 			return
 		}
 		h.m.downlink.WithLabelValues("queued").Inc()
-		h.traceDeliver(tr, target, topic, qos, 0, false, downQueued)
+		h.traceDeliver(tr, target, topic, qos, 0, false, downQueued, time.Time{})
 		return
 	case h.opts.HoldUnknown > 0 && qos > 0:
 		deadline := now.Add(h.opts.HoldUnknown)
@@ -332,13 +332,13 @@ func (h *Hook) deliverDown(ctx context.Context, r *downlinkRule, m *core.StoredM
 }
 
 // Sent implements engine.Delivery: a downlink PUBLISH was written to a
-// device (the deliver hop of a traced command).
-func (h *Hook) Sent(clientID string, m *engine.Message, pid uint16, dup bool) {
+// device at at (the deliver hop of a traced command).
+func (h *Hook) Sent(clientID string, m *engine.Message, pid uint16, dup bool, at time.Time) {
 	if h.opts.Trace == nil {
 		return
 	}
 	_, tr := splitRef(m.Ref)
-	h.traceDeliver(tr, clientID, m.Topic, m.QoS, pid, dup, downWritten)
+	h.traceDeliver(tr, clientID, m.Topic, m.QoS, pid, dup, downWritten, at)
 }
 
 // Delivered implements engine.Delivery: the device acknowledged a command

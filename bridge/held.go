@@ -62,7 +62,7 @@ func (h *Hook) hold(target string, m heldMsg) {
 		return
 	}
 	h.m.downlink.WithLabelValues("held").Inc()
-	h.traceDeliver(m.tr, target, m.topic, m.m.QoS, 0, false, downHeld)
+	h.traceDeliver(m.tr, target, m.topic, m.m.QoS, 0, false, downHeld, time.Time{})
 }
 
 // releaseHeld hands what is held to a client that is connecting (before

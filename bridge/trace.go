@@ -190,8 +190,9 @@ const (
 	downHeld           // held for a client this node does not know yet
 )
 
-// traceDeliver records the deliver hop of a downlink message for client.
-func (h *Hook) traceDeliver(t downTrace, client, mqttTopic string, qos byte, pid uint16, dup bool, how int) {
+// traceDeliver records the deliver hop of a downlink message for client,
+// which happened at at (zero: now).
+func (h *Hook) traceDeliver(t downTrace, client, mqttTopic string, qos byte, pid uint16, dup bool, how int, at time.Time) {
 	if !h.traced(t) {
 		return
 	}
@@ -215,7 +216,7 @@ func (h *Hook) traceDeliver(t downTrace, client, mqttTopic string, qos byte, pid
 		a["queued"] = "true"
 	}
 	a["node"] = h.opts.Node
-	h.opts.Trace.Record(trace.Event{ID: t.id, Hop: trace.HopDownlink, Actor: client, Attrs: a})
+	h.opts.Trace.Record(trace.Event{ID: t.id, Hop: trace.HopDownlink, At: at, Actor: client, Attrs: a})
 }
 
 // traceDeviceAck records a device's acknowledgement (PUBACK or PUBCOMP) of

@@ -145,8 +145,8 @@ type refusingDelivery struct {
 	calls    *atomic.Int32
 }
 
-func (d *refusingDelivery) Sent(id string, m *engine.Message, pid uint16, dup bool) {
-	d.env.Load().Bridge.Sent(id, m, pid, dup)
+func (d *refusingDelivery) Sent(id string, m *engine.Message, pid uint16, dup bool, at time.Time) {
+	d.env.Load().Bridge.Sent(id, m, pid, dup, at)
 }
 func (d *refusingDelivery) Delivered(id string, m *engine.Message, pid uint16) {
 	d.env.Load().Bridge.Delivered(id, m, pid)

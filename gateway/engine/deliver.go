@@ -148,7 +148,7 @@ func (c *conn) sendQoS0(m *Message, retain bool, subIDs []uint32) {
 	}
 	c.e.m.sent.Add(1)
 	if d := c.e.opts.Hooks.Delivery; m.Ref != "" && d != nil {
-		d.Sent(c.id(), m, 0, false)
+		d.Sent(c.id(), m, 0, false, time.Now())
 		d.Delivered(c.id(), m, 0)
 	}
 }
@@ -174,8 +174,8 @@ func (c *conn) sendOut(s *session, om *outMsg) {
 		c.e.m.sent.Add(1)
 		if d := c.e.opts.Hooks.Delivery; om.m.Ref != "" && d != nil {
 			m := om.m
-			pid := om.pid
-			c.e.pool.submit(funcJob(func() { d.Sent(c.id(), m, pid, dup) })) // not under the session's lock
+			pid, at := om.pid, time.Now()
+			c.e.pool.submit(funcJob(func() { d.Sent(c.id(), m, pid, dup, at) })) // not under the session's lock
 		}
 	}
 }

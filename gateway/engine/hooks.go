@@ -189,9 +189,11 @@ type Presence interface {
 // Delivery hears what became of messages that carry a Ref. Its calls may
 // come from any goroutine, never under an engine lock.
 type Delivery interface {
-	// Sent: a PUBLISH of the message was written for clientID with packet
-	// ID pid (0 for QoS 0); dup: a resend.
-	Sent(clientID string, m *Message, pid uint16, dup bool)
+	// Sent: a PUBLISH of the message was written for clientID at at, with
+	// packet ID pid (0 for QoS 0); dup: a resend. It runs on the pool, so
+	// the client's acknowledgement (Delivered) may be heard first: at, not
+	// the order of the calls, says when the PUBLISH left.
+	Sent(clientID string, m *Message, pid uint16, dup bool, at time.Time)
 	// Delivered: clientID acknowledged the message (PUBACK, PUBCOMP of
 	// pid), or for QoS 0 it was written.
 	Delivered(clientID string, m *Message, pid uint16)
