@@ -55,6 +55,31 @@ type procRun struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd.Wait has returned
 	err    error         // cmd.Wait's result, readable after exited
+	killed bool          // the test killed it (kill, KillAll): its exit is expected
+}
+
+// died reports a child that exited by itself after it started (a crash,
+// a fatal error of nats-server): nil while it runs or when the test
+// killed it. Waiting for such a node cannot succeed, so readiness checks
+// fail at once with what the child left behind.
+func (p *ProcNode) died() error {
+	if p.run == nil || p.run.killed || p.Running() {
+		return nil
+	}
+	return fmt.Errorf("%s exited by itself (%v); stderr: %s; log tail: %s", p.Name, p.run.err, p.stderrHead(), p.logTail())
+}
+
+// logTail returns the end of the child's nats-server log, for error reports.
+func (p *ProcNode) logTail() string {
+	const limit = 4096
+	b, err := os.ReadFile(p.spec.LogFile)
+	if err != nil {
+		return fmt.Sprintf("(unreadable: %v)", err)
+	}
+	if len(b) > limit {
+		b = b[len(b)-limit:]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // ProcCluster is a JetStream cluster whose nodes are child processes.
@@ -239,6 +264,7 @@ func (p *ProcNode) kill() error {
 	if !p.Running() {
 		return nil
 	}
+	p.run.killed = true
 	if err := p.run.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("kill %s: %w", p.Name, err)
 	}
@@ -253,6 +279,9 @@ func (p *ProcNode) kill() error {
 // ready reports why the node is not ready: it must report itself healthy
 // and answer a JetStream account info request over the network.
 func (p *ProcNode) ready() error {
+	if err := p.died(); err != nil {
+		return permanentError{err}
+	}
 	if _, err := p.status(); err != nil {
 		return err
 	}
@@ -324,6 +353,7 @@ func (c *ProcCluster) KillAll() {
 		if p.Running() {
 			// An error here means the process is gone already; the wait
 			// below settles it.
+			p.run.killed = true
 			_ = p.run.cmd.Process.Kill()
 		}
 	}
@@ -407,6 +437,9 @@ func (c *ProcCluster) WaitReady(t testing.TB, timeout time.Duration) {
 func (c *ProcCluster) ready() error {
 	var running []*ProcNode
 	for _, p := range c.Nodes {
+		if err := p.died(); err != nil {
+			return permanentError{err}
+		}
 		if p.Running() {
 			running = append(running, p)
 		}
