@@ -58,9 +58,12 @@ type Options struct {
 	// (a stalled or malicious reader); default 15 s.
 	WriteTimeout time.Duration
 	// MaxPendingWrites bounds the packets queued to one client and not yet
-	// taken by its socket. A QoS 0 message that finds it full is dropped
-	// for that subscriber and counted (ferrymq_mqtt_messages_dropped_total);
-	// QoS 1/2 wait in the session. Default 256.
+	// taken by its socket (and so does the engine's 16 MiB of them). A QoS
+	// 0 message that finds it full is dropped for that subscriber and
+	// counted (ferrymq_mqtt_messages_dropped_total); QoS 1/2 wait in the
+	// session. The queue exists only while something waits, so an idle
+	// connection pays nothing for it. Default 65,536
+	// (engine.DefaultMaxPendingWrites).
 	MaxPendingWrites int
 	// ReceiveMaximum is the number of QoS 1/2 publishes a client may have
 	// unacknowledged [MQTT-3.3.4-7], announced to MQTT 5 clients in
@@ -123,7 +126,7 @@ func (o *Options) withDefaults() {
 		o.WriteTimeout = 15 * time.Second
 	}
 	if o.MaxPendingWrites == 0 {
-		o.MaxPendingWrites = 256
+		o.MaxPendingWrites = engine.DefaultMaxPendingWrites
 	}
 	if o.ReceiveMaximum == 0 {
 		o.ReceiveMaximum = 256
