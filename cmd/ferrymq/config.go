@@ -43,12 +43,14 @@ type fileConfig struct {
 		Pretty bool   `yaml:"pretty"`
 	} `yaml:"log"`
 	Store struct {
-		SegmentBytes     int64    `yaml:"segment_bytes"`
-		Retention        duration `yaml:"retention"`
-		MaxDiskBytes     int64    `yaml:"max_disk_bytes"`
-		MaxMessageBytes  int      `yaml:"max_message_bytes"`
-		DefaultQueues    int      `yaml:"default_queues"`
-		AutoCreateTopics *bool    `yaml:"auto_create_topics"`
+		SegmentBytes int64 `yaml:"segment_bytes"`
+		// GroupCommitDelay: absent, store.DefaultGroupCommitDelay; 0s, no wait.
+		GroupCommitDelay *duration `yaml:"group_commit_delay"`
+		Retention        duration  `yaml:"retention"`
+		MaxDiskBytes     int64     `yaml:"max_disk_bytes"`
+		MaxMessageBytes  int       `yaml:"max_message_bytes"`
+		DefaultQueues    int       `yaml:"default_queues"`
+		AutoCreateTopics *bool     `yaml:"auto_create_topics"`
 	} `yaml:"store"`
 	Delay struct {
 		MaxDelay duration `yaml:"max_delay"`

@@ -281,6 +281,7 @@ func (o *serveOptions) nodeOptions(cfg fileConfig, out io.Writer, log *zerolog.L
 		Engine:  cmp.Or(o.engine, node.EngineEmbedded),
 		Store: store.Options{
 			FlushPolicy:       store.FlushPolicy(o.flush),
+			GroupCommitDelay:  groupCommitDelay(st.GroupCommitDelay),
 			SegmentBytes:      o.segment,
 			Retention:         o.retention,
 			MaxDiskBytes:      st.MaxDiskBytes,
@@ -410,4 +411,16 @@ func natsTLS(c natsConfig) (*tls.Config, error) {
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
+}
+
+// groupCommitDelay is store.group_commit_delay as store.Options takes it:
+// absent is the default (0), an explicit 0s is no wait (negative).
+func groupCommitDelay(d *duration) time.Duration {
+	switch {
+	case d == nil:
+		return 0
+	case *d == 0:
+		return -1
+	}
+	return time.Duration(*d)
 }

@@ -33,6 +33,17 @@ type Options struct {
 	FlushPolicy FlushPolicy
 	// FlushInterval is how often FlushAsync fsyncs; default 500 ms.
 	FlushInterval time.Duration
+	// GroupCommitDelay (FlushSync only) is how long the writer may wait,
+	// once a batch has begun, for more produces to join it before it
+	// writes and fsyncs it, when produces overlap (the last cycle served
+	// several, or the next one began while it ran: a lone producer that
+	// waits for each ack is never kept waiting); a batch of
+	// groupCommitEnough messages goes at once. Produces that come a few
+	// at a time share far fewer fsyncs (each costs CPU as well as disk
+	// time) and wait up to this much longer for their ack. Default
+	// DefaultGroupCommitDelay; negative: no wait (only a yield to
+	// producers that are ready).
+	GroupCommitDelay time.Duration
 	// CheckpointInterval is how often consume queues, indexes and consumer
 	// offsets are made durable and the checkpoint advanced; default 1 s.
 	CheckpointInterval time.Duration
@@ -89,6 +100,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FlushPolicy == "" {
 		o.FlushPolicy = FlushAsync
+	}
+	if o.GroupCommitDelay == 0 {
+		o.GroupCommitDelay = DefaultGroupCommitDelay
 	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = 500 * time.Millisecond
@@ -170,3 +184,10 @@ func (o Options) validate() error {
 
 // maxQueues bounds a topic's queue count.
 const maxQueues = 1024
+
+// DefaultGroupCommitDelay is Options.GroupCommitDelay's default. Measured
+// on the report's latency load (10 publishers, 5,000 QoS 1 msgs/s in all,
+// --flush sync, docs/BENCHMARKS.md): against no wait, 200 µs makes a third
+// of the fsyncs, 17–23 % less broker CPU, and halves the ack p99 (fewer
+// fsyncs queue behind each other), for a p50 ~0.6 ms higher.
+const DefaultGroupCommitDelay = 200 * time.Microsecond

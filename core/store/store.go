@@ -69,6 +69,13 @@ type Store struct {
 
 	kick chan struct{}
 
+	// overlapping (set by the writer under appendMu, read by it):
+	// produces overlapped in the last cycle — it served more than one, or
+	// the next batch began while it ran — so the next batch is worth
+	// waiting for (Options.GroupCommitDelay). A lone producer that waits
+	// for each ack is never kept waiting.
+	overlapping bool
+
 	dispatchRound uint64   // owned by the dispatching goroutine
 	touched       []*topic // topics the last dispatch wrote; dispatcher only
 
@@ -652,6 +659,12 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 // overlapping them only moves the wait.
 func (s *Store) writeLoop(ctx context.Context) {
 	defer s.wg.Done()
+	var linger *time.Timer // gather's, made on first use
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-s.kick:
@@ -665,6 +678,10 @@ func (s *Store) writeLoop(ctx context.Context) {
 			s.appendMu.Unlock()
 			if small || s.opts.FlushPolicy == FlushSync {
 				runtime.Gosched()
+			}
+			if s.opts.FlushPolicy == FlushSync && s.opts.GroupCommitDelay > 0 && s.overlapping && !s.gather(ctx, &linger) {
+				s.cycle(true)
+				return
 			}
 			s.cycle(false)
 		case <-ctx.Done():
@@ -734,6 +751,11 @@ func (s *Store) cycle(forceSync bool) {
 	}
 	s.confirmed.Store(b.end)
 	s.announce(s.touched)
+	// Before the wake: a producer woken by it may append at once, and a
+	// lone one must not look like company.
+	s.appendMu.Lock()
+	s.overlapping = len(b.waiters) > 1 || len(s.pend.waiters) > 0
+	s.appendMu.Unlock()
 	wake(b.waiters, nil)
 }
 
@@ -996,3 +1018,36 @@ func (s *Store) closeFiles() error {
 func (s *Store) ID() uint32 { return s.id }
 
 var _ core.Broker = (*Store)(nil)
+
+// groupCommitEnough is a batch that is fsynced at once, without waiting
+// out GroupCommitDelay: the fsync is then shared widely enough.
+const groupCommitEnough = 32
+
+// gather waits, up to GroupCommitDelay from now, until the pending batch
+// holds groupCommitEnough messages; every append kicks the writer, which
+// looks again. It returns false when ctx ended meanwhile (the store is
+// closing). *t is the writer's timer, kept across cycles.
+func (s *Store) gather(ctx context.Context, t **time.Timer) bool {
+	deadline := time.Now().Add(s.opts.GroupCommitDelay)
+	for {
+		s.appendMu.Lock()
+		n := len(s.pend.disp)
+		s.appendMu.Unlock()
+		left := time.Until(deadline)
+		if n >= groupCommitEnough || left <= 0 {
+			return true
+		}
+		if *t == nil {
+			*t = time.NewTimer(left)
+		} else {
+			(*t).Reset(left)
+		}
+		select { // (Reset and Stop leave no stale tick since Go 1.23)
+		case <-s.kick:
+			(*t).Stop()
+		case <-(*t).C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
