@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/gateway/eventloop"
-	"github.com/ferrymq/ferrymq/gateway/mqtttopic"
 	"github.com/ferrymq/ferrymq/gateway/topictree"
 	"github.com/ferrymq/ferrymq/gateway/wheel"
 )
@@ -569,5 +568,3 @@ func (e *Engine) Stats() Stats {
 	return Stats{Connected: e.m.connected.Load(), Sockets: int64(e.connCount()), Sessions: n, Subscriptions: e.subs.Len(), Retained: r,
 		Goroutines: e.pool.goroutines(), Counters: e.m.snapshot()}
 }
-
-var _ = mqtttopic.Internal
