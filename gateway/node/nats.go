@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -47,7 +48,10 @@ func (n *Node) startNATS(ctx context.Context) error {
 	if generated {
 		// Every node must accept the same token (the core services move
 		// between them): the first node's is kept in the bucket.
-		if n.token, err = n.engine.Shared(ctx, "token", newToken); err != nil {
+		if err = n.whileUnavailable(ctx, "shared token", func() (err error) {
+			n.token, err = n.engine.Shared(ctx, "token", newToken)
+			return err
+		}); err != nil {
 			return fmt.Errorf("shared token: %w", err)
 		}
 		if err := writeTokenFile(o.DataDir, n.token); err != nil {
@@ -61,7 +65,10 @@ func (n *Node) startNATS(ctx context.Context) error {
 		if to.Logger == nil {
 			to.Logger = n.log
 		}
-		if n.trace, err = trace.New(n.engine, to); err != nil {
+		if err = n.whileUnavailable(ctx, "trace", func() (err error) {
+			n.trace, err = trace.New(n.engine, to)
+			return err
+		}); err != nil {
 			return fmt.Errorf("trace: %w", err)
 		}
 		n.trace.Start()
@@ -79,7 +86,10 @@ func (n *Node) startNATS(ctx context.Context) error {
 		// leader's service moves them.
 		po := delay.Options{Logger: o.Delay.Logger, Trace: o.Delay.Trace, MaxDelay: o.Delay.MaxDelay, MaxHold: o.Delay.MaxHold}
 		po.Logger, po.Trace = cmp.Or(po.Logger, n.log), cmp.Or(po.Trace, n.trace)
-		if n.producer, err = delay.New(n.engine, filepath.Join(o.DataDir, "delay-produce"), po); err != nil {
+		if err = n.whileUnavailable(ctx, "delayed delivery", func() (err error) {
+			n.producer, err = delay.New(n.engine, filepath.Join(o.DataDir, "delay-produce"), po)
+			return err
+		}); err != nil {
 			return fmt.Errorf("delayed delivery: %w", err)
 		}
 		bo.Broker, bo.MaxDelay = n.producer.Broker(), cmp.Or(bo.MaxDelay, n.producer.MaxDelay())
@@ -93,21 +103,27 @@ func (n *Node) startNATS(ctx context.Context) error {
 	// holds up lease renewals, and a failed start gives the lease back.
 	ttl := cmp.Or(nc.LeaseTTL, DefaultLeaseTTL)
 	want := make(chan bool, 1) // the latest state the election asked for
-	n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: n.nodeName, TTL: nc.LeaseTTL, Logger: n.log,
-		OnChange: func(held bool) {
-			select {
-			case <-want: // superseded
-			default:
-			}
-			want <- held
-		}})
+	err = n.whileUnavailable(ctx, "core lease", func() (err error) {
+		n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: n.nodeName, TTL: nc.LeaseTTL, Logger: n.log,
+			OnChange: func(held bool) {
+				select {
+				case <-want: // superseded
+				default:
+				}
+				want <- held
+			}})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("core lease: %w", err)
 	}
 	// A liveness lease per node: when one expires, the core lease holder
 	// adopts the sessions that node had parked (adoptGone).
-	if n.liveness, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "node." + n.nodeName, Holder: n.nodeName,
-		TTL: nc.LeaseTTL, Logger: n.log}); err != nil {
+	if err = n.whileUnavailable(ctx, "liveness lease", func() (err error) {
+		n.liveness, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "node." + n.nodeName, Holder: n.nodeName,
+			TTL: nc.LeaseTTL, Logger: n.log})
+		return err
+	}); err != nil {
 		return fmt.Errorf("liveness lease: %w", err)
 	}
 	termCtx, stopTerms := context.WithCancel(context.Background())
@@ -292,4 +308,37 @@ func notLeader(w http.ResponseWriter, holder string) {
 		"message": "the core services run on the node holding the core lease: " + cmp.Or(holder, "none yet"),
 		"leader":  holder,
 	}})
+}
+
+// whileUnavailable runs step until it succeeds, fails for another reason
+// than JetStream not answering (jetstream.ErrUnavailable: a fresh or
+// recovering cluster whose meta leader, or the stream's, is not elected
+// yet), or ctx ends; it waits between tries, longer each time, and logs
+// each retry. A running node rides out such a cluster by itself; without
+// this its start did not (serve exited: "create %DELAY%: jetstream:
+// unavailable").
+func (n *Node) whileUnavailable(ctx context.Context, what string, step func() error) error {
+	return retryUnavailable(ctx, what, step, func(err error, wait time.Duration) {
+		n.log.Warn().Err(err).Str("step", what).Dur("retry_in", wait).Msg("JetStream not answering at start: trying again")
+	})
+}
+
+// retryUnavailable is whileUnavailable's loop; onRetry hears each retry.
+func retryUnavailable(ctx context.Context, what string, step func() error, onRetry func(error, time.Duration)) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := step()
+		if err == nil || !errors.Is(err, jetstream.ErrUnavailable) {
+			return err
+		}
+		onRetry(err, wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: still unavailable when the start's deadline passed: %w", what, err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
