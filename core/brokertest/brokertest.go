@@ -1120,9 +1120,13 @@ func testArrivals(t *testing.T, f Factory) {
 func testGetUnknownID(t *testing.T, f Factory) {
 	ctx := t.Context()
 	b := f.Open(t)
+	// The topics are created explicitly: this case is about Get, and must
+	// hold for an engine that does not auto-create (Factory.NoAutoCreate).
+	createTopic(t, b, "get", 0)
 	r := produce(t, b, &core.Message{Topic: "get", Body: []byte("here")})
 
 	foreignBroker := f.Open(t)
+	createTopic(t, foreignBroker, "get-foreign", 0)
 	foreign := produce(t, foreignBroker, &core.Message{Topic: "get-foreign", Body: []byte("there")})
 
 	tail := r.ID // a real ID with its location bytes ruined
