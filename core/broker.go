@@ -21,7 +21,8 @@ type Broker interface {
 	// ProduceBatch stores msgs in order as one unit of work: on success all
 	// are stored, with one durability wait for the batch. On error none of
 	// them has been acknowledged (some may still be stored, as with any
-	// failed produce: at-least-once).
+	// failed produce: at-least-once). Topics that do not exist are created
+	// as by Produce.
 	ProduceBatch(ctx context.Context, msgs []*Message) ([]SendResult, error)
 	// ProduceAsync stores msgs like ProduceBatch without waiting: the
 	// messages are appended before it returns, in call order, so pipelined
