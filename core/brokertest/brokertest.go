@@ -52,10 +52,20 @@ type Factory struct {
 	Reopen func(t *testing.T, b core.Broker) core.Broker
 
 	// Capabilities an engine may lack. Cases that need one are skipped with
-	// a t.Skip that names it. The embedded engine has them all.
+	// a t.Skip that names it, or, where the contract says what an engine
+	// without it does, check that instead. The zero value claims every
+	// capability, so an engine that forgets to declare a lack fails rather
+	// than skips. The embedded engine has them all.
 
 	// NoDeleteTopic: the engine does not implement DeleteTopic.
 	NoDeleteTopic bool
+	// NoAutoCreate: the engine does not create topics on produce (both
+	// engines' DisableAutoCreate option): Produce, ProduceBatch and
+	// ProduceAsync to a topic that does not exist fail with
+	// core.ErrTopicNotFound and create nothing. The AutoCreate case checks
+	// that refusal instead of auto-creation; either way it fails, never
+	// skips, when the engine does not do what the flag says.
+	NoAutoCreate bool
 	// SparseOffsets: queue offsets increase but are not dense: a topic's
 	// queues share one sequence (the JetStream engine's stream sequence),
 	// so other queues' messages take the offsets in between and a queue's
@@ -549,31 +559,91 @@ func testTopics(t *testing.T, f Factory) {
 	}
 }
 
-// testAutoCreate: Produce to a topic that does not exist creates it with
-// default settings, if the engine auto-creates.
+// testAutoCreate: a produce to a topic that does not exist creates it with
+// default settings, by each of Produce, ProduceBatch and ProduceAsync (the
+// gateway produces with ProduceAsync only); with f.NoAutoCreate, each is
+// refused with ErrTopicNotFound instead.
 func testAutoCreate(t *testing.T, f Factory) {
+	if f.NoAutoCreate {
+		testNoAutoCreate(t, f)
+		return
+	}
 	ctx := t.Context()
 	b := f.Open(t)
-	r, err := b.Produce(ctx, &core.Message{Topic: "auto", Body: []byte("x")})
-	if errors.Is(err, core.ErrTopicNotFound) {
-		t.Skip("brokertest: capability auto-create: the engine does not create topics on Produce")
-	}
-	require.NoError(t, err)
-	info, err := b.Topic(ctx, "auto")
-	require.NoError(t, err)
 	def, err := b.CreateTopic(ctx, core.TopicConfig{Name: "explicit-default"})
 	require.NoError(t, err)
-	require.Equal(t, def.Queues, info.Queues, "an auto-created topic has the default queue count")
-	require.Less(t, r.Queue, info.Queues)
-	if !f.SparseOffsets {
-		require.Equal(t, int64(1), info.Ranges[r.Queue].Max)
+	for _, p := range autoCreateProduces {
+		topic := "auto-" + p.name
+		r, err := p.produce(t, b, &core.Message{Topic: topic, Body: []byte(p.name)})
+		require.NoError(t, err, "%s to a topic that does not exist creates it (the Factory does not set NoAutoCreate)", p.name)
+		info, err := b.Topic(ctx, topic)
+		require.NoError(t, err, "%s: the auto-created topic", p.name)
+		require.Equal(t, def.Queues, info.Queues, "%s: an auto-created topic has the default queue count", p.name)
+		require.Less(t, r.Queue, info.Queues, p.name)
+		if !f.SparseOffsets {
+			require.Equal(t, int64(1), info.Ranges[r.Queue].Max, p.name)
+		}
+		offsets := make([][]int64, info.Queues)
+		offsets[r.Queue] = []int64{r.QueueOffset}
+		requireOffsets(t, f, b, topic, offsets)
+		require.Equal(t, p.name, string(mustGet(t, b, r.ID).Body))
 	}
-	offsets := make([][]int64, info.Queues)
-	offsets[r.Queue] = []int64{r.QueueOffset}
-	requireOffsets(t, f, b, "auto", offsets)
-	got, err := b.Get(ctx, r.ID)
+}
+
+// testNoAutoCreate is testAutoCreate for an engine that does not
+// auto-create: every produce path refuses, nothing is created, and the
+// topic takes messages once it is created explicitly.
+func testNoAutoCreate(t *testing.T, f Factory) {
+	ctx := t.Context()
+	b := f.Open(t)
+	for _, p := range autoCreateProduces {
+		topic := "auto-" + p.name
+		_, err := p.produce(t, b, &core.Message{Topic: topic, Body: []byte(p.name)})
+		require.ErrorIs(t, err, core.ErrTopicNotFound, "%s to a topic that does not exist is refused (the Factory sets NoAutoCreate)", p.name)
+		_, err = b.Topic(ctx, topic)
+		require.ErrorIs(t, err, core.ErrTopicNotFound, "%s: a refused produce creates no topic", p.name)
+	}
+	list, err := b.Topics(ctx)
 	require.NoError(t, err)
-	require.Equal(t, "x", string(got.Body))
+	require.Empty(t, list, "a refused produce creates no topic")
+
+	for _, p := range autoCreateProduces {
+		topic := "auto-" + p.name
+		createTopic(t, b, topic, 0)
+		r, err := p.produce(t, b, &core.Message{Topic: topic, Body: []byte(p.name)})
+		require.NoError(t, err, "%s to the topic once it is created", p.name)
+		require.Equal(t, p.name, string(mustGet(t, b, r.ID).Body))
+	}
+}
+
+// autoCreateProduces are the three ways to produce one message, each
+// returning its result or error rather than failing the test, so the
+// AutoCreate case can expect either.
+var autoCreateProduces = []struct {
+	name    string
+	produce func(t testing.TB, b core.Broker, m *core.Message) (core.SendResult, error)
+}{
+	{"Produce", func(t testing.TB, b core.Broker, m *core.Message) (core.SendResult, error) {
+		return b.Produce(t.Context(), m)
+	}},
+	{"ProduceBatch", func(t testing.TB, b core.Broker, m *core.Message) (core.SendResult, error) {
+		t.Helper()
+		res, err := b.ProduceBatch(t.Context(), []*core.Message{m})
+		if err != nil {
+			return core.SendResult{}, err
+		}
+		require.Len(t, res, 1, "ProduceBatch: one result per message")
+		return res[0], nil
+	}},
+	{"ProduceAsync", func(t testing.TB, b core.Broker, m *core.Message) (core.SendResult, error) {
+		t.Helper()
+		res, err := awaitAsync(t, b, []*core.Message{m})
+		if err != nil {
+			return core.SendResult{}, err
+		}
+		require.Len(t, res, 1, "ProduceAsync: one result per message")
+		return res[0], nil
+	}},
 }
 
 // testRead: Read's offsets, bounds, clamping, tag filter and errors.
@@ -1462,6 +1532,16 @@ func produce(t testing.TB, b core.Broker, m *core.Message) core.SendResult {
 // produceAsync produces msgs with ProduceAsync and waits for done.
 func produceAsync(t testing.TB, b core.Broker, msgs []*core.Message) []core.SendResult {
 	t.Helper()
+	res, err := awaitAsync(t, b, msgs)
+	require.NoError(t, err, "ProduceAsync")
+	require.Len(t, res, len(msgs), "ProduceAsync: one result per message")
+	return res
+}
+
+// awaitAsync produces msgs with ProduceAsync and returns what done was
+// called with, failing the test only if done is never called.
+func awaitAsync(t testing.TB, b core.Broker, msgs []*core.Message) ([]core.SendResult, error) {
+	t.Helper()
 	type answer struct {
 		res []core.SendResult
 		err error
@@ -1475,12 +1555,10 @@ func produceAsync(t testing.TB, b core.Broker, msgs []*core.Message) []core.Send
 	})
 	select {
 	case a := <-done:
-		require.NoError(t, a.err, "ProduceAsync")
-		require.Len(t, a.res, len(msgs), "ProduceAsync: one result per message")
-		return a.res
+		return a.res, a.err
 	case <-time.After(wait):
 		require.FailNow(t, "ProduceAsync never called done")
-		return nil
+		return nil, nil
 	}
 }
 

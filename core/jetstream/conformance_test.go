@@ -18,10 +18,25 @@ import (
 // on every write). Each case gets its own server; Reopen closes the engine
 // and opens a new one on the same server, as a gateway restart does.
 func TestConformance(t *testing.T) {
+	runConformance(t, jetstream.Options{DefaultQueues: 4})
+}
+
+// TestConformanceNoAutoCreate runs the suite again with auto-creation off,
+// so the refusal the AutoCreate case checks for is exercised on a real
+// engine and every other case is shown not to depend on auto-creation.
+func TestConformanceNoAutoCreate(t *testing.T) {
+	runConformance(t, jetstream.Options{DefaultQueues: 4, DisableAutoCreate: true})
+}
+
+// runConformance runs the suite against engines opened with opts (URLs
+// filled in per case), declaring the capabilities those options give.
+func runConformance(t *testing.T, opts jetstream.Options) {
 	var urls sync.Map // *jetstream.Engine → server URL
 	open := func(t *testing.T, url string) core.Broker {
 		t.Helper()
-		e, err := jetstream.Open(t.Context(), jetstream.Options{URLs: []string{url}, DefaultQueues: 4})
+		o := opts
+		o.URLs = []string{url}
+		e, err := jetstream.Open(t.Context(), o)
 		require.NoError(t, err)
 		urls.Store(e, url)
 		t.Cleanup(func() {
@@ -41,6 +56,7 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, b.Close())
 			return open(t, url.(string))
 		},
+		NoAutoCreate:  opts.DisableAutoCreate,
 		SparseOffsets: true,
 		StoredAtSkew:  time.Second,
 	})

@@ -15,7 +15,19 @@ import (
 // engine. TestMain (store_test.go) checks for leaked goroutines afterwards,
 // so every store opened here is closed by its test's cleanup.
 func TestConformance(t *testing.T) {
-	opts := store.Options{DefaultQueues: 4}
+	runConformance(t, store.Options{DefaultQueues: 4})
+}
+
+// TestConformanceNoAutoCreate runs the suite again with auto-creation off,
+// so the refusal the AutoCreate case checks for is exercised on a real
+// engine and every other case is shown not to depend on auto-creation.
+func TestConformanceNoAutoCreate(t *testing.T) {
+	runConformance(t, store.Options{DefaultQueues: 4, DisableAutoCreate: true})
+}
+
+// runConformance runs the suite against stores opened with opts, declaring
+// the capabilities those options give.
+func runConformance(t *testing.T, opts store.Options) {
 	var dirs sync.Map // *store.Store → its data directory, for Reopen
 	open := func(t *testing.T, dir string) core.Broker {
 		t.Helper()
@@ -37,5 +49,6 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, b.Close()) // a no-op if the test closed it
 			return open(t, dir.(string))
 		},
+		NoAutoCreate: opts.DisableAutoCreate,
 	})
 }
