@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"bytes"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -163,4 +164,43 @@ func requireSameStored(t testing.TB, want, got *core.StoredMessage) {
 	require.Equal(t, want.CommitLogOffset, got.CommitLogOffset, "CommitLogOffset")
 	require.Equal(t, want.Size, got.Size, "Size")
 	require.True(t, want.StoredAt.Equal(got.StoredAt), "StoredAt: %v, got %v", want.StoredAt, got.StoredAt)
+}
+
+// requireStoredInKeyOrder reads every queue of topic and checks that each
+// sharding key's messages come in the order of their bodies (decimal
+// sequence numbers, increasing per key), that the topic holds exactly the
+// messages of results, and that each is stored where its SendResult says.
+// results[i] are the results of one producer (a call, a worker: who names
+// it in failures).
+func requireStoredInKeyOrder(t testing.TB, f Factory, b core.Broker, topic string, queues int, who string, results [][]core.SendResult) {
+	t.Helper()
+	stored := map[queueOffset]core.MessageID{}
+	for q := range queues {
+		last := map[string]int{}
+		for _, m := range readQueue(t, f, b, topic, q) { // readQueue checks offsets are dense (increasing if sparse)
+			seq, err := strconv.Atoi(string(m.Body))
+			require.NoError(t, err)
+			if p, ok := last[m.ShardingKey]; ok {
+				require.Less(t, p, seq, "key %s: message %d read after %d", m.ShardingKey, seq, p)
+			}
+			last[m.ShardingKey] = seq
+			stored[queueOffset{q, m.QueueOffset}] = m.ID
+		}
+	}
+	total := 0
+	for _, res := range results {
+		total += len(res)
+	}
+	require.Len(t, stored, total, "the topic holds the messages produced")
+	for i, res := range results {
+		for j, r := range res {
+			require.Equal(t, r.ID, stored[queueOffset{r.Queue, r.QueueOffset}], "%s %d message %d: stored where its SendResult says", who, i, j)
+		}
+	}
+}
+
+// queueOffset names a message by queue and offset.
+type queueOffset struct {
+	queue  int
+	offset int64
 }

@@ -124,19 +124,8 @@ func testClose(t *testing.T, f Factory) {
 	closed("Produce", err)
 	_, err = b.ProduceBatch(ctx, []*core.Message{m})
 	closed("ProduceBatch", err)
-	errc := make(chan error, 1)
-	b.ProduceAsync([]*core.Message{m}, func(_ []core.SendResult, err error) {
-		select {
-		case errc <- err:
-		default:
-		}
-	})
-	select {
-	case err := <-errc:
-		closed("ProduceAsync", err)
-	case <-time.After(wait):
-		require.Fail(t, "ProduceAsync after Close never called done")
-	}
+	_, err = awaitAsync(t, b, []*core.Message{m})
+	closed("ProduceAsync", err)
 	_, err = b.CreateTopic(ctx, core.TopicConfig{Name: "c2", Queues: 1})
 	closed("CreateTopic", err)
 	_, err = b.Topic(ctx, "c")

@@ -201,27 +201,7 @@ func testPerKeyOrderAsync(t *testing.T, f Factory) {
 		}
 	}
 
-	n := 0
-	stored := map[queueOffset]core.MessageID{}
-	for q := range queues {
-		last := map[string]int{}
-		for _, m := range readQueue(t, f, b, topic, q) {
-			seq, err := strconv.Atoi(string(m.Body))
-			require.NoError(t, err)
-			if p, ok := last[m.ShardingKey]; ok {
-				require.Less(t, p, seq, "key %s: message %d read after %d", m.ShardingKey, seq, p)
-			}
-			last[m.ShardingKey] = seq
-			stored[queueOffset{q, m.QueueOffset}] = m.ID
-			n++
-		}
-	}
-	require.Equal(t, total, n)
-	for i, res := range results {
-		for j, r := range res {
-			require.Equal(t, r.ID, stored[queueOffset{r.Queue, r.QueueOffset}], "call %d message %d: stored where its SendResult says", i, j)
-		}
-	}
+	requireStoredInKeyOrder(t, f, b, topic, queues, "call", results)
 }
 
 // testProduceBatch: results come back in message order; a batch holding an
@@ -290,22 +270,8 @@ func testProduceBatch(t *testing.T, f Factory) {
 	require.ErrorIs(t, err, core.ErrInvalidTopic)
 	require.Empty(t, res, "a failed batch acknowledges nothing")
 
-	errc := make(chan error, 1)
-	b.ProduceAsync(bad, func(res []core.SendResult, err error) {
-		if err == nil {
-			err = fmt.Errorf("done acknowledged %d messages of an invalid batch", len(res))
-		}
-		select { // never block an engine goroutine, even if done runs twice
-		case errc <- err:
-		default:
-		}
-	})
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, core.ErrInvalidTopic, "ProduceAsync of an invalid batch")
-	case <-time.After(wait):
-		require.Fail(t, "ProduceAsync of an invalid batch never called done")
-	}
+	res, err = awaitAsync(t, b, bad)
+	require.ErrorIs(t, err, core.ErrInvalidTopic, "ProduceAsync of an invalid batch (done acknowledged %d messages)", len(res))
 }
 
 // testConcurrentProduce: producers in parallel get unique IDs, dense queue
@@ -345,25 +311,5 @@ func testConcurrentProduce(t *testing.T, f Factory) {
 			}
 		}
 	}
-	n := 0
-	stored := map[queueOffset]core.MessageID{}
-	for q := range queues {
-		last := map[string]int{}
-		for _, m := range readQueue(t, f, b, topic, q) { // readQueue checks offsets are dense (increasing if sparse)
-			i, err := strconv.Atoi(string(m.Body))
-			require.NoError(t, err)
-			if p, ok := last[m.ShardingKey]; ok {
-				require.Less(t, p, i, "key %s", m.ShardingKey)
-			}
-			last[m.ShardingKey] = i
-			stored[queueOffset{q, m.QueueOffset}] = m.ID
-			n++
-		}
-	}
-	require.Equal(t, workers*per, n)
-	for w, rs := range results {
-		for i, r := range rs {
-			require.Equal(t, r.ID, stored[queueOffset{r.Queue, r.QueueOffset}], "worker %d message %d: stored where its SendResult says", w, i)
-		}
-	}
+	requireStoredInKeyOrder(t, f, b, topic, queues, "worker", results)
 }

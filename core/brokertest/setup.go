@@ -61,12 +61,6 @@ func awaitAsync(t testing.TB, b core.Broker, msgs []*core.Message) ([]core.SendR
 	}
 }
 
-// queueOffset names a message by queue and offset.
-type queueOffset struct {
-	queue  int
-	offset int64
-}
-
 // keysForQueues returns n sharding keys, the q-th of which core.QueueFor
 // puts in queue q of n.
 func keysForQueues(n int) []string {
