@@ -165,7 +165,7 @@ func TestHugeTrickledConnectRefused(t *testing.T) {
 		if _, err := c.Write([]byte{0}); err != nil {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the trickle's pace: the scenario, not a wait
 	}
 	requireClosed(t, c, 3*time.Second)
 	healthy(t, env)

@@ -239,8 +239,8 @@ func TestExpiredSessionWaitsForItsReceipts(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = back.Disconnect(&paho.Disconnect{ReasonCode: 0}); <-back.Done() })
 	require.False(t, ca.SessionPresent, "an expired session is not resumed")
-	time.Sleep(300 * time.Millisecond)
-	require.Zero(t, delivered.Load(), "nor are its commands delivered")
+	require.Never(t, func() bool { return delivered.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond,
+		"a command of the expired session was delivered")
 	refusing.Store(false)
 	require.Eventually(t, func() bool { return receipts(t, env)[c].Outcome == bridge.OutcomeExpired },
 		10*time.Second, 20*time.Millisecond)
@@ -356,7 +356,9 @@ func TestWillDelaySurvivesRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.GreaterOrEqual(t, time.Since(started), 1900*time.Millisecond, "not before its delay")
 	require.Equal(t, []string{"status/car15=gone"}, got.get(), "car16 came back within its delay: no will")
-	time.Sleep(500 * time.Millisecond)
+	// car16's will was due with car15's: it would have followed by now.
+	require.Never(t, func() bool { return len(got.get()) > 1 }, 500*time.Millisecond, 10*time.Millisecond,
+		"a will published although its client came back within the delay")
 	require.Len(t, got.get(), 1)
 	require.NoError(t, back.Disconnect(&paho.Disconnect{ReasonCode: 0}))
 }

@@ -46,7 +46,7 @@ func maybeChild() {
 	fmt.Printf("addr %s\n", e.Addr("tcp"))
 	parent := os.Getppid()
 	for os.Getppid() == parent {
-		time.Sleep(200 * time.Millisecond) // a child whose test died must not linger
+		time.Sleep(200 * time.Millisecond) // the orphan watch of a child process (no test to poll with): one whose test died must not linger
 	}
 	os.Exit(1)
 }

@@ -30,7 +30,8 @@ func TestBinaryACLDenyFiltersDeliveries(t *testing.T) {
 bridge: {disable_events: true}
 `), 0o600))
 	srv := startServe(t, bin, "--config", cfg, "--data", filepath.Join(t.TempDir(), "data"))
-	addr := printedAddrs(t, srv, "tcp")["tcp"]
+	addrs := printedAddrs(t, srv, "tcp", "http")
+	addr := addrs["tcp"]
 
 	var mu sync.Mutex
 	var got []string
@@ -71,16 +72,17 @@ bridge: {disable_events: true}
 	pub("devices/ok", "live-ok", false)
 	require.Eventually(t, func() bool { return len(gotTopics()) >= 2 }, 10*time.Second, 10*time.Millisecond)
 
-	// Parked: the session leaves, its messages are queued on disk (the
-	// store parks a session 1 s after its connection ended).
+	// Parked: the session leaves, its messages are queued on disk.
 	sub.Disconnect(100)
-	time.Sleep(2 * time.Second)
+	require.Eventually(t, clientShows(addrs["http"], "watcher", `"parked":true`), 10*time.Second, 20*time.Millisecond,
+		"the watcher's session is parked")
 	pub("devices/secret", "queued-secret", false)
 	pub("devices/ok", "queued-ok", false)
 	sub = connect("watcher", false)
 	defer sub.Disconnect(100)
 	require.Eventually(t, func() bool { return len(gotTopics()) >= 3 }, 10*time.Second, 10*time.Millisecond)
-	time.Sleep(500 * time.Millisecond) // anything that should not come has had its chance
+	require.Never(t, func() bool { return len(gotTopics()) > 3 }, 500*time.Millisecond, 10*time.Millisecond,
+		"a message of the denied topic arrived")
 	require.Equal(t, []string{"devices/ok=retained-ok", "devices/ok=live-ok", "devices/ok=queued-ok"}, gotTopics())
 }
 

@@ -275,7 +275,7 @@ func TestDashboardInChromium(t *testing.T) {
 			}
 			tok := devices[0].Publish(fmt.Sprintf("telemetry/dev-%d", i%3), []byte{0, 0, 0, 1, 1, 2}[i%6], false, "live")
 			tok.WaitTimeout(10 * time.Second)
-			time.Sleep(time.Duration(1+i/300%4) * time.Millisecond) // a few hundred per second, in steps
+			time.Sleep(time.Duration(1+i/300%4) * time.Millisecond) // paces the load, a few hundred per second in steps: the scenario, not a wait
 		}
 	})
 	stopTraffic := sync.OnceFunc(func() { close(stop); wg.Wait() })

@@ -84,7 +84,7 @@ transactions: {first_check: 300ms, check_interval: 300ms, max_checks: 10}
 	<-srv.exited
 	srv.exited <- nil
 	_ = c.Close()
-	time.Sleep(time.Until(due)) // down while the delays come due
+	time.Sleep(time.Until(due)) // down while the delays come due on the real clock: the scenario, not a wait
 
 	_, addr = serve()
 	c = dial(addr)

@@ -138,28 +138,29 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 			return false
 		}
 	}, 10*time.Second, 10*time.Millisecond)
-	drain := time.After(300 * time.Millisecond)
-	for draining := true; draining; {
-		select {
-		case <-got: // later probes
-		case <-drain:
-			draining = false
+	// nextChat is the next delivery within d other than a probe (later
+	// probes may still come).
+	nextChat := func(d time.Duration) (string, bool) {
+		timeout := time.After(d)
+		for {
+			select {
+			case s := <-got:
+				if s != "car-a probe" {
+					return s, true
+				}
+			case <-timeout:
+				return "", false
+			}
 		}
 	}
 	tok = b.Publish("chat/room", 1, false, "hi from b")
 	require.True(t, tok.WaitTimeout(10*time.Second))
 	require.NoError(t, tok.Error())
-	select {
-	case s := <-got:
-		require.Equal(t, "car-a hi from b", s)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a publish on node B did not reach the subscriber on node A")
-	}
-	select {
-	case s := <-got:
-		t.Fatalf("delivered twice: %s", s)
-	case <-time.After(500 * time.Millisecond):
-	}
+	s, ok := nextChat(10 * time.Second)
+	require.True(t, ok, "a publish on node B did not reach the subscriber on node A")
+	require.Equal(t, "car-a hi from b", s)
+	s, ok = nextChat(500 * time.Millisecond) // and nothing more within that bound
+	require.False(t, ok, "delivered twice: %s", s)
 
 	// The leader dies: node B takes the core services over.
 	start := time.Now()
@@ -279,7 +280,7 @@ func TestBinaryNATSParkedSessionsOfADeadNodeAreAdopted(t *testing.T) {
 	nodeA := startNATSNode(t, bin, cl.URLs(), "node-a", 3)
 	addrA := printedAddrsWithin(t, nodeA, 90*time.Second, "tcp", "http", "core") // the core lease holder
 	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
-	addrB := printedAddrsWithin(t, nodeB, 90*time.Second, "tcp")
+	addrB := printedAddrsWithin(t, nodeB, 90*time.Second, "tcp", "http")
 
 	got := make(chan string, 8)
 	dial := func(addr string) paho3.Client {
@@ -292,23 +293,14 @@ func TestBinaryNATSParkedSessionsOfADeadNodeAreAdopted(t *testing.T) {
 	require.True(t, tok.WaitTimeout(10*time.Second))
 	require.NoError(t, tok.Error())
 	c.Disconnect(100)
-	time.Sleep(1500 * time.Millisecond) // parked on node B (after session.Options.ParkAfter, 1 s)
+	require.Eventually(t, clientShows(addrB["http"], "car-p", `"parked":true`), 10*time.Second, 20*time.Millisecond,
+		"the session is parked on node B")
 
 	require.NoError(t, nodeB.cmd.Process.Kill())
 	<-nodeB.exited
 	nodeB.exited <- nil
 	start := time.Now()
-	sessionOnA := func(want string) func() bool {
-		return func() bool {
-			resp, err := http.Get("http://" + addrA["http"] + "/api/v1/clients/car-p")
-			if err != nil {
-				return false
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode == http.StatusOK && strings.Contains(string(b), want)
-		}
-	}
+	sessionOnA := func(want string) func() bool { return clientShows(addrA["http"], "car-p", want) }
 	require.Eventually(t, sessionOnA(`"parked":true`), 30*time.Second, 100*time.Millisecond, "node-a adopts the parked session")
 	t.Logf("parked session adopted %v after its node died (lease TTL 3 s)", time.Since(start))
 

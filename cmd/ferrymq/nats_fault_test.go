@@ -17,6 +17,7 @@ import (
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -151,20 +152,24 @@ func httpStatus(url string) (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(b))
 }
 
+// clientShows is a poll condition: the admin API at httpAddr describes
+// MQTT client id with want in its JSON (`"parked":true`, `"queued":1`).
+func clientShows(httpAddr, id, want string) func() bool {
+	return func() bool {
+		code, body := httpStatus("http://" + httpAddr + "/api/v1/clients/" + id)
+		return code == http.StatusOK && strings.Contains(body, want)
+	}
+}
+
 // waitStatus polls url until it answers code and returns how long that took
 // from since; it fails the test after timeout.
 func waitStatus(t *testing.T, url string, code int, since time.Time, timeout time.Duration) time.Duration {
 	t.Helper()
-	var got int
-	var body string
-	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
-		if got, body = httpStatus(url); got == code {
-			return time.Since(since)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s answered %d %q, not %d, for %v", url, got, body, code, timeout)
-		}
-	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, body := httpStatus(url)
+		assert.Equal(c, code, got, "%s answered %q", url, body)
+	}, timeout, 50*time.Millisecond, "%s did not answer %d within %v", url, code, timeout)
+	return time.Since(since)
 }
 
 // lastPrinted is the address on the last line serve printed for key ("" if
@@ -382,13 +387,19 @@ func TestBinaryNATSFaultStreamLeaderKillLoop(t *testing.T) {
 			return next >= 0 && next != leader
 		}, 20*time.Second, 20*time.Millisecond, "no new leader of %s after killing %s", faultStream, cl.Nodes[leader].Name)
 		elected := time.Since(killed)
-		time.Sleep(time.Second) // traffic on two nodes
+		acks := sumAcks(devs)
+		time.Sleep(time.Second) // traffic on two nodes for a while: the scenario, not a wait
+		require.Eventually(t, func() bool { return sumAcks(devs) > acks }, 30*time.Second, 20*time.Millisecond,
+			"publishes are acknowledged with %s down", cl.Nodes[leader].Name)
 		cl.Start(leader)
 		cl.WaitReady(t, 45*time.Second)
 		t.Logf("round %d: killed leader %s; %s leads after %v; %s back and cluster ready after %v; %d acks meanwhile",
 			round, cl.Nodes[leader].Name, cl.Nodes[next].Name, elected.Round(time.Millisecond), cl.Nodes[leader].Name,
 			time.Since(killed).Round(time.Millisecond), sumAcks(devs)-before)
-		time.Sleep(2 * time.Second) // traffic on three nodes
+		acks = sumAcks(devs)
+		time.Sleep(2 * time.Second) // traffic on three nodes for a while: the scenario, not a wait
+		require.Eventually(t, func() bool { return sumAcks(devs) > acks }, 30*time.Second, 20*time.Millisecond,
+			"publishes are acknowledged with %s back", cl.Nodes[leader].Name)
 	}
 	before := sumAcks(devs)
 	require.Eventually(t, func() bool { return sumAcks(devs) >= before+30 }, 30*time.Second, 20*time.Millisecond,
@@ -465,7 +476,11 @@ func TestBinaryNATSFaultRestartAllNATS(t *testing.T) {
 	notReady := waitStatus(t, readyz, http.StatusServiceUnavailable, killed, 10*time.Second)
 	code, _ := httpStatus("http://" + addrs["http"] + "/healthz")
 	require.Equal(t, http.StatusOK, code, "healthz while NATS is down")
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // NATS stays down a while: the outage is the scenario, not a wait
+	code, body := httpStatus(readyz)
+	require.Equal(t, http.StatusServiceUnavailable, code, "readyz while NATS stays down: %s", body)
+	code, body = httpStatus("http://" + addrs["http"] + "/healthz")
+	require.Equal(t, http.StatusOK, code, "healthz while NATS stays down: %s", body)
 	started := time.Now()
 	cl.StartAll()
 	cl.WaitReady(t, 60*time.Second)

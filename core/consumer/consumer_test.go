@@ -482,7 +482,7 @@ func TestJoinHandsQueuesOverBeforeTheNextHeartbeat(t *testing.T) {
 			PollWait: 100 * time.Millisecond, CommitInterval: 10 * time.Millisecond,
 			Listener: func(ctx context.Context, m *core.StoredMessage) Result {
 				got.add(m.ID, id)
-				time.Sleep(time.Millisecond) // busy: the backlog outlasts the join
+				time.Sleep(time.Millisecond) // the listener's work, the scenario: the backlog outlasts the join
 				return Success
 			}})
 		require.NoError(t, err)

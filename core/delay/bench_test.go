@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/store"
 )
@@ -106,22 +108,28 @@ func BenchmarkMillionTimers(b *testing.B) {
 
 		clock.offset.Add(int64(2*time.Hour + time.Minute))
 		start = time.Now()
-		for {
-			s, err := svc.Stats(context.Background())
-			if err != nil {
-				b.Fatal(err)
-			}
-			if s.Delivered >= int64(n) {
-				b.ReportMetric(float64(s.Moved)/float64(n), "copies/timer")
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		moved := waitDelivered(b, svc, n, 10*time.Millisecond)
 		fire := time.Since(start)
+		b.ReportMetric(float64(moved)/float64(n), "copies/timer")
 		b.ReportMetric(float64(n)/fire.Seconds(), "fired/s")
 		_ = svc.Close()
 		_ = st.Close()
 	}
+}
+
+// waitDelivered polls svc's stats every tick until n messages were
+// delivered, and returns how many copies moved them; a stats error fails b
+// at once. The hour only bounds a hang: -timeout comes first.
+func waitDelivered(b *testing.B, svc *Service, n int, tick time.Duration) (moved int64) {
+	b.Helper()
+	var st Stats
+	var err error
+	require.Eventually(b, func() bool {
+		st, err = svc.Stats(context.Background())
+		return err != nil || st.Delivered >= int64(n)
+	}, time.Hour, tick, "%d delayed messages delivered", n)
+	require.NoError(b, err)
+	return st.Moved
 }
 
 // rssBytes reads the process's resident set size from /proc.
@@ -178,17 +186,8 @@ func BenchmarkTimersOnTime(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		for {
-			s, err := svc.Stats(context.Background())
-			if err != nil {
-				b.Fatal(err)
-			}
-			if s.Delivered >= int64(n) {
-				b.ReportMetric(float64(s.Moved)/float64(n), "copies/timer")
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		moved := waitDelivered(b, svc, n, 20*time.Millisecond)
+		b.ReportMetric(float64(moved)/float64(n), "copies/timer")
 		var late []float64
 		info, _ := st.Topic(context.Background(), "t")
 		for q := range info.Queues {

@@ -71,7 +71,7 @@ func runKillChild() bool {
 		}
 	}
 	fmt.Println("ready")
-	time.Sleep(time.Hour)
+	time.Sleep(time.Hour) // held until the parent's SIGKILL, the scenario; an orphan ends after the hour
 	return true
 }
 
@@ -95,7 +95,7 @@ func TestKill9WithPendingTimers(t *testing.T) {
 	require.Less(t, time.Since(base), 3900*time.Millisecond, "the child was slow: copies may have moved before the kill")
 
 	// Wait until every message is due, then restart: delivered promptly.
-	time.Sleep(time.Until(base.Add(9 * time.Second))) // every message is due
+	time.Sleep(time.Until(base.Add(9 * time.Second))) // down while every message comes due on the real clock: the scenario, not a wait
 	restart := time.Now()
 	st, err := store.Open(filepath.Join(dir, "store"), store.Options{FlushPolicy: killStoreOpts, DefaultQueues: 4})
 	require.NoError(t, err)

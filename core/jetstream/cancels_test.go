@@ -42,22 +42,20 @@ func TestDelayCancelsOutliveTheNode(t *testing.T) {
 	_, err = second.Cancel(ctx, drop.ID)
 	require.ErrorIs(t, err, delay.ErrAlreadyCancelled, "the new service knows the cancellation")
 
-	var bodies []string
-	require.Eventually(t, func() bool {
+	// delivered is how many messages reached the topic (0 on a read error).
+	delivered := func() int {
 		res, err := e.Read(ctx, core.ReadRequest{Topic: "later", Queue: core.QueueFor("k", 4)})
 		if err != nil {
-			return false
+			return 0
 		}
-		bodies = bodies[:0]
-		for _, m := range res.Messages {
-			bodies = append(bodies, string(m.Body))
-		}
-		return len(bodies) > 0
-	}, 10*time.Second, 20*time.Millisecond)
-	time.Sleep(time.Second) // a wrongly delivered "drop" would follow within the hold
+		return len(res.Messages)
+	}
+	require.Eventually(t, func() bool { return delivered() > 0 }, 10*time.Second, 20*time.Millisecond)
+	// A wrongly delivered "drop" would follow within the hold (MaxHold 1 s).
+	require.Never(t, func() bool { return delivered() > 1 }, time.Second, 20*time.Millisecond, "the cancelled message was delivered")
 	res, err := e.Read(ctx, core.ReadRequest{Topic: "later", Queue: core.QueueFor("k", 4)})
 	require.NoError(t, err)
-	bodies = bodies[:0]
+	var bodies []string
 	for _, m := range res.Messages {
 		bodies = append(bodies, string(m.Body))
 	}

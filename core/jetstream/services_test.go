@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -56,24 +57,25 @@ func servicesEngine(t *testing.T) *jetstream.Engine {
 	require.NoError(t, err)
 	before := goroutines()
 	t.Cleanup(func() {
-		var leaked []string
-		for range 100 {
-			leaked = leaked[:0]
+		assert.EventuallyWithT(t, func(c *assert.CollectT) {
+			var leaked []string
 			for id, stack := range goroutines() {
-				// The in-process server starts goroutines per stream.
-				if _, ok := before[id]; !ok && !strings.Contains(stack, "nats-io/nats-server/") {
+				// The in-process server starts goroutines per stream; the
+				// goroutine running this check is the poller's own.
+				if _, ok := before[id]; !ok && !strings.Contains(stack, "nats-io/nats-server/") && !strings.Contains(stack, goroutinesFunc) {
 					leaked = append(leaked, stack)
 				}
 			}
-			if len(leaked) == 0 {
-				return
+			if len(leaked) > 0 {
+				c.Errorf("%d goroutines started by the test still run:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Errorf("%d goroutines started by the test still run:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+		}, 2*time.Second, 20*time.Millisecond, "goroutines left behind")
 	})
 	return e
 }
+
+// goroutinesFunc is in the stack of the goroutine that calls goroutines.
+const goroutinesFunc = "jetstream_test.goroutines("
 
 // goroutines returns the stack of every goroutine by its ID.
 func goroutines() map[string]string {
@@ -100,18 +102,30 @@ func goroutines() map[string]string {
 // NextOffset; nil if the topic does not exist.
 func readTopic(t *testing.T, b core.Broker, topic string) []*core.StoredMessage {
 	t.Helper()
+	out, err := readTopicErr(b, topic)
+	require.NoError(t, err)
+	return out
+}
+
+// readTopicErr is readTopic for a poll's condition, which runs on a
+// goroutine of its own and must not stop the test.
+func readTopicErr(b core.Broker, topic string) ([]*core.StoredMessage, error) {
 	ctx := context.Background()
 	info, err := b.Topic(ctx, topic)
 	if errors.Is(err, core.ErrTopicNotFound) {
-		return nil
+		return nil, nil
 	}
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	var out []*core.StoredMessage
 	for q := range info.Queues {
 		off := info.Ranges[q].Min
 		for {
 			res, err := b.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256})
-			require.NoError(t, err)
+			if err != nil {
+				return nil, err
+			}
 			out = append(out, res.Messages...)
 			if res.NextOffset == off {
 				break
@@ -119,7 +133,14 @@ func readTopic(t *testing.T, b core.Broker, topic string) []*core.StoredMessage 
 			off = res.NextOffset
 		}
 	}
-	return out
+	return out, nil
+}
+
+// topicHoldsMore reports whether topic holds more than n messages (false
+// on a read error: the check after the poll reports that).
+func topicHoldsMore(b core.Broker, topic string, n int) bool {
+	msgs, err := readTopicErr(b, topic)
+	return err == nil && len(msgs) > n
 }
 
 // backlogAfterCommit is the number of messages of topic/queue at or after
@@ -327,13 +348,14 @@ func TestServicesGroup(t *testing.T) {
 					t.Errorf("member %s: %v", m.id, err)
 					return
 				}
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // paces the members' rounds (a client's poll), waits for nothing
 			}
 		})
 	}
 	produce(60)
-	ok := assertEventually(func() bool { return log.len() >= 120 }, svcWait)
-	time.Sleep(200 * time.Millisecond) // room for a duplicate to show up
+	// assert, not require: the members must be stopped before the test ends.
+	ok := assert.Eventually(t, func() bool { return log.len() >= 120 }, svcWait, 5*time.Millisecond)
+	assert.Never(t, func() bool { return log.len() > 120 }, 200*time.Millisecond, 5*time.Millisecond, "a message delivered twice")
 	stop.Store(true)
 	wg.Wait()
 	require.True(t, ok, "delivered %d of 120", log.len())
@@ -432,19 +454,6 @@ func TestServicesGroup(t *testing.T) {
 	require.NoError(t, err)
 	total, _ = sumLag(t, lags, topic)
 	require.EqualValues(t, all, total, "the broadcast group's own offsets are never committed")
-}
-
-// assertEventually polls cond until it holds or d passes (for waits that
-// must not stop the test before its goroutines are told to stop).
-func assertEventually(cond func() bool, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return cond()
 }
 
 // ---------------------------------------------------------------- retry
@@ -599,7 +608,8 @@ func TestServicesRetry(t *testing.T) {
 		}
 		return true
 	}, svcWait, 5*time.Millisecond)
-	time.Sleep(2 * schedule[1])
+	require.Never(t, func() bool { return topicHoldsMore(e, rref.Topic, 8) }, 2*schedule[1], 20*time.Millisecond,
+		"a redelivery after every level was drained")
 	require.Len(t, readTopic(t, e, rref.Topic), 8, "3 + 5 redeliveries, no more")
 	require.NoError(t, m.round(ctx))
 	lags, err := c.Lag(ctx, grp, "")
@@ -695,8 +705,9 @@ func TestServicesPop(t *testing.T) {
 		}
 		return n
 	}
-	_ = assertEventually(func() bool { return count() >= total }, svcWait)
-	time.Sleep(200 * time.Millisecond)
+	// assert, not require: the poppers must be stopped before the test ends.
+	assert.Eventually(t, func() bool { return count() >= total }, svcWait, 5*time.Millisecond)
+	assert.Never(t, func() bool { return count() > total }, 200*time.Millisecond, 5*time.Millisecond, "a message popped twice")
 	stop.Store(true)
 	wg.Wait()
 	require.Equal(t, total, count())
@@ -867,7 +878,9 @@ func TestServicesDelay(t *testing.T) {
 		return out
 	}
 	require.Eventually(t, func() bool { return len(delivered()) >= len(due) }, svcWait, 20*time.Millisecond)
-	time.Sleep(time.Until(start.Add(3*time.Second + 800*time.Millisecond))) // past every due time, the cancelled one's too
+	// Until past every due time, the cancelled one's too, nothing more comes.
+	require.Never(t, func() bool { return topicHoldsMore(e, topic, len(due)+3) }, time.Until(start.Add(3*time.Second+800*time.Millisecond)),
+		20*time.Millisecond, "a delayed message delivered twice, or the cancelled one delivered")
 
 	got := delivered()
 	require.Len(t, got, len(due), "exactly once each")
@@ -990,7 +1003,8 @@ func TestServicesTxn(t *testing.T) {
 	rc, err := ts.End(ctx, h.ID, "", txn.Commit, true)
 	require.NoError(t, err)
 	require.Equal(t, core.QueueFor("acct-3", 4), rc.Queue)
-	time.Sleep(opts.FirstCheck + opts.CheckInterval)
+	require.Never(t, func() bool { return len(chk.ch) > 0 }, opts.FirstCheck+opts.CheckInterval, 10*time.Millisecond,
+		"a resolved half was checked back")
 	require.Empty(t, chk.ch, "resolved halves are not checked")
 	require.ElementsMatch(t, []string{"a", "c"}, bodiesOf(readTopic(t, e, topic)))
 	require.Empty(t, ts.Pending())

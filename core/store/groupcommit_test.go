@@ -48,7 +48,9 @@ func TestGroupCommitWaitsForOverlappingProduces(t *testing.T) {
 	for i := 1; i < groupCommitEnough; i++ {
 		produce(i)
 	}
-	time.Sleep(50 * time.Millisecond) // were the writer not waiting, it would have synced by now
+	// Were the writer not waiting, it would have synced within this bound.
+	require.Never(t, func() bool { return s.Stats().Fsyncs != before || len(done) > 0 }, 50*time.Millisecond, time.Millisecond,
+		"a batch smaller than groupCommitEnough was synced or acknowledged before its delay")
 	require.Equal(t, before, s.Stats().Fsyncs, "a batch smaller than groupCommitEnough went before its delay")
 	require.Empty(t, done, "acknowledged before the batch was synced")
 	produce(groupCommitEnough)

@@ -134,7 +134,7 @@ func (m *memStore) record(id string) (engine.ClientRecord, bool) {
 // restart must not send it again.
 func TestSpentWillLeavesTheStore(t *testing.T) {
 	st := newMemStore()
-	_, addr := start(t, engine.Options{Hooks: engine.Hooks{Sessions: st}})
+	e, addr := start(t, engine.Options{Hooks: engine.Hooks{Sessions: st}})
 	connect := func(id string) (*paho.Client, net.Conn) {
 		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 		require.NoError(t, err)
@@ -154,7 +154,8 @@ func TestSpentWillLeavesTheStore(t *testing.T) {
 	_, lost := connect("lost")
 	require.True(t, hasWill("lost"))
 	require.NoError(t, lost.Close()) // no DISCONNECT: the will is due after 1 s
-	time.Sleep(300 * time.Millisecond)
+	require.Eventually(t, func() bool { return !e.Connected("lost") }, 5*time.Second, 10*time.Millisecond, "the engine sees the connection end")
+	require.Never(t, func() bool { return !hasWill("lost") }, 300*time.Millisecond, 10*time.Millisecond, "due: the will left the store before it was sent")
 	require.True(t, hasWill("lost"), "due: still stored")
 	require.Eventually(t, func() bool { return !hasWill("lost") }, 5*time.Second, 10*time.Millisecond, "sent: gone from the store")
 

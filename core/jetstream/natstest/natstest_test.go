@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
@@ -177,21 +179,14 @@ func createStream(t *testing.T, js jetstream.JetStream, replicas int) {
 }
 
 // publish publishes messages from..to-1, each with a message id so that a
-// retry across a leader change does not store a message twice.
+// retry across a leader change does not store a message twice; each
+// message is retried for up to failoverTimeout.
 func publish(t *testing.T, js jetstream.JetStream, from, to int) {
 	t.Helper()
-	deadline := time.Now().Add(failoverTimeout)
 	for i := from; i < to; i++ {
-		for {
-			err := publishOne(js, i)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("publish message %d: %v", i, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.NoError(c, publishOne(js, i))
+		}, failoverTimeout, 50*time.Millisecond, "publish message %d", i)
 	}
 }
 
@@ -209,32 +204,28 @@ func publishOne(js jetstream.JetStream, i int) error {
 // retrying while the cluster settles.
 func msgCount(t *testing.T, js jetstream.JetStream) uint64 {
 	t.Helper()
-	var lastErr error
-	for deadline := time.Now().Add(failoverTimeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	var n uint64
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		s, err := js.Stream(ctx, streamName)
-		cancel()
-		if err == nil {
-			return s.CachedInfo().State.Msgs
+		if assert.NoError(c, err, "stream info") {
+			n = s.CachedInfo().State.Msgs
 		}
-		lastErr = err
-	}
-	t.Fatalf("stream info: %v", lastErr)
-	return 0
+	}, failoverTimeout, 50*time.Millisecond)
+	return n
 }
 
 // waitLocalCount waits until one node's own copy of the stream holds want
 // messages.
 func waitLocalCount(t *testing.T, local func() (uint64, error), want uint64) {
 	t.Helper()
-	var got uint64
-	var err error
-	for deadline := time.Now().Add(failoverTimeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if got, err = local(); err == nil && got == want {
-			return
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, err := local()
+		if assert.NoError(c, err) {
+			assert.Equal(c, want, got, "messages on the restarted node")
 		}
-	}
-	t.Fatalf("restarted node holds %d messages (err %v), want %d", got, err, want)
+	}, failoverTimeout, 50*time.Millisecond)
 }
 
 // inProcessLocalCount reads the stream state of one in-process server.
