@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/store"
 )
 
@@ -254,7 +255,7 @@ func TestScheduledMessageSurvivesRestart(t *testing.T) {
 			require.NoError(t, b.Close())
 
 			b = openStore(t, dir)
-			s = newService(t, b, Options{Schedule: tc.schedule, Now: func() time.Time { return time.Now().Add(tc.shift) }}, true)
+			s = newService(t, b, Options{Schedule: tc.schedule, Clock: delay.NewScaledClock(time.Now().Add(tc.shift), 1)}, true)
 			got := waitQueue(t, b, RetryTopic("g"), 0, 1)
 			require.Eventually(t, func() bool { return schedulerDone(t, b) }, waitFor, 2*time.Millisecond)
 			require.NoError(t, s.Close())
