@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -80,14 +82,194 @@ func FuzzParseConfig(f *testing.F) {
 	})
 }
 
-// The sample in testdata/ must stay valid.
+// The sample in testdata/ must stay valid, and every key it sets must
+// decode to the value written there: the table below names each key of the
+// file by its path, and a key the file sets that the table does not check
+// (or the other way round) fails the test, so the two are kept in step.
 func TestSampleConfigParses(t *testing.T) {
-	cfg, err := loadConfig(filepath.Join("..", "..", "testdata", "ferrymq.yaml"))
+	path := filepath.Join("..", "..", "testdata", "ferrymq.yaml")
+	cfg, err := loadConfig(path)
 	require.NoError(t, err)
-	require.Equal(t, "sync", cfg.Flush)
-	require.Equal(t, ":10911", cfg.Core.Addr)
-	require.Equal(t, defaultGCPercent, cfg.GCPercent)
+	require.Equal(t, defaultGCPercent, cfg.GCPercent, "the sample shows the default")
+
+	// Sections and lists the table reaches into: absent, it would panic.
+	a := cfg.Auth
+	require.NotNil(t, a)
+	require.NotNil(t, a.Static)
+	require.NotNil(t, a.HMAC)
+	require.NotNil(t, a.JWT)
+	require.NotNil(t, a.MTLS)
+	require.NotNil(t, a.Quotas)
+	require.Len(t, a.ACL, 1)
+	require.Len(t, cfg.MQTT.TLS, 1)
+	require.Len(t, cfg.Bridge.Uplink, 2)
+	require.Len(t, cfg.Bridge.Downlink, 1)
+	m, b, q := cfg.MQTT, cfg.Bridge, a.Quotas
+	d := func(s string) duration {
+		v, err := time.ParseDuration(s)
+		require.NoError(t, err)
+		return duration(v)
+	}
+
+	keys := []struct {
+		key       string
+		got, want any
+	}{
+		{"data", cfg.Data, "./data"},
+		{"flush", cfg.Flush, "sync"},
+		{"log.level", cfg.Log.Level, "info"},
+		{"log.pretty", cfg.Log.Pretty, false},
+		{"gc_percent", cfg.GCPercent, 50},
+
+		{"store.segment_bytes", cfg.Store.SegmentBytes, int64(1 << 30)},
+		{"store.group_commit_delay", cfg.Store.GroupCommitDelay, ptr(d("200us"))},
+		{"store.retention", cfg.Store.Retention, d("72h")},
+		{"store.max_disk_bytes", cfg.Store.MaxDiskBytes, int64(0)},
+		{"store.max_message_bytes", cfg.Store.MaxMessageBytes, 4 << 20},
+		{"store.default_queues", cfg.Store.DefaultQueues, 8},
+		{"store.auto_create_topics", cfg.Store.AutoCreateTopics, ptr(true)},
+
+		{"engine", cfg.Engine, "embedded"},
+		{"nats.urls", cfg.NATS.URLs, []string{"nats://127.0.0.1:4222"}},
+		{"nats.creds", cfg.NATS.Creds, ""},
+		{"nats.user", cfg.NATS.User, ""},
+		{"nats.password", cfg.NATS.Password, ""},
+		{"nats.token", cfg.NATS.Token, ""},
+		{"nats.tls.ca", cfg.NATS.TLS.CA, ""},
+		{"nats.tls.cert", cfg.NATS.TLS.Cert, ""},
+		{"nats.tls.key", cfg.NATS.TLS.Key, ""},
+		{"nats.replicas", cfg.NATS.Replicas, 1},
+		{"nats.node", cfg.NATS.Node, ""},
+		{"nats.lease_ttl", cfg.NATS.LeaseTTL, d("10s")},
+		{"nats.timeout", cfg.NATS.Timeout, d("5s")},
+
+		{"core.addr", cfg.Core.Addr, ":10911"},
+		{"core.token", cfg.Core.Token, ""},
+		{"http.addr", cfg.HTTP.Addr, ":18083"},
+
+		{"mqtt.addr", m.Addr, ptr(":1883")},
+		{"mqtt.ws.addr", m.WS.Addr, ptr(":8083")},
+		{"mqtt.ws.path", m.WS.Path, "/mqtt"},
+		{"mqtt.tls[0].name", m.TLS[0].Name, "tls"},
+		{"mqtt.tls[0].type", m.TLS[0].Type, "tcp"},
+		{"mqtt.tls[0].addr", m.TLS[0].Addr, ":8883"},
+		{"mqtt.tls[0].cert", m.TLS[0].Cert, "testdata/tls/server.pem"},
+		{"mqtt.tls[0].key", m.TLS[0].Key, "testdata/tls/server-key.pem"},
+		{"mqtt.tls[0].client_ca", m.TLS[0].ClientCA, ""},
+		{"mqtt.max_packet_bytes", m.MaxPacketBytes, 1 << 20},
+		{"mqtt.connect_timeout", m.ConnectTimeout, d("10s")},
+		{"mqtt.max_keepalive", m.MaxKeepalive, uint16(1200)},
+		{"mqtt.write_timeout", m.WriteTimeout, d("15s")},
+		{"mqtt.max_pending_writes", m.MaxPendingWrites, 65536},
+		{"mqtt.proxy_protocol", m.ProxyProtocol, false},
+		{"mqtt.receive_maximum", m.ReceiveMaximum, uint16(256)},
+		{"mqtt.max_inflight", m.MaxInflight, 1024},
+		{"mqtt.max_queued_messages", m.MaxQueuedMessages, 65536},
+		{"mqtt.max_queued_messages_bytes", m.MaxQueuedMessagesBytes, 64 << 20},
+		{"mqtt.max_clients", m.MaxClients, int64(0)},
+
+		{"bridge.uplink[0].filter", b.Uplink[0].Filter, "vehicles/+/telemetry/#"},
+		{"bridge.uplink[0].topic", b.Uplink[0].Topic, "telemetry"},
+		{"bridge.uplink[0].key", b.Uplink[0].Key, "${level:2}"},
+		{"bridge.uplink[0].tag", b.Uplink[0].Tag, "${level:4}"},
+		{"bridge.uplink[1].filter", b.Uplink[1].Filter, "#"},
+		{"bridge.uplink[1].topic", b.Uplink[1].Topic, "${level:1}"},
+		{"bridge.uplink[1].key", b.Uplink[1].Key, "${clientid}"},
+		{"bridge.events_topic", b.EventsTopic, "device-events"},
+		{"bridge.disable_events", b.DisableEvents, false},
+		{"bridge.max_inflight", b.MaxInflight, 256},
+		{"bridge.downlink[0].topic", b.Downlink[0].Topic, "commands"},
+		{"bridge.downlink[0].mqtt_topic", b.Downlink[0].MQTTTopic, "commands/${key}"},
+		{"bridge.downlink[0].qos", b.Downlink[0].QoS, ptr(1)},
+		{"bridge.downlink[0].ttl", b.Downlink[0].TTL, d("24h")},
+		{"bridge.disable_downlink", b.DisableDownlink, false},
+		{"bridge.receipts_topic", b.ReceiptsTopic, "device-receipts"},
+		{"bridge.disable_receipts", b.DisableReceipts, false},
+		{"bridge.node", b.Node, ""},
+		{"bridge.offline_max_messages", b.OfflineMaxMessages, 1000},
+		{"bridge.offline_max_bytes", b.OfflineMaxBytes, 1 << 20},
+		{"bridge.hold_unknown", b.HoldUnknown, ptr(d("1h"))},
+		{"bridge.dead_letter_topic", b.DeadLetterTopic, "downlink-dlq"},
+
+		{"auth.anonymous", a.Anonymous, false},
+		{"auth.static.file", a.Static.File, "testdata/auth/users.yaml"},
+		{"auth.static.reload", a.Static.Reload, d("10s")},
+		{"auth.hmac.products.fleet", a.HMAC.Products["fleet"], "product-secret"},
+		{"auth.hmac.devices.fleet:car-7", a.HMAC.Devices["fleet:car-7"], "device-secret"},
+		{"auth.hmac.skew", a.HMAC.Skew, d("5m")},
+		{"auth.jwt.secret", a.JWT.Secret, "jwt-shared-secret"},
+		{"auth.jwt.public_keys", a.JWT.PublicKeys, ""},
+		{"auth.jwt.algorithms", a.JWT.Algorithms, []string{"HS256"}},
+		{"auth.jwt.issuer", a.JWT.Issuer, ""},
+		{"auth.jwt.audience", a.JWT.Audience, ""},
+		{"auth.mtls.field", a.MTLS.Field, "cn"},
+		{"auth.mtls.require_clientid", a.MTLS.RequireClientID, true},
+		{"auth.acl[0].action", a.ACL[0].Action, "allow"},
+		{"auth.acl[0].publish", a.ACL[0].Publish, []string{"devices/%c/#", "telemetry/%c/#"}},
+		{"auth.acl[0].subscribe", a.ACL[0].Subscribe, []string{"devices/%c/commands/#", "commands/%c", "cars/%c/#"}},
+		{"auth.quotas.max_connections", q.MaxConnections, 0},
+		{"auth.quotas.max_connections_per_ip", q.MaxConnectionsPerIP, 0},
+		{"auth.quotas.connect_rate_per_ip", q.ConnectRatePerIP, 100.0},
+		{"auth.quotas.connect_burst_per_ip", q.ConnectBurstPerIP, 200},
+		{"auth.quotas.ban_after", q.BanAfter, 5},
+		{"auth.quotas.ban_for", q.BanFor, 5 * time.Minute},
+		{"auth.quotas.publish_rate", q.PublishRate, 100.0},
+		{"auth.quotas.publish_burst", q.PublishBurst, 200},
+		{"auth.quotas.byte_rate", q.ByteRate, float64(1 << 20)},
+		{"auth.quotas.byte_burst", q.ByteBurst, 2 << 20},
+		{"auth.quotas.max_subscriptions", q.MaxSubscriptions, 100},
+		{"auth.quotas.max_topic_levels", q.MaxTopicLevels, 32},
+		{"auth.quotas.max_topic_length", q.MaxTopicLength, 1024},
+		{"auth.quotas.ipv6_prefix_bits", q.IPv6PrefixBits, 64},
+	}
+	checked := map[string]bool{}
+	for _, k := range keys {
+		require.Falsef(t, checked[k.key], "%s is in the table twice", k.key)
+		checked[k.key] = true
+		require.Equalf(t, k.want, k.got, "%s", k.key)
+	}
+
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var doc yaml.Node
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	set := map[string]bool{}
+	for _, k := range yamlKeys(doc.Content[0], "") {
+		set[k] = true
+		require.Truef(t, checked[k], "the sample sets %s, which the table does not check", k)
+	}
+	for k := range checked {
+		require.Truef(t, set[k], "the table checks %s, which the sample does not set", k)
+	}
 }
+
+// yamlKeys lists the paths of a YAML value's leaves ("store.retention",
+// "mqtt.tls[0].name"); a list of scalars is one leaf.
+func yamlKeys(n *yaml.Node, path string) []string {
+	join := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch {
+	case n.Kind == yaml.MappingNode:
+		var out []string
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			out = append(out, yamlKeys(n.Content[i+1], join(n.Content[i].Value))...)
+		}
+		return out
+	case n.Kind == yaml.SequenceNode && len(n.Content) > 0 && n.Content[0].Kind == yaml.MappingNode:
+		var out []string
+		for i, e := range n.Content {
+			out = append(out, yamlKeys(e, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+		return out
+	}
+	return []string{path}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // An empty listener address in the file disables that listener, as the
 // empty flag does; an absent one keeps the default.

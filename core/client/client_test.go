@@ -289,7 +289,36 @@ func TestPipelinedAsyncSendsKeepPerKeyOrder(t *testing.T) {
 		}
 	}
 	require.Equal(t, n, total)
-	require.NoError(t, p.SendOneWay(t.Context(), &core.Message{Topic: "seq", Body: []byte("one-way")}))
+}
+
+// A one-way send gets no answer, yet the message is stored: it is read back
+// from the store, once, as it was sent.
+func TestSendOneWayReachesTheStore(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	c := dial(t, env.Addr)
+	_, err := c.CreateTopic(t.Context(), "oneway", 1)
+	require.NoError(t, err)
+	sent := core.Message{Topic: "oneway", ShardingKey: "dev-1", Tag: "fw", Keys: []string{"k1"},
+		Properties: map[string]string{"p": "v"}, Body: []byte("one-way")}
+	m := sent
+	before := time.Now()
+	require.NoError(t, c.NewProducer().SendOneWay(t.Context(), &m))
+
+	var got []*core.StoredMessage
+	require.Eventually(t, func() bool {
+		res, err := env.Store.Read(t.Context(), core.ReadRequest{Topic: "oneway", Queue: 0, Offset: 0, MaxCount: 10})
+		if err != nil {
+			return false
+		}
+		got = res.Messages
+		return len(got) > 0
+	}, 5*time.Second, 5*time.Millisecond, "the one-way message never reached the store")
+	require.Len(t, got, 1)
+	// The wire carries no birth time: the message is born when stored.
+	require.WithinRange(t, got[0].BornAt, before, time.Now())
+	got[0].BornAt = time.Time{}
+	require.Equal(t, sent, got[0].Message)
+	require.Zero(t, got[0].QueueOffset)
 }
 
 func TestServerRestartMidStream(t *testing.T) {

@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,6 +272,136 @@ func TestFortyDaysAcceptedAndListed(t *testing.T) {
 	got, err := e.svc.Lookup(ctx, res.ID)
 	require.NoError(t, err)
 	require.True(t, got.Due.Equal(at))
+}
+
+// stoppedClock stands still until the test moves it: while it shows a time
+// before a message's due time, the message cannot be due, however long the
+// service runs.
+type stoppedClock struct{ now atomic.Int64 }
+
+func (c *stoppedClock) Now() time.Time                  { return time.Unix(0, c.now.Load()).UTC() }
+func (c *stoppedClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
+func (c *stoppedClock) set(t time.Time)                 { c.now.Store(t.UnixNano()) }
+
+// stored is how many messages topic holds (none are removed here).
+func stored(t testing.TB, b core.Broker, topic string) int64 {
+	info, err := b.Topic(t.Context(), topic)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, r := range info.Ranges {
+		n += r.Max
+	}
+	return n
+}
+
+// levelsDone reports whether every level has moved on all it holds.
+func levelsDone(t testing.TB, b core.Broker) bool {
+	info, err := b.Topic(t.Context(), DelayTopic)
+	if err != nil {
+		return false
+	}
+	for q, r := range info.Ranges {
+		if r.Max == 0 {
+			continue
+		}
+		off, err := b.CommittedOffset(t.Context(), DelayGroup, DelayTopic, q)
+		if err != nil || off != r.Max {
+			return false
+		}
+	}
+	return true
+}
+
+// The longest delay, 40 days, is longer than the coarsest level's hold
+// (DefaultMaxHold, 18 h 12 min): its copy goes round that level about forty
+// times, then down the finer levels. The clock stands still and jumps 6 h
+// at a time, the service catching up after each jump: the message is never
+// in its topic while the clock shows a time before its due time (down to
+// 1 ns before), arrives once the clock shows it, exactly once, and nothing
+// more comes after further jumps.
+func TestFortyDaysDeliveredOnceAfterManyLaps(t *testing.T) {
+	clock := &stoppedClock{}
+	clock.set(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	e := open(t, "", clock, Options{})
+	ctx := t.Context()
+	coarsest := len(e.svc.Levels()) - 1
+	require.Equal(t, DefaultMaxHold, e.svc.Levels()[coarsest])
+	due := clock.Now().Add(DefaultMaxDelay)
+	res, err := e.b.Produce(ctx, &core.Message{Topic: "reminders", ShardingKey: "car-42", Body: []byte("service due"), DeliverAt: due})
+	require.NoError(t, err)
+	require.Equal(t, -1, res.Queue, "delayed, not stored in its topic")
+
+	const step = 6 * time.Hour
+	copies := map[core.MessageID]int{} // every copy seen → its level
+	// waiting checks the message is still waiting, not delivered, and that
+	// its newest copy comes out after the clock's time: the service has
+	// moved on whatever the last jump made come out.
+	waiting := func() {
+		t.Helper()
+		var p Pending
+		early := false
+		require.Eventually(t, func() bool {
+			if stored(t, e.st, "reminders") > 0 {
+				early = true
+				return true
+			}
+			var err error
+			p, err = e.svc.Lookup(ctx, res.ID)
+			return err == nil && p.Exit.After(clock.Now())
+		}, waitFor, time.Millisecond, "the copy that came out was not moved on (clock %v)", clock.Now())
+		require.False(t, early, "delivered %v early", due.Sub(clock.Now()))
+		require.True(t, p.Due.Equal(due))
+		require.False(t, p.Exit.After(due), "a copy never comes out after the due time")
+		copies[p.Copy.ID] = p.Level
+	}
+	for due.Sub(clock.Now()) > step {
+		waiting()
+		clock.set(clock.Now().Add(step))
+	}
+	// The last hops: level 1 (1.5 s left) comes out half a second before the
+	// due time, level 0 holds the last nanosecond.
+	for _, before := range []time.Duration{time.Hour, 1500 * time.Millisecond, time.Nanosecond} {
+		waiting()
+		clock.set(due.Add(-before))
+	}
+	waiting()
+	clock.set(due)
+
+	var got []*core.StoredMessage
+	require.Eventually(t, func() bool {
+		got = slices.Concat(readAll(t, e.st, "reminders")...)
+		return len(got) > 0
+	}, waitFor, time.Millisecond, "not delivered once due")
+	require.Eventually(t, func() bool { return levelsDone(t, e.st) }, waitFor, time.Millisecond)
+	for range 3 { // later jumps bring nothing more
+		clock.set(clock.Now().Add(DefaultMaxHold))
+		require.Eventually(t, func() bool { return levelsDone(t, e.st) }, waitFor, time.Millisecond)
+	}
+	got = slices.Concat(readAll(t, e.st, "reminders")...)
+	require.Len(t, got, 1, "delivered exactly once")
+	m := got[0]
+	require.Equal(t, "service due", string(m.Body))
+	require.Equal(t, "car-42", m.ShardingKey)
+	require.True(t, m.DeliverAt.Equal(due))
+	require.True(t, m.StoredAt.Equal(due), "stored when the clock showed the due time, %v", m.StoredAt)
+	require.Equal(t, res.ID.String(), m.Properties[PropID])
+	_, err = e.svc.Lookup(ctx, res.ID)
+	require.ErrorIs(t, err, ErrAlreadyDue)
+
+	laps := 0
+	for _, level := range copies {
+		if level == coarsest {
+			laps++
+		}
+	}
+	t.Logf("%d copies, %d of them in the coarsest level", len(copies), laps)
+	// A lap of the coarsest level lasts its hold plus at most one step.
+	require.GreaterOrEqual(t, laps, int(DefaultMaxDelay/(DefaultMaxHold+step)), "the multi-lap path")
+	st, err := e.svc.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Stats{Scheduled: 1, Delivered: 1, Moved: int64(len(copies) - 1), Waiting: make([]int64, coarsest+1)}, st)
 }
 
 func TestCancel(t *testing.T) {

@@ -11,16 +11,9 @@ import (
 )
 
 // A message is stored as the payload of one JetStream message, without NATS
-// headers (JetStream adds its own sequence, subject and time):
-//
-//	u8   format version (1)
-//	i64  born at, unix nanoseconds (0 = unset)
-//	u32  reconsume count
-//	     then the message as the core wire protocol encodes a produce
-//	     request of one message (core/wire: topic, key, tag, keys,
-//	     properties, deliver-at, body)
-//
-// Reusing the wire encoding means one fuzzed decoder for both.
+// headers: a 13-byte header (version, born at, reconsume count), then the
+// core wire encoding of a produce request of one message. doc.go has the
+// byte table and what protects a record.
 const (
 	recordVersion   = 1
 	recordHeaderLen = 1 + 8 + 4

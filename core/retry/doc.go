@@ -4,14 +4,15 @@
 // A message a group failed to consume is handed to SendBack. Its attempt
 // number is its reconsume count plus one. Up to MaxAttempts (default 16) it
 // is stored in the system topic %SCHEDULE%, in the queue of its schedule
-// level (attempt-1, the last level repeating), with a deliver-at time of now
-// plus that level's delay (default 10s 30s 1m 2m … 10m 20m 30m 1h 2h). One
-// scheduler goroutine per level waits for the head of its queue to fall due
-// and produces it to the group's retry topic %RETRY%<group>, with the
-// reconsume count set to the attempt. Past MaxAttempts the message goes to
-// the group's dead-letter topic %DLQ%<group> instead, where it can be read
-// like any topic; Redrive sends dead letters back to their original topic
-// with the reconsume count reset to 0.
+// level (attempt-1, the last level repeating), with a deliver-at time of
+// now (by Options.Clock, the wall clock by default) plus that level's delay
+// (default 10s 30s 1m 2m … 10m 20m 30m 1h 2h). One scheduler goroutine per
+// level waits for the head of its queue to fall due and produces it to the
+// group's retry topic %RETRY%<group>, with the reconsume count set to the
+// attempt. Past MaxAttempts the message goes to the group's dead-letter
+// topic %DLQ%<group> instead, where it can be read like any topic; Redrive
+// sends dead letters back to their original topic with the reconsume count
+// reset to 0.
 //
 // Every stored copy keeps the body, tag, keys, sharding key, born time and
 // properties, and carries retry.origin_topic and retry.origin_id naming the

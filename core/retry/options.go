@@ -23,6 +23,23 @@ var DefaultSchedule = []time.Duration{
 	1 * time.Hour, 2 * time.Hour,
 }
 
+// Clock is the time a Service schedules by. Deliver-at times are set from
+// Now and compared with it; Until turns a wait into real time, so that a
+// test clock that runs faster than the wall clock plays the default
+// schedule's hours in seconds (*delay.ScaledClock is such a clock).
+type Clock interface {
+	Now() time.Time
+	// Until returns how long to wait, in real time, for the clock to show t
+	// (≤ 0 when it already does).
+	Until(t time.Time) time.Duration
+}
+
+// systemClock is the wall clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                  { return time.Now() }
+func (systemClock) Until(t time.Time) time.Duration { return time.Until(t) }
+
 // DefaultMaxAttempts is how many times a message is redelivered before it is
 // dead-lettered, as in RocketMQ.
 const DefaultMaxAttempts = 16
@@ -46,8 +63,9 @@ type Options struct {
 	PollInterval time.Duration
 	// Logger receives one line per event; default: discard.
 	Logger *zerolog.Logger
-	// Now is the clock used for deliver-at times; default time.Now.
-	Now func() time.Time
+	// Clock is what deliver-at times are set and compared by; default the
+	// wall clock.
+	Clock Clock
 	// Trace, when set, records the hops of traced messages (those whose
 	// original topic Trace.Enabled reports), under the ID of their first
 	// original: "retry" when SendBack schedules one, "dead-letter" when one
@@ -70,8 +88,8 @@ func (o Options) withDefaults() Options {
 		l := zerolog.Nop()
 		o.Logger = &l
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = systemClock{}
 	}
 	return o
 }

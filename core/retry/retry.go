@@ -233,7 +233,7 @@ func (s *Service) SendBack(ctx context.Context, group string, m *core.StoredMess
 	msg.Properties[PropDestination] = dest
 	msg.Topic = ScheduleTopic
 	msg.ShardingKey = s.levelKeys[level]
-	msg.DeliverAt = s.opts.Now().Add(s.opts.Schedule[level])
+	msg.DeliverAt = s.opts.Clock.Now().Add(s.opts.Schedule[level])
 	msg.ReconsumeCount = attempt
 	res, err := s.b.Produce(ctx, msg)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/store"
 )
 
@@ -196,6 +197,83 @@ func TestRedeliveryScheduleDeadLetterAndRedrive(t *testing.T) {
 	require.Len(t, readQueue(t, b, DLQTopic(group), 0), 1, "dead letters stay readable")
 }
 
+// The defaults nobody waits for in real time: a message that fails every
+// time goes through DefaultMaxAttempts redeliveries, the n-th after
+// DefaultSchedule[n-1] (10 s … 2 h, 4 h 45 min in all) by the service's
+// clock, then to the dead-letter topic. The clock runs 4,000 times faster
+// than the wall clock (about 4 s of real time).
+func TestDefaultScheduleRunsEndToEnd(t *testing.T) {
+	ctx := t.Context()
+	const (
+		group  = "billing"
+		factor = 4000
+		// late bounds how long after its due time, in real time, a
+		// redelivery may be stored: a scheduler's wake-up and produce.
+		late = 250 * time.Millisecond
+	)
+	clock := delay.NewScaledClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), factor)
+	// clockAt is what the clock showed at wall-clock time w.
+	clockAt := func(w time.Time) time.Time {
+		return clock.Origin.Add(time.Duration(float64(w.Sub(clock.Start)) * factor))
+	}
+	b := openStore(t, "")
+	s := newService(t, b, Options{Clock: clock}, true)
+	require.Equal(t, DefaultMaxAttempts, s.MaxAttempts())
+	require.Equal(t, DefaultSchedule, s.Schedule())
+	require.Len(t, DefaultSchedule, DefaultMaxAttempts, "one level per attempt: no level repeats")
+
+	orig := produceOne(t, b, "orders", "dev-1", 1)
+	m := orig
+	var lateness time.Duration // by the clock
+	for attempt := 1; attempt <= DefaultMaxAttempts; attempt++ {
+		wait := DefaultSchedule[attempt-1]
+		before := clock.Now()
+		out, err := s.SendBack(ctx, group, m, fmt.Sprintf("boom %d", attempt))
+		after := clock.Now()
+		require.NoError(t, err)
+		require.Equal(t, Scheduled, out, "attempt %d", attempt)
+
+		// Scheduled in its own level, due its delay after the send-back.
+		level := readQueue(t, b, ScheduleTopic, attempt-1)
+		require.Len(t, level, 1, "attempt %d is level %d's only message", attempt, attempt-1)
+		due := level[0].DeliverAt
+		require.WithinRange(t, due, before.Add(wait), after.Add(wait), "attempt %d is due %v after its send-back", attempt, wait)
+
+		got := waitQueue(t, b, RetryTopic(group), 0, attempt)
+		require.Len(t, got, attempt, "exactly one redelivery per send-back")
+		m = got[attempt-1]
+		at := clockAt(m.StoredAt)
+		require.False(t, at.Before(due), "attempt %d redelivered %v early", attempt, due.Sub(at))
+		require.LessOrEqual(t, at.Sub(due), late*factor, "attempt %d redelivered %v late by the clock", attempt, at.Sub(due))
+		lateness = max(lateness, at.Sub(due))
+		require.Equal(t, attempt, m.ReconsumeCount)
+		require.Equal(t, orig.ID.String(), m.Properties[PropOriginID])
+		require.Equal(t, fmt.Sprintf("boom %d", attempt), m.Properties[PropReason])
+		require.Equal(t, orig.Body, m.Body)
+	}
+
+	t.Logf("latest redelivery: %v after its due time by the clock (%v real)", lateness, lateness/factor)
+
+	out, err := s.SendBack(ctx, group, m, "boom 17")
+	require.NoError(t, err)
+	require.Equal(t, DeadLettered, out)
+	dead := readQueue(t, b, DLQTopic(group), 0)
+	require.Len(t, dead, 1)
+	require.Equal(t, DefaultMaxAttempts, dead[0].ReconsumeCount)
+	require.Equal(t, "boom 17", dead[0].Properties[PropReason])
+	require.Equal(t, orig.ID.String(), dead[0].Properties[PropOriginID])
+	require.Equal(t, "orders", dead[0].Properties[PropOriginTopic])
+	require.Equal(t, orig.Body, dead[0].Body)
+
+	// Nothing else is on its way: every level delivered its one message and
+	// the retry topic holds the sixteen redeliveries only.
+	require.Eventually(t, func() bool { return schedulerDone(t, b) }, waitFor, 2*time.Millisecond)
+	require.Len(t, readQueue(t, b, RetryTopic(group), 0), DefaultMaxAttempts)
+	info, err := b.Topic(ctx, ScheduleTopic)
+	require.NoError(t, err)
+	require.Equal(t, len(DefaultSchedule), info.Queues)
+}
+
 func TestLevelKeepsOrder(t *testing.T) {
 	ctx := t.Context()
 	b := openStore(t, "")
@@ -254,7 +332,7 @@ func TestScheduledMessageSurvivesRestart(t *testing.T) {
 			require.NoError(t, b.Close())
 
 			b = openStore(t, dir)
-			s = newService(t, b, Options{Schedule: tc.schedule, Now: func() time.Time { return time.Now().Add(tc.shift) }}, true)
+			s = newService(t, b, Options{Schedule: tc.schedule, Clock: delay.NewScaledClock(time.Now().Add(tc.shift), 1)}, true)
 			got := waitQueue(t, b, RetryTopic("g"), 0, 1)
 			require.Eventually(t, func() bool { return schedulerDone(t, b) }, waitFor, 2*time.Millisecond)
 			require.NoError(t, s.Close())

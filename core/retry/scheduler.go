@@ -35,13 +35,13 @@ func (s *Service) runLevel(ctx context.Context, level int) {
 func (s *Service) deliver(ctx context.Context, log zerolog.Logger, timer *time.Timer, level int, msgs []*core.StoredMessage) (int64, bool) {
 	next := msgs[0].QueueOffset
 	for len(msgs) > 0 {
-		if wait := msgs[0].DeliverAt.Sub(s.opts.Now()); wait > 0 {
+		if wait := s.opts.Clock.Until(msgs[0].DeliverAt); wait > 0 {
 			if !follow.Pause(ctx, timer, nil, wait) {
 				return next, false
 			}
 			continue // re-check the clock
 		}
-		now := s.opts.Now()
+		now := s.opts.Clock.Now()
 		due := 0
 		for due < len(msgs) && !msgs[due].DeliverAt.After(now) {
 			due++
