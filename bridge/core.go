@@ -142,9 +142,10 @@ func (r *remote) ProduceAsync(msgs []*core.Message, done func([]core.SendResult,
 	}
 }
 
-func (r *remote) Broadcast(ctx context.Context, topic, grp, _ string, _ time.Time, deliver func(context.Context, *core.StoredMessage)) error {
-	// A new member starts at the latest offset: the topic must exist first,
-	// or the message that creates it would be behind that start.
+func (r *remote) Broadcast(ctx context.Context, topic, grp, _ string, since time.Time, deliver func(context.Context, *core.StoredMessage)) error {
+	// A new member starts at the messages stored since since (at the
+	// latest offset without one): the topic must exist first, or the
+	// message that creates it would be behind that start.
 	if _, err := r.c.Topic(ctx, topic); errors.Is(err, core.ErrTopicNotFound) {
 		if _, err := r.c.CreateTopic(ctx, topic, 0); err != nil && !errors.Is(err, core.ErrTopicExists) {
 			return fmt.Errorf("downlink %s: create topic: %w", topic, err)
@@ -152,10 +153,15 @@ func (r *remote) Broadcast(ctx context.Context, topic, grp, _ string, _ time.Tim
 	} else if err != nil {
 		return fmt.Errorf("downlink %s: %w", topic, err)
 	}
+	from := group.FromTimestamp
+	if since.IsZero() {
+		from = group.FromLatest
+	}
 	pc, err := r.c.NewPushConsumer(consumer.Options{
-		Group: grp,
-		Mode:  group.Broadcast,
-		From:  group.FromLatest,
+		Group:    grp,
+		Mode:     group.Broadcast,
+		From:     from,
+		FromTime: since,
 		// Orderly consumption is for clustering mode; one consuming
 		// goroutine keeps each queue's order in broadcast mode.
 		ConsumeGoroutines: 1,

@@ -48,6 +48,9 @@ type remoteGroups struct{ c *Client }
 
 func (r remoteGroups) Heartbeat(ctx context.Context, req group.HeartbeatRequest) (group.Assignment, error) {
 	w := wire.HeartbeatReq{Group: req.Group, ClientID: req.ClientID, Mode: string(req.Mode), From: string(req.From)}
+	if !req.FromTime.IsZero() {
+		w.FromTimeMS = req.FromTime.UnixMilli()
+	}
 	for _, s := range req.Subscriptions {
 		w.Subscriptions = append(w.Subscriptions, wire.Subscription{Topic: s.Topic, Tags: s.Tags})
 	}

@@ -53,8 +53,10 @@ type Retrier interface {
 type Options struct {
 	Group, ClientID string
 	// Mode: group.Clustering (default) or group.Broadcast.
-	Mode          group.Mode
-	From          group.ConsumeFrom
+	Mode group.Mode
+	From group.ConsumeFrom
+	// FromTime is where From group.FromTimestamp starts.
+	FromTime      time.Time
 	Subscriptions []group.Subscription
 	Listener      Listener
 	// Orderly processes each queue one message at a time, in order.
@@ -247,7 +249,7 @@ func (p *PushConsumer) listenLoop() {
 
 func (p *PushConsumer) heartbeat(ctx context.Context) (group.Assignment, error) {
 	return p.coord.Heartbeat(ctx, group.HeartbeatRequest{Group: p.opts.Group, ClientID: p.opts.ClientID,
-		Mode: p.opts.Mode, From: p.opts.From, Subscriptions: p.opts.Subscriptions})
+		Mode: p.opts.Mode, From: p.opts.From, FromTime: p.opts.FromTime, Subscriptions: p.opts.Subscriptions})
 }
 
 func (p *PushConsumer) heartbeatLoop() {

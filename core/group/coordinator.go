@@ -35,6 +35,10 @@ const (
 	FromEarliest ConsumeFrom = "earliest"
 	// FromLatest starts at the end: only messages stored from now on.
 	FromLatest ConsumeFrom = "latest"
+	// FromTimestamp starts at the first message stored at or after the
+	// request's FromTime (RocketMQ's CONSUME_FROM_TIMESTAMP): a member that
+	// joins a little after it began listening misses nothing in between.
+	FromTimestamp ConsumeFrom = "timestamp"
 )
 
 // Subscription is one topic a member consumes, optionally filtered by tags.
@@ -137,13 +141,14 @@ type Coordinator struct {
 }
 
 type groupState struct {
-	name    string
-	mode    Mode
-	from    ConsumeFrom
-	members map[string]*member
-	version uint64
-	assign  map[string][]QueueRef // clustering: member → queues
-	leases  map[QueueRef]*lease
+	name     string
+	mode     Mode
+	from     ConsumeFrom
+	fromTime time.Time // FromTimestamp's
+	members  map[string]*member
+	version  uint64
+	assign   map[string][]QueueRef // clustering: member → queues
+	leases   map[QueueRef]*lease
 	// resetGen counts ResetOffsets per queue; a member whose last pull saw
 	// an older generation is told to drop its position.
 	resetGen   map[QueueRef]uint64
@@ -229,7 +234,10 @@ type HeartbeatRequest struct {
 	// Mode defaults to Clustering. All members of a group share one mode.
 	Mode Mode
 	// From applies to queues the group never committed; default FromEarliest.
-	From          ConsumeFrom
+	From ConsumeFrom
+	// FromTime is where FromTimestamp starts (required with it, else
+	// ignored).
+	FromTime      time.Time
 	Subscriptions []Subscription
 }
 
@@ -258,7 +266,14 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req HeartbeatRequest) (Assi
 	if req.From == "" {
 		req.From = FromEarliest
 	}
-	if req.From != FromEarliest && req.From != FromLatest {
+	switch req.From {
+	case FromEarliest, FromLatest:
+		req.FromTime = time.Time{}
+	case FromTimestamp:
+		if req.FromTime.IsZero() {
+			return Assignment{}, fmt.Errorf("%w: start position %q without a time", ErrInvalidGroup, req.From)
+		}
+	default:
 		return Assignment{}, fmt.Errorf("%w: unknown start position %q", ErrInvalidGroup, req.From)
 	}
 	subs, err := normalizeSubs(req.Subscriptions)
@@ -276,7 +291,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req HeartbeatRequest) (Assi
 	now := c.opts.Now()
 	g := c.groups[req.Group]
 	if g == nil {
-		g = &groupState{name: req.Group, mode: req.Mode, from: req.From, members: map[string]*member{},
+		g = &groupState{name: req.Group, mode: req.Mode, from: req.From, fromTime: req.FromTime, members: map[string]*member{},
 			assign: map[string][]QueueRef{}, leases: map[QueueRef]*lease{}, resetGen: map[QueueRef]uint64{},
 			lastCommit: map[QueueRef]time.Time{}}
 		c.groups[req.Group] = g
@@ -284,7 +299,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req HeartbeatRequest) (Assi
 	if len(g.members) > 0 && g.mode != req.Mode {
 		return Assignment{}, fmt.Errorf("%w: group %s is %s, member %s asked for %s", ErrModeMismatch, g.name, g.mode, req.ClientID, req.Mode)
 	}
-	g.mode, g.from = req.Mode, req.From
+	g.mode, g.from, g.fromTime = req.Mode, req.From, req.FromTime
 	m := g.members[req.ClientID]
 	changed := false
 	if m == nil {

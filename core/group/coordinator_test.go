@@ -339,3 +339,38 @@ func TestBadRequests(t *testing.T) {
 	require.ErrorIs(t, c.Leave(ctx, "g", "zzz"), ErrUnknownMember)
 	require.NoError(t, c.Leave(ctx, "g", "a"))
 }
+
+// A group that starts from a timestamp begins each queue at the first
+// message stored at or after it: earlier messages are skipped, later ones
+// (also those stored before the member joined) are delivered. Without a
+// time the request is refused.
+func TestStartFromTimestamp(t *testing.T) {
+	ctx := t.Context()
+	s := newStore(t)
+	_, err := s.CreateTopic(ctx, core.TopicConfig{Name: "cmd", Queues: 2})
+	require.NoError(t, err)
+	produceN(t, s, "cmd", 6)         // before the start: skipped
+	time.Sleep(2 * time.Millisecond) // store times are the wall clock's: the start must fall between the two batches
+	since := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	for i := range 4 { // after it, before the member joins: delivered
+		_, err := s.Produce(ctx, &core.Message{Topic: "cmd", ShardingKey: fmt.Sprintf("k%d", i), Body: []byte(fmt.Sprintf("new-%d", i))})
+		require.NoError(t, err)
+	}
+	c := newCoord(t, s, Options{})
+	_, err = c.Heartbeat(ctx, HeartbeatRequest{Group: "g", ClientID: "a", Mode: Broadcast, From: FromTimestamp,
+		Subscriptions: []Subscription{{Topic: "cmd"}}})
+	require.ErrorIs(t, err, ErrInvalidGroup, "timestamp without a time")
+	a, err := c.Heartbeat(ctx, HeartbeatRequest{Group: "g", ClientID: "a", Mode: Broadcast, From: FromTimestamp, FromTime: since,
+		Subscriptions: []Subscription{{Topic: "cmd"}}})
+	require.NoError(t, err)
+	var got []string
+	for _, ref := range a.Queues {
+		res, err := c.Pull(ctx, PullRequest{Group: "g", ClientID: "a", Queue: ref, Offset: -1})
+		require.NoError(t, err)
+		for _, m := range res.Messages {
+			got = append(got, string(m.Body))
+		}
+	}
+	require.ElementsMatch(t, []string{"new-0", "new-1", "new-2", "new-3"}, got)
+}

@@ -70,13 +70,13 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 		m.resetSeen[ref] = gen
 		reset = true
 	}
-	from, mode := g.from, g.mode
+	from, fromTime, mode := g.from, g.fromTime, g.mode
 	key := offsetGroup(g, m.id)
 	c.mu.Unlock()
 
 	offset := req.Offset
 	if reset {
-		offset, err = c.startOffset(ctx, key, ref, from)
+		offset, err = c.startOffset(ctx, key, ref, from, fromTime)
 		if err != nil {
 			return PullResult{}, err
 		}
@@ -122,8 +122,8 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 }
 
 // startOffset is where a member starts a queue: the committed offset, else
-// the group's start position.
-func (c *Coordinator) startOffset(ctx context.Context, key string, ref QueueRef, from ConsumeFrom) (int64, error) {
+// the group's start position (fromTime: FromTimestamp's).
+func (c *Coordinator) startOffset(ctx context.Context, key string, ref QueueRef, from ConsumeFrom, fromTime time.Time) (int64, error) {
 	off, err := c.b.CommittedOffset(ctx, key, ref.Topic, ref.Queue)
 	if err == nil {
 		return off, nil
@@ -141,8 +141,15 @@ func (c *Coordinator) startOffset(ctx context.Context, key string, ref QueueRef,
 	if ref.Queue < 0 || ref.Queue >= len(info.Ranges) {
 		return 0, fmt.Errorf("%w: %s", core.ErrQueueNotFound, ref)
 	}
-	if from == FromLatest {
+	switch from {
+	case FromLatest:
 		return info.Ranges[ref.Queue].Max, nil
+	case FromTimestamp:
+		off, err := c.b.OffsetAt(ctx, ref.Topic, ref.Queue, fromTime)
+		if err != nil {
+			return 0, fmt.Errorf("start %s at %s: %w", ref, fromTime.Format(time.RFC3339Nano), err)
+		}
+		return off, nil
 	}
 	return info.Ranges[ref.Queue].Min, nil
 }

@@ -108,6 +108,9 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 			return nil, err
 		}
 		req := group.HeartbeatRequest{Group: r.Group, ClientID: r.ClientID, Mode: group.Mode(r.Mode), From: group.ConsumeFrom(r.From)}
+		if r.FromTimeMS > 0 {
+			req.FromTime = time.UnixMilli(r.FromTimeMS)
+		}
 		for _, s := range r.Subscriptions {
 			req.Subscriptions = append(req.Subscriptions, group.Subscription{Topic: s.Topic, Tags: s.Tags})
 		}

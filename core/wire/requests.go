@@ -51,8 +51,9 @@ type Subscription struct {
 type HeartbeatReq struct {
 	Group         string         `json:"group"`
 	ClientID      string         `json:"client_id"`
-	Mode          string         `json:"mode,omitempty"` // "clustering" (default) or "broadcast"
-	From          string         `json:"from,omitempty"` // "earliest" (default) or "latest"
+	Mode          string         `json:"mode,omitempty"`         // "clustering" (default) or "broadcast"
+	From          string         `json:"from,omitempty"`         // "earliest" (default), "latest" or "timestamp"
+	FromTimeMS    int64          `json:"from_time_ms,omitempty"` // "timestamp": where, unix milliseconds
 	Subscriptions []Subscription `json:"subscriptions"`
 }
 
