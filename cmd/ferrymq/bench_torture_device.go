@@ -548,8 +548,9 @@ func (d *tortureDevice) publish5(ctx context.Context, seq int64, qos byte) {
 		res := make(chan result5, 1)
 		pctx, cancel := context.WithCancel(ctx)
 		pub := &paho.Publish{Topic: topic, QoS: qos, Payload: d.payload(seq, qos, attempt)}
+		pc := c // c is replaced below when the connection is lost; this publish stays on its own
 		d.wg.Go(func() {
-			resp, err := c.Publish(pctx, pub)
+			resp, err := pc.Publish(pctx, pub)
 			res <- result5{resp, err}
 		})
 		timer := time.NewTimer(deviceAckWait)
