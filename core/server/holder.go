@@ -78,15 +78,33 @@ func (h *holder) run(bk *bucket) {
 	defer h.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// kept are the polls tried since the last arrival that found nothing.
+	// A kick (a new park) tries only the new polls: at one message per
+	// poll, each answered poll parks again at once, and retrying every
+	// queue's poll of the topic then doubled the empty reads per message.
+	// An arrival, or a deadline, tries them all.
+	var kept []*held
+	var prev <-chan struct{} // the arrivals the kept polls were tried after
+	all := true
 	for {
 		arrived := h.b.Arrivals(bk.topic) // before the tries: no arrival is missed
+		if prev != nil {
+			select {
+			case <-prev: // came after the kept polls' last try, however we woke
+				all = true
+			default:
+			}
+		}
+		prev = arrived
 		h.mu.Lock()
 		batch := bk.held
 		bk.held = nil
 		h.mu.Unlock()
+		if all {
+			batch, kept = append(kept, batch...), nil
+		}
 
-		next := time.Time{}
-		var keep []*held
+		now := time.Now()
 		for _, p := range batch {
 			if p.c.ctx.Err() != nil {
 				continue // the connection is gone
@@ -97,24 +115,26 @@ func (h *holder) run(bk *bucket) {
 				p.c.fail(p.f, err)
 			case ok:
 				p.c.reply(p.f, payload)
-			case !time.Now().Before(p.deadline):
+			case !now.Before(p.deadline):
 				p.c.reply(p.f, p.empty)
 			default:
-				keep = append(keep, p)
-				if next.IsZero() || p.deadline.Before(next) {
-					next = p.deadline
-				}
+				kept = append(kept, p)
+			}
+		}
+		next := time.Time{}
+		for _, p := range kept {
+			if next.IsZero() || p.deadline.Before(next) {
+				next = p.deadline
 			}
 		}
 		h.mu.Lock()
 		if h.draining {
-			for _, p := range append(keep, bk.held...) {
+			for _, p := range append(kept, bk.held...) {
 				p.c.reply(p.f, p.empty)
 			}
-			keep, bk.held = nil, nil
+			kept, bk.held = nil, nil
 		}
-		bk.held = append(keep, bk.held...)
-		if len(bk.held) == 0 {
+		if len(kept) == 0 && len(bk.held) == 0 {
 			delete(h.buckets, bk.topic) // a later park starts a new bucket
 			h.mu.Unlock()
 			return
@@ -126,19 +146,17 @@ func (h *holder) run(bk *bucket) {
 			wait = max(time.Until(next), 0)
 		}
 		timer.Reset(wait)
+		all = false
 		select {
 		case <-arrived:
+			all = true
 		case <-bk.kick:
 		case <-timer.C:
+			all = true // a deadline: answer the expired ones
 		case <-h.ctx.Done():
 			return
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		timer.Stop()
 	}
 }
 

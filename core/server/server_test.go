@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/server/servertest"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
@@ -101,4 +103,44 @@ func TestLongPollAnsweredOnArrival(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 1)
 	require.Less(t, time.Since(start), 20*time.Second)
+}
+
+// TestParkedPollsOfManyQueuesEachWokenByItsArrival: one long poll parked
+// per queue of a topic; messages arrive one at a time on changing queues,
+// and each answered poll parks again at once (its kick races the next
+// arrival). Every message is answered long before the polls' 30 s wait:
+// the holder, which on a kick tries only the new poll, never loses an
+// arrival for the others.
+func TestParkedPollsOfManyQueuesEachWokenByItsArrival(t *testing.T) {
+	const queues, n = 8, 48
+	env := servertest.Start(t, servertest.Options{})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("lp", queues))
+	require.NoError(t, err)
+	nc := helloConn(t, env.Addr)
+	next := make([]int64, queues) // each queue's next offset
+	park := func(q int) {
+		t.Helper()
+		_, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpPull, ID: uint64(100 + q),
+			Payload: []byte(fmt.Sprintf(`{"topic":"lp","queue":%d,"offset":%d,"wait_ms":30000}`, q, next[q]))}))
+		require.NoError(t, err)
+	}
+	for q := range queues {
+		park(q)
+	}
+	keys := core.QueueKeys(queues) // a sharding key for each queue
+	for i := range n {
+		q := (i * 5) % queues
+		_, err := env.Store.Produce(t.Context(), &core.Message{Topic: "lp", ShardingKey: keys[q], Body: []byte(fmt.Sprint(i))})
+		require.NoError(t, err)
+		_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := wire.ReadFrame(nc, 1<<20)
+		require.NoError(t, err, "message %d on queue %d not answered within 10 s (the polls wait 30 s)", i, q)
+		require.Equal(t, uint64(100+q), f.ID, "message %d", i)
+		res, err := wire.DecodePull(f.Payload)
+		require.NoError(t, err)
+		require.Len(t, res.Messages, 1)
+		require.Equal(t, fmt.Sprint(i), string(res.Messages[0].Body))
+		next[q] = res.NextOffset
+		park(q)
+	}
 }
