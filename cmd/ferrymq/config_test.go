@@ -12,6 +12,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ferrymq/ferrymq/core/delay"
+	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/store"
+	"github.com/ferrymq/ferrymq/core/txn"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -127,6 +132,20 @@ func TestSampleConfigParses(t *testing.T) {
 		{"store.max_disk_bytes", cfg.Store.MaxDiskBytes, int64(0)},
 		{"store.max_message_bytes", cfg.Store.MaxMessageBytes, 4 << 20},
 		{"store.default_queues", cfg.Store.DefaultQueues, 8},
+
+		{"delay.max_delay", cfg.Delay.MaxDelay, d("960h")},
+		{"delay.max_hold", cfg.Delay.MaxHold, d("18h12m16s")},
+		{"retry.schedule", cfg.Retry.Schedule, []duration{d("10s"), d("30s"), d("1m"), d("2m"), d("3m"), d("4m"), d("5m"), d("6m"),
+			d("7m"), d("8m"), d("9m"), d("10m"), d("20m"), d("30m"), d("1h"), d("2h")}},
+		{"retry.max_attempts", cfg.Retry.MaxAttempts, 16},
+		{"trace.all", cfg.Trace.All, false},
+		{"trace.topics", cfg.Trace.Topics, []string{}},
+		{"trace.node", cfg.Trace.Node, ""},
+		{"trace.sample", cfg.Trace.Sample, 0.0},
+		{"transactions.first_check", cfg.Transactions.FirstCheck, d("6s")},
+		{"transactions.check_interval", cfg.Transactions.CheckInterval, d("30s")},
+		{"transactions.max_checks", cfg.Transactions.MaxChecks, 15},
+		{"transactions.max_pending", cfg.Transactions.MaxPending, 100000},
 		{"store.auto_create_topics", cfg.Store.AutoCreateTopics, ptr(true)},
 
 		{"engine", cfg.Engine, "embedded"},
@@ -228,6 +247,20 @@ func TestSampleConfigParses(t *testing.T) {
 		checked[k.key] = true
 		require.Equalf(t, k.want, k.got, "%s", k.key)
 	}
+	// The sections that say they show the defaults show the packages' own.
+	var schedule []time.Duration
+	for _, v := range cfg.Retry.Schedule {
+		schedule = append(schedule, time.Duration(v))
+	}
+	require.Equal(t, retry.DefaultSchedule, schedule, "retry.schedule")
+	require.Equal(t, retry.DefaultMaxAttempts, cfg.Retry.MaxAttempts, "retry.max_attempts")
+	require.Equal(t, delay.DefaultMaxDelay, time.Duration(cfg.Delay.MaxDelay), "delay.max_delay")
+	require.Equal(t, delay.DefaultMaxHold, time.Duration(cfg.Delay.MaxHold), "delay.max_hold")
+	require.Equal(t, txn.DefaultFirstCheck, time.Duration(cfg.Transactions.FirstCheck), "transactions.first_check")
+	require.Equal(t, txn.DefaultCheckInterval, time.Duration(cfg.Transactions.CheckInterval), "transactions.check_interval")
+	require.Equal(t, txn.DefaultMaxChecks, cfg.Transactions.MaxChecks, "transactions.max_checks")
+	require.Equal(t, txn.DefaultMaxPending, cfg.Transactions.MaxPending, "transactions.max_pending")
+	require.Equal(t, store.DefaultGroupCommitDelay, time.Duration(*cfg.Store.GroupCommitDelay), "store.group_commit_delay")
 
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
