@@ -3,11 +3,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,7 +36,7 @@ bridge: {disable_events: true}
 	addr := addrs["tcp"]
 
 	var mu sync.Mutex
-	var got []string
+	var got, dups []string
 	gotTopics := func() []string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -45,8 +47,16 @@ bridge: {disable_events: true}
 			SetAutoReconnect(false).SetConnectRetry(false).SetResumeSubs(true).
 			SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) {
 				mu.Lock()
-				got = append(got, m.Topic()+"="+string(m.Payload()))
-				mu.Unlock()
+				defer mu.Unlock()
+				s := m.Topic() + "=" + string(m.Payload())
+				// A QoS 1 message whose PUBACK the disconnect cut off is
+				// resent with DUP on the resumed session (at least once):
+				// not a second delivery to count.
+				if m.Duplicate() && slices.Contains(got, s) {
+					dups = append(dups, s)
+					return
+				}
+				got = append(got, s)
 			})
 		c := paho3.NewClient(o)
 		tok := c.Connect()
@@ -81,8 +91,15 @@ bridge: {disable_events: true}
 	sub = connect("watcher", false)
 	defer sub.Disconnect(100)
 	require.Eventually(t, func() bool { return len(gotTopics()) >= 3 }, 10*time.Second, 10*time.Millisecond)
-	require.Never(t, func() bool { return len(gotTopics()) > 3 }, 500*time.Millisecond, 10*time.Millisecond,
-		"a message of the denied topic arrived")
+	more := func() bool { return len(gotTopics()) > 3 }
+	if !assert.Never(t, more, 500*time.Millisecond, 10*time.Millisecond, "a message of the denied topic, or one twice, arrived") {
+		t.Fatalf("received %v", gotTopics())
+	}
+	mu.Lock()
+	for _, d := range dups {
+		require.NotContains(t, d, "secret", "a resent message of the denied topic")
+	}
+	mu.Unlock()
 	require.Equal(t, []string{"devices/ok=retained-ok", "devices/ok=live-ok", "devices/ok=queued-ok"}, gotTopics())
 }
 
