@@ -141,14 +141,12 @@ type Coordinator struct {
 }
 
 type groupState struct {
-	name     string
-	mode     Mode
-	from     ConsumeFrom
-	fromTime time.Time // FromTimestamp's
-	members  map[string]*member
-	version  uint64
-	assign   map[string][]QueueRef // clustering: member → queues
-	leases   map[QueueRef]*lease
+	name    string
+	mode    Mode
+	members map[string]*member
+	version uint64
+	assign  map[string][]QueueRef // clustering: member → queues
+	leases  map[QueueRef]*lease
 	// resetGen counts ResetOffsets per queue; a member whose last pull saw
 	// an older generation is told to drop its position.
 	resetGen   map[QueueRef]uint64
@@ -159,8 +157,14 @@ type groupState struct {
 }
 
 type member struct {
-	id        string
-	subs      []Subscription
+	id   string
+	subs []Subscription
+	// from and fromTime are where this member starts a queue its group
+	// never committed (its last heartbeat's): each member's own, so a
+	// broadcast member that joins later does not move an earlier one's
+	// FromTimestamp start.
+	from      ConsumeFrom
+	fromTime  time.Time
 	lastSeen  time.Time
 	joinedAt  time.Time
 	resetSeen map[QueueRef]uint64
@@ -291,7 +295,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req HeartbeatRequest) (Assi
 	now := c.opts.Now()
 	g := c.groups[req.Group]
 	if g == nil {
-		g = &groupState{name: req.Group, mode: req.Mode, from: req.From, fromTime: req.FromTime, members: map[string]*member{},
+		g = &groupState{name: req.Group, mode: req.Mode, members: map[string]*member{},
 			assign: map[string][]QueueRef{}, leases: map[QueueRef]*lease{}, resetGen: map[QueueRef]uint64{},
 			lastCommit: map[QueueRef]time.Time{}}
 		c.groups[req.Group] = g
@@ -299,7 +303,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req HeartbeatRequest) (Assi
 	if len(g.members) > 0 && g.mode != req.Mode {
 		return Assignment{}, fmt.Errorf("%w: group %s is %s, member %s asked for %s", ErrModeMismatch, g.name, g.mode, req.ClientID, req.Mode)
 	}
-	g.mode, g.from, g.fromTime = req.Mode, req.From, req.FromTime
+	g.mode = req.Mode
 	m := g.members[req.ClientID]
 	changed := false
 	if m == nil {
@@ -315,6 +319,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req HeartbeatRequest) (Assi
 		c.log.Info().Str("group", g.name).Str("client", m.id).Msg("member changed its subscriptions")
 	}
 	m.subs = subs
+	m.from, m.fromTime = req.From, req.FromTime
 	m.lastSeen = now
 	for _, l := range g.leases {
 		if l.owner == m.id && (l.revokedAt.IsZero() || now.Sub(l.revokedAt) < c.opts.ReleaseGrace) {

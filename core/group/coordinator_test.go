@@ -374,3 +374,36 @@ func TestStartFromTimestamp(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"new-0", "new-1", "new-2", "new-3"}, got)
 }
+
+// Each broadcast member starts from its own time: a member that joins
+// later, with a later start, does not move the start of one that joined
+// earlier and has not pulled yet (the gateways' downlinks over one core
+// are such members, each from its own start).
+func TestStartFromTimestampIsEachMembers(t *testing.T) {
+	ctx := t.Context()
+	s := newStore(t)
+	_, err := s.CreateTopic(ctx, core.TopicConfig{Name: "cmd", Queues: 1})
+	require.NoError(t, err)
+	// Store times are the wall clock's: each start falls between batches.
+	time.Sleep(2 * time.Millisecond)
+	sinceA := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	produceN(t, s, "cmd", 3) // after A's start, before B's
+	time.Sleep(2 * time.Millisecond)
+	sinceB := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	produceN(t, s, "cmd", 2) // after both
+	c := newCoord(t, s, Options{})
+	join := func(id string, since time.Time) {
+		_, err := c.Heartbeat(ctx, HeartbeatRequest{Group: "downlink", ClientID: id, Mode: Broadcast, From: FromTimestamp, FromTime: since,
+			Subscriptions: []Subscription{{Topic: "cmd"}}})
+		require.NoError(t, err)
+	}
+	join("A", sinceA)
+	join("B", sinceB)
+	for id, want := range map[string]int{"A": 5, "B": 2} {
+		res, err := c.Pull(ctx, PullRequest{Group: "downlink", ClientID: id, Queue: QueueRef{"cmd", 0}, Offset: -1})
+		require.NoError(t, err)
+		require.Len(t, res.Messages, want, "%s starts at its own time", id)
+	}
+}

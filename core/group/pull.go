@@ -70,7 +70,7 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 		m.resetSeen[ref] = gen
 		reset = true
 	}
-	from, fromTime, mode := g.from, g.fromTime, g.mode
+	from, fromTime, mode := m.from, m.fromTime, g.mode
 	key := offsetGroup(g, m.id)
 	c.mu.Unlock()
 
