@@ -52,7 +52,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 			n.token, err = n.engine.Shared(ctx, "token", newToken)
 			return err
 		}); err != nil {
-			return fmt.Errorf("shared token: %w", err)
+			return err // it names the step
 		}
 		if err := writeTokenFile(o.DataDir, n.token); err != nil {
 			return err
@@ -69,7 +69,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 			n.trace, err = trace.New(n.engine, to)
 			return err
 		}); err != nil {
-			return fmt.Errorf("trace: %w", err)
+			return err // it names the step
 		}
 		n.trace.Start()
 	}
@@ -90,7 +90,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 			n.producer, err = delay.New(n.engine, filepath.Join(o.DataDir, "delay-produce"), po)
 			return err
 		}); err != nil {
-			return fmt.Errorf("delayed delivery: %w", err)
+			return err // it names the step
 		}
 		bo.Broker, bo.MaxDelay = n.producer.Broker(), cmp.Or(bo.MaxDelay, n.producer.MaxDelay())
 	}
@@ -115,7 +115,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("core lease: %w", err)
+		return err // it names the step
 	}
 	// A liveness lease per node: when one expires, the core lease holder
 	// adopts the sessions that node had parked (adoptGone).
@@ -124,7 +124,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 			TTL: nc.LeaseTTL, Logger: n.log})
 		return err
 	}); err != nil {
-		return fmt.Errorf("liveness lease: %w", err)
+		return err // it names the step
 	}
 	termCtx, stopTerms := context.WithCancel(context.Background())
 	n.terms = make(chan struct{})
@@ -324,12 +324,16 @@ func (n *Node) whileUnavailable(ctx context.Context, what string, step func() er
 }
 
 // retryUnavailable is whileUnavailable's loop; onRetry hears each retry.
+// Its errors name the step (what).
 func retryUnavailable(ctx context.Context, what string, step func() error, onRetry func(error, time.Duration)) error {
 	wait := 100 * time.Millisecond
 	for {
 		err := step()
-		if err == nil || !errors.Is(err, jetstream.ErrUnavailable) {
-			return err
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrUnavailable) {
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		onRetry(err, wait)
 		t := time.NewTimer(wait)

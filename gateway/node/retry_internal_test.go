@@ -39,6 +39,7 @@ func TestStartStepRetriesWhileJetStreamIsUnavailable(t *testing.T) {
 		return fmt.Errorf("create: %w", core.ErrTopicExists)
 	}, onRetry)
 	require.ErrorIs(t, err, core.ErrTopicExists)
+	require.Equal(t, "delayed delivery: create: "+core.ErrTopicExists.Error(), err.Error(), "the error names the step once")
 	require.Equal(t, 1, calls, "an error other than unavailable is not retried")
 	require.Empty(t, waits)
 
