@@ -679,7 +679,7 @@ func (s *Store) writeLoop(ctx context.Context) {
 			if small || s.opts.FlushPolicy == FlushSync {
 				runtime.Gosched()
 			}
-			if s.opts.FlushPolicy == FlushSync && s.opts.GroupCommitDelay > 0 && s.overlapping && !s.gather(ctx, &linger) {
+			if s.lingers() && s.overlapping && !s.gather(ctx, &linger) {
 				s.cycle(true)
 				return
 			}
@@ -751,11 +751,13 @@ func (s *Store) cycle(forceSync bool) {
 	}
 	s.confirmed.Store(b.end)
 	s.announce(s.touched)
-	// Before the wake: a producer woken by it may append at once, and a
-	// lone one must not look like company.
-	s.appendMu.Lock()
-	s.overlapping = len(b.waiters) > 1 || len(s.pend.waiters) > 0
-	s.appendMu.Unlock()
+	if s.lingers() {
+		// Before the wake: a producer woken by it may append at once, and
+		// a lone one must not look like company.
+		s.appendMu.Lock()
+		s.overlapping = len(b.waiters) > 1 || len(s.pend.waiters) > 0
+		s.appendMu.Unlock()
+	}
 	wake(b.waiters, nil)
 }
 
@@ -1018,6 +1020,10 @@ func (s *Store) closeFiles() error {
 func (s *Store) ID() uint32 { return s.id }
 
 var _ core.Broker = (*Store)(nil)
+
+// lingers: the writer may wait for overlapping produces to join a batch
+// (Options.GroupCommitDelay, sync policy only).
+func (s *Store) lingers() bool { return s.opts.FlushPolicy == FlushSync && s.opts.GroupCommitDelay > 0 }
 
 // groupCommitEnough is a batch that is fsynced at once, without waiting
 // out GroupCommitDelay: the fsync is then shared widely enough.
