@@ -38,12 +38,8 @@ func TestQoS0BurstWaitsForAPausedSubscriber(t *testing.T) {
 	sub, err := d.Dial("tcp", env.TCP)
 	require.NoError(t, err)
 	defer sub.Close()
-	id := "burst-sub"
-	connect := append([]byte{0x10, byte(12 + len(id)), 0, 4, 'M', 'Q', 'T', 'T', 4, 2, 0, 60, 0, byte(len(id))}, id...)
-	filter := "burst/#"
-	subscribe := append([]byte{0x82, byte(5 + len(filter)), 0, 1, 0, byte(len(filter))}, filter...)
-	subscribe = append(subscribe, 0)
-	_, err = sub.Write(append(connect, subscribe...))
+	subscribe := packet(0x82, []byte{0, 1}, str("burst/#"), []byte{0}) // packet ID 1, QoS 0
+	_, err = sub.Write(append(connectV4("burst-sub"), subscribe...))
 	require.NoError(t, err)
 	r := bufio.NewReaderSize(sub, 64<<10)
 	require.NoError(t, sub.SetReadDeadline(time.Now().Add(10*time.Second)))
