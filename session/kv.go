@@ -316,6 +316,13 @@ func (k *kvBackend) start(ctx context.Context) error {
 		rcancel()
 		return fmt.Errorf("session: watch owner records: %w", err)
 	}
+	if err := k.serveHandovers(); err != nil {
+		stopWatch(rw)
+		rcancel()
+		stopWatch(ow)
+		ocancel()
+		return fmt.Errorf("session: %w", err)
+	}
 	s.wg.Go(func() { k.watchLoop(rw, rcancel, k.retainedEvent) })
 	s.wg.Go(func() { k.watchLoop(ow, ocancel, k.ownerEvent) })
 	s.mu.Lock()

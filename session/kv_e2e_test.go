@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -66,6 +67,40 @@ func TestKVSessionResumesOnAnotherNode(t *testing.T) {
 	for _, n := range []*node{a, b} {
 		require.Zero(t, n.s.Stats().WriteErrors[reasonFenced]+n.s.Stats().WriteErrors[reasonUnavailable])
 	}
+}
+
+// TestKVHandoverFlushesTheOldNodesWrites: messages a node acknowledged to
+// their publisher and queued for an offline session, their writes still on
+// their way to the bucket, all reach the device that connects to another
+// node at once (the new node asks the old one to flush before it claims;
+// without it the claim fences those writes off and they are lost).
+func TestKVHandoverFlushesTheOldNodesWrites(t *testing.T) {
+	ns, _ := natsJS(t)
+	a, b := kvNode(t, ns.URL, "a"), kvNode(t, ns.URL, "b")
+	sub, _ := dialV3(t, a.addr, "car-9", persistent)
+	wait(t, sub.Subscribe("cmd/car-9", 1, nil))
+	sub.Disconnect(50)
+	require.Eventually(t, func() bool { return !a.e.Connected("car-9") }, 5*time.Second, 5*time.Millisecond)
+	pub, _ := dialV3(t, a.addr, "backend")
+	const n = 200
+	var last paho3.Token
+	for i := range n {
+		last = pub.Publish("cmd/car-9", 1, false, []byte(strconv.Itoa(i)))
+	}
+	wait(t, last) // every one acknowledged: the engine took them in order
+	require.Positive(t, a.s.Stats().Backlog, "writes still queued when the device moves (else this test shows nothing)")
+
+	var in inbox
+	_, present := dialV3(t, b.addr, "car-9", persistent, func(o *paho3.ClientOptions) { o.SetDefaultPublishHandler(in.handler) })
+	require.True(t, present)
+	require.Eventually(t, func() bool { return in.count() >= n }, 10*time.Second, 5*time.Millisecond,
+		"only %d of %d acknowledged messages arrived", in.count(), n)
+	want := make([]string, n)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	require.Equal(t, want, in.payloads())
+	require.Zero(t, a.s.Stats().WriteErrors[reasonFenced], "no write of a was fenced off")
 }
 
 // An unacknowledged message is resent by the node the device moves to,

@@ -155,6 +155,7 @@ func (s *Store) Claim(ctx context.Context, clientID string, clean bool) (*engine
 		// ended it.
 		k.forgetLocally(clientID)
 	}
+	k.askHandover(ctx, clientID, cur)
 	rev, prev, err := k.claim(ctx, clientID, cur, false)
 	if err != nil {
 		return nil, err
