@@ -105,7 +105,7 @@ func TestSampleConfigParses(t *testing.T) {
 	require.NotNil(t, a.JWT)
 	require.NotNil(t, a.MTLS)
 	require.NotNil(t, a.Quotas)
-	require.Len(t, a.ACL, 1)
+	require.Len(t, a.ACL, 2)
 	require.Len(t, cfg.MQTT.TLS, 1)
 	require.Len(t, cfg.Bridge.Uplink, 2)
 	require.Len(t, cfg.Bridge.Downlink, 1)
@@ -226,6 +226,10 @@ func TestSampleConfigParses(t *testing.T) {
 		{"auth.acl[0].action", a.ACL[0].Action, "allow"},
 		{"auth.acl[0].publish", a.ACL[0].Publish, []string{"devices/%c/#", "telemetry/%c/#"}},
 		{"auth.acl[0].subscribe", a.ACL[0].Subscribe, []string{"devices/%c/commands/#", "commands/%c", "cars/%c/#"}},
+		{"auth.acl[1].action", a.ACL[1].Action, "allow"},
+		{"auth.acl[1].users", a.ACL[1].Users, []string{"ops"}},
+		{"auth.acl[1].clients", a.ACL[1].Clients, []string{"console-1"}},
+		{"auth.acl[1].subscribe", a.ACL[1].Subscribe, []string{"#"}},
 		{"auth.quotas.max_connections", q.MaxConnections, 0},
 		{"auth.quotas.max_connections_per_ip", q.MaxConnectionsPerIP, 0},
 		{"auth.quotas.connect_rate_per_ip", q.ConnectRatePerIP, 100.0},
@@ -239,6 +243,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"auth.quotas.max_subscriptions", q.MaxSubscriptions, 100},
 		{"auth.quotas.max_topic_levels", q.MaxTopicLevels, 32},
 		{"auth.quotas.max_topic_length", q.MaxTopicLength, 1024},
+		{"auth.quotas.max_tracked_ips", q.MaxTrackedIPs, 50000},
 		{"auth.quotas.ipv6_prefix_bits", q.IPv6PrefixBits, 64},
 	}
 	checked := map[string]bool{}
