@@ -33,7 +33,7 @@ import (
 //	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
 //	core: {addr: ":10911", token: ""}
 //	http: {addr: ":18083"}
-//	mqtt: {addr: ":1883", ws: {addr: ":8083", path: /mqtt}, tls: [...], max_queued_messages: 65536, limits…}
+//	mqtt: {addr: ":1883", ws: {addr: ":8083", path: /mqtt}, tls: [...], max_queued_messages: 262144, limits…}
 //	bridge: {uplink: [{filter, topic, key, tag}], events_topic: device-events}
 type fileConfig struct {
 	Data  string `yaml:"data"`
@@ -170,7 +170,7 @@ type mqttConfig struct {
 	// MaxQueuedMessages and MaxQueuedMessagesBytes bound the QoS 1/2
 	// messages queued for a connected client beyond its receive maximum
 	// (gateway.Options.MaxQueuedOnline, MaxQueuedOnlineBytes; defaults
-	// 65,536 and 64 MiB of payload); past either, a new message is not
+	// 262,144 and 64 MiB of payload); past either, a new message is not
 	// queued (ferrymq_mqtt_inflight_dropped_total). An offline session's
 	// queue has its own bound: bridge.offline_max_messages, …_bytes.
 	MaxQueuedMessages      int `yaml:"max_queued_messages"`

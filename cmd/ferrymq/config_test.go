@@ -183,7 +183,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"mqtt.proxy_protocol", m.ProxyProtocol, false},
 		{"mqtt.receive_maximum", m.ReceiveMaximum, uint16(256)},
 		{"mqtt.max_inflight", m.MaxInflight, 1024},
-		{"mqtt.max_queued_messages", m.MaxQueuedMessages, 65536},
+		{"mqtt.max_queued_messages", m.MaxQueuedMessages, 262144},
 		{"mqtt.max_queued_messages_bytes", m.MaxQueuedMessagesBytes, 64 << 20},
 		{"mqtt.max_clients", m.MaxClients, int64(0)},
 

@@ -441,6 +441,9 @@ func (e *Engine) establish(c *conn, cl *Client, clean bool, expiry uint32, will 
 	case s.persistent():
 		s.unstore = false
 		e.storeClient(s)
+		if !stored {
+			e.adoptLocked(s)
+		}
 	case stored:
 		// Resumed without an expiry: it ends with this connection
 		// [MQTT-3.1.2-23], and nothing of it may stay stored — but its

@@ -75,8 +75,11 @@ type Options struct {
 	// MaxQueuedOnline and MaxQueuedOnlineBytes bound what a connected
 	// session holds beyond its inflight window: a burst its client has not
 	// caught up with (the messages are shared with the other subscribers;
-	// a queue entry is ~60 B). Past it, as offline. Defaults 65,536 and
-	// 64 MiB of payload.
+	// a queue entry is ~60 B). Past it, as offline. Defaults 262,144 and
+	// 64 MiB of payload. A persistent session holds at most 65,535 in
+	// flight and queued whatever the bound (each has its packet
+	// identifier from the start); one that ends with its connection takes
+	// an identifier only when a message enters the window.
 	MaxQueuedOnline      int
 	MaxQueuedOnlineBytes int
 	// TopicAliasMaximum is the number of topic aliases a client may set
@@ -111,7 +114,7 @@ const (
 	DefaultMaxInflight          = 1024
 	DefaultMaxQueued            = 1000
 	DefaultMaxQueuedBytes       = 1 << 20
-	DefaultMaxQueuedOnline      = 65536
+	DefaultMaxQueuedOnline      = 1 << 18
 	DefaultMaxQueuedOnlineBytes = 64 << 20
 	DefaultTopicAliasMaximum    = 64
 	DefaultMaxSessionExpiry     = 7 * 24 * time.Hour

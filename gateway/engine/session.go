@@ -114,10 +114,52 @@ func (s *session) allocPIDLocked() (uint16, bool) {
 	}
 }
 
-// maxSessionMessages is the most QoS 1/2 messages a session holds, in
-// flight and queued: each has a packet identifier from its first queueing
-// on (it is stored with it), and there are 65,535.
+// maxSessionMessages is the most QoS 1/2 messages a persistent session
+// holds, in flight and queued: each has a packet identifier from its
+// first queueing on (the session store keys it by it), and there are
+// 65,535. A session that ends with its connection gives a message its
+// identifier only when it enters the window (pidLazy), so its queue is
+// bounded by the options alone.
 const maxSessionMessages = 65535
+
+// pidLazy reports whether s's queued messages wait without a packet
+// identifier: nothing of s is stored, so nothing needs one before it is
+// sent. A persistent session's messages have theirs from the start
+// (adoptLocked gives them one when a session becomes persistent).
+func (s *session) pidLazy() bool { return !s.persistent() }
+
+// adoptLocked makes what a session holds persistent, when a connection
+// with an expiry takes over a session that had none: its queued messages
+// get their packet identifiers (those past the 65,535 are dropped and
+// counted), and everything it holds is stored.
+func (e *Engine) adoptLocked(s *session) {
+	for _, om := range s.inflight {
+		e.storeMessage(s, om)
+	}
+	keep := s.queue[:0]
+	for i, om := range s.queue {
+		if om.pid == 0 {
+			pid, ok := s.allocPIDLocked()
+			if !ok {
+				for _, x := range s.queue[i:] {
+					s.queueBytes -= x.m.payloadSize()
+					e.m.droppedQueueFull.Add(1)
+					e.discardAsync(s.id, x.m, false, "no packet identifier free")
+				}
+				clear(s.queue[i:])
+				break
+			}
+			om.pid = pid
+			if s.byPID == nil {
+				s.byPID = make(map[uint16]*outMsg)
+			}
+			s.byPID[pid] = om
+		}
+		e.storeMessage(s, om)
+		keep = append(keep, om)
+	}
+	s.queue = keep
+}
 
 // deliver hands m to session s with QoS qos (already min(message,
 // subscription)) and retain flag; subIDs are the subscription identifiers
@@ -150,28 +192,35 @@ func (e *Engine) deliver(s *session, m *Message, qos byte, retain bool, subIDs [
 	if c != nil {
 		limit, bytesLimit = e.opts.MaxQueuedOnline+s.windowLocked(e), e.opts.MaxQueuedOnlineBytes
 	}
-	// Every message held, in flight or queued, has its packet identifier:
-	// a session holds at most as many as there are.
-	limit = min(limit, maxSessionMessages)
+	direct := c != nil && !s.resuming && len(s.queue) == 0 && len(s.inflight) < s.windowLocked(e)
+	lazy := s.pidLazy() && !direct
+	if !lazy {
+		// Every message a persistent session holds has its packet
+		// identifier: it holds at most as many as there are.
+		limit = min(limit, maxSessionMessages)
+	}
 	if len(s.queue)+len(s.inflight) >= limit || s.queueBytes+len(m.Payload) > bytesLimit {
 		s.mu.Unlock()
 		e.m.droppedQueueFull.Add(1)
 		e.discard(s.id, m, false, "the client's queue is full")
 		return
 	}
-	pid, ok := s.allocPIDLocked()
-	if !ok { // only if something holds identifiers besides the queue and the window
-		s.mu.Unlock()
-		e.m.droppedQueueFull.Add(1)
-		e.discard(s.id, m, false, "no packet identifier free")
-		return
+	om := &outMsg{m: mm, subIDs: subIDs}
+	if !lazy {
+		pid, ok := s.allocPIDLocked()
+		if !ok { // only if something holds identifiers besides the queue and the window
+			s.mu.Unlock()
+			e.m.droppedQueueFull.Add(1)
+			e.discard(s.id, m, false, "no packet identifier free")
+			return
+		}
+		om.pid = pid
+		if s.byPID == nil {
+			s.byPID = make(map[uint16]*outMsg)
+		}
+		s.byPID[pid] = om
 	}
-	om := &outMsg{pid: pid, m: mm, subIDs: subIDs}
-	if s.byPID == nil {
-		s.byPID = make(map[uint16]*outMsg)
-	}
-	s.byPID[pid] = om
-	if c != nil && !s.resuming && len(s.queue) == 0 && len(s.inflight) < s.windowLocked(e) {
+	if direct {
 		s.inflight = append(s.inflight, om)
 		e.storeMessage(s, om)
 		c.sendOut(s, om)
@@ -260,10 +309,25 @@ func (e *Engine) fillWindowLocked(s *session) {
 		s.queue = s.queue[1:]
 		s.queueBytes -= om.m.payloadSize()
 		if om.m.expired(now) {
-			delete(s.byPID, om.pid)
-			e.forgetMessage(s, om.pid)
+			if om.pid != 0 {
+				delete(s.byPID, om.pid)
+				e.forgetMessage(s, om.pid)
+			}
 			e.discardAsync(s.id, om.m, true, "")
 			continue
+		}
+		if om.pid == 0 { // a lazy session's: its identifier now
+			pid, ok := s.allocPIDLocked()
+			if !ok { // cannot happen: the window is at most 65,535 and only it holds identifiers
+				s.queue = append([]*outMsg{om}, s.queue...)
+				s.queueBytes += om.m.payloadSize()
+				break
+			}
+			om.pid = pid
+			if s.byPID == nil {
+				s.byPID = make(map[uint16]*outMsg)
+			}
+			s.byPID[pid] = om
 		}
 		s.inflight = append(s.inflight, om)
 		c.sendOut(s, om)
@@ -271,7 +335,7 @@ func (e *Engine) fillWindowLocked(s *session) {
 	if len(s.queue) == 0 {
 		s.queue = nil
 	}
-	if len(s.byPID) == 0 {
+	if len(s.byPID) == 0 && len(s.inflight) == 0 {
 		s.byPID = nil
 		s.inflight = s.inflight[:0:0]
 	}
@@ -462,7 +526,9 @@ func (e *Engine) takeExpiredLocked(s *session, nowSec int64) []*outMsg {
 		if om.m.expired(nowSec) {
 			out = append(out, om)
 			s.queueBytes -= om.m.payloadSize()
-			delete(s.byPID, om.pid)
+			if om.pid != 0 {
+				delete(s.byPID, om.pid)
+			}
 			continue
 		}
 		keep = append(keep, om)
@@ -478,10 +544,12 @@ func (e *Engine) requeueLocked(s *session, kept []*outMsg) {
 		if s.ended {
 			return
 		}
-		if s.byPID == nil {
-			s.byPID = map[uint16]*outMsg{}
+		if om.pid != 0 {
+			if s.byPID == nil {
+				s.byPID = map[uint16]*outMsg{}
+			}
+			s.byPID[om.pid] = om
 		}
-		s.byPID[om.pid] = om
 		s.queue = append(s.queue, om)
 		s.queueBytes += om.m.payloadSize()
 	}

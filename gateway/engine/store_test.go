@@ -254,3 +254,81 @@ func TestResumeWithoutExpiryDeliversWhatWasQueued(t *testing.T) {
 	require.NoError(t, c.Disconnect(&paho.Disconnect{ReasonCode: 0}))
 	require.Eventually(t, func() bool { return !e.HasSession("dev") }, 5*time.Second, 5*time.Millisecond)
 }
+
+// savingStore is a memStore that keeps the packet identifiers of the
+// messages stored for each session.
+type savingStore struct {
+	*memStore
+	smu   sync.Mutex
+	saved map[uint16]bool
+}
+
+func (s *savingStore) SaveMessage(_ string, pid uint16, _ *engine.Message, _ []uint32) {
+	s.smu.Lock()
+	s.saved[pid] = true
+	s.smu.Unlock()
+}
+
+func (s *savingStore) DeleteMessage(_ string, pid uint16) {
+	s.smu.Lock()
+	delete(s.saved, pid)
+	s.smu.Unlock()
+}
+
+func (s *savingStore) pids() []uint16 {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	out := make([]uint16, 0, len(s.saved))
+	for p := range s.saved {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestTakeoverWithAnExpiryStoresWhatTheSessionHolds: the messages queued
+// for a session that had no expiry wait without packet identifiers; when
+// a connection with an expiry takes the session over, each gets its
+// identifier and everything the session holds is stored (a restart would
+// otherwise lose what it had been queued), then all of it arrives on the
+// new connection in order.
+func TestTakeoverWithAnExpiryStoresWhatTheSessionHolds(t *testing.T) {
+	st := &savingStore{memStore: newMemStore(), saved: map[uint16]bool{}}
+	e, addr := start(t, engine.Options{Hooks: engine.Hooks{Sessions: st}})
+	// MQTT 5, clean start 0, no expiry, Receive Maximum 2.
+	old := rawConnect(t, addr, packet(0x10, str("MQTT"), []byte{5, 0x00, 0, 60, 3, 0x21, 0, 2}, str("dev")))
+	_, err := old.Write(packet(0x82, []byte{0, 1, 0}, str("cmd/dev"), []byte{1}))
+	require.NoError(t, err)
+	require.NoError(t, old.SetReadDeadline(time.Now().Add(5*time.Second)))
+	typ, _ := readFrame(t, old)
+	require.Equal(t, byte(0x90), typ, "SUBACK")
+	const total = 10
+	for i := range total {
+		require.NoError(t, e.Send("dev", &engine.Message{Topic: "cmd/dev", QoS: 1, Payload: []byte{byte(i)}}))
+	}
+	inflight, queued := e.Held()
+	require.Equal(t, [2]int{2, total - 2}, [2]int{inflight, queued})
+	require.Empty(t, st.pids(), "nothing stored while the session has no expiry")
+
+	// Clean start 0, session expiry 300 s, Receive Maximum 16.
+	nc := rawConnect(t, addr, packet(0x10, str("MQTT"), []byte{5, 0x00, 0, 60, 8, 0x11, 0, 0, 1, 44, 0x21, 0, 16}, str("dev")))
+	require.Len(t, st.pids(), total, "everything the session holds, stored with its identifier")
+	require.NotContains(t, st.pids(), uint16(0))
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(5*time.Second)))
+	seen := map[uint16]bool{}
+	for next := 0; next < total; next++ {
+		typ, body := readFrame(t, nc)
+		require.Equal(t, byte(0x30), typ>>4<<4, "PUBLISH")
+		tl := int(body[0])<<8 | int(body[1])
+		pid := uint16(body[2+tl])<<8 | uint16(body[3+tl])
+		require.Contains(t, st.pids(), pid, "sent with the identifier it was stored with")
+		require.False(t, seen[pid])
+		seen[pid] = true
+		props := int(body[4+tl]) // a one-byte length here
+		require.Equal(t, []byte{byte(next)}, body[5+tl+props:], "in order")
+		_, err := nc.Write([]byte{0x40, 2, byte(pid >> 8), byte(pid)})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return len(st.pids()) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"each acknowledged message leaves the store")
+}
