@@ -270,12 +270,21 @@ func (c *Client) call(ctx context.Context, op wire.Op, payload []byte) ([]byte, 
 // called if start returns an error). flags may ask for no reply, in which
 // case done is called once the frame is queued.
 func (c *Client) start(ctx context.Context, op wire.Op, payload []byte, flags byte, done func(result)) error {
+	_, _, err := c.send(ctx, op, payload, flags, nil, done)
+	return err
+}
+
+// send is start that also takes more, which, if not nil, gets the answers
+// flagged FlagMore that come before the last (a streaming request), on the
+// session's reader (it must not block); and returns the session and the
+// request's ID, with which the caller may cancel it (session.cancelCall).
+func (c *Client) send(ctx context.Context, op wire.Op, payload []byte, flags byte, more, done func(result)) (*session, uint64, error) {
 	select {
 	case c.slot <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, 0, ctx.Err()
 	case <-c.ctx.Done():
-		return ErrClosed
+		return nil, 0, ErrClosed
 	}
 	release := func(r result) {
 		<-c.slot
@@ -284,13 +293,13 @@ func (c *Client) start(ctx context.Context, op wire.Op, payload []byte, flags by
 	s, err := c.session(ctx)
 	if err != nil {
 		<-c.slot
-		return err
+		return nil, 0, err
 	}
 	id := c.nextID.Add(1)
 	if flags&wire.FlagNoReply == 0 {
-		if !s.register(id, release) {
+		if !s.register(id, &call{done: release, more: more}) {
 			<-c.slot
-			return fmt.Errorf("%w: %v", ErrConnLost, s.err)
+			return nil, 0, fmt.Errorf("%w: %v", ErrConnLost, s.err)
 		}
 	}
 	f := wire.Frame{Op: op, Flags: flags, ID: id, Payload: payload}
@@ -299,21 +308,21 @@ func (c *Client) start(ctx context.Context, op wire.Op, payload []byte, flags by
 	case <-s.done:
 		if flags&wire.FlagNoReply != 0 {
 			<-c.slot
-			return fmt.Errorf("%w: %v", ErrConnLost, s.err)
+			return nil, 0, fmt.Errorf("%w: %v", ErrConnLost, s.err)
 		}
-		return nil // the session's shutdown answers the registered call
+		return s, id, nil // the session's shutdown answers the registered call
 	case <-ctx.Done():
 		if flags&wire.FlagNoReply != 0 {
 			<-c.slot
-			return ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 		s.cancelCall(id)
-		return ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	if flags&wire.FlagNoReply != 0 {
 		release(result{})
 	}
-	return nil
+	return s, id, nil
 }
 
 // callJSON marshals req, calls op and unmarshals the response into resp (if
@@ -345,7 +354,7 @@ type session struct {
 	err  error
 
 	mu      sync.Mutex
-	pending map[uint64]func(result)
+	pending map[uint64]*call
 	ended   bool
 	once    sync.Once
 }
@@ -399,7 +408,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("hello reply: %w", err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	s := &session{c: c, nc: nc, out: make(chan wire.Frame, c.opts.MaxInflight), done: make(chan struct{}), pending: map[uint64]func(result){}}
+	s := &session{c: c, nc: nc, out: make(chan wire.Frame, c.opts.MaxInflight), done: make(chan struct{}), pending: map[uint64]*call{}}
 	keepalive := time.Duration(reply.KeepaliveMS) * time.Millisecond
 	if keepalive <= 0 {
 		keepalive = 30 * time.Second
@@ -410,24 +419,30 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-func (s *session) register(id uint64, done func(result)) bool {
+// call is a request waiting for its answer.
+type call struct {
+	done func(result) // the last answer, or the error that ends the call
+	more func(result) // answers before the last (FlagMore); nil: none expected
+}
+
+func (s *session) register(id uint64, cl *call) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
 		return false
 	}
-	s.pending[id] = done
+	s.pending[id] = cl
 	return true
 }
 
 // cancelCall forgets a call whose caller gave up; its answer is dropped.
 func (s *session) cancelCall(id uint64) {
 	s.mu.Lock()
-	done := s.pending[id]
+	cl := s.pending[id]
 	delete(s.pending, id)
 	s.mu.Unlock()
-	if done != nil {
-		done(result{err: context.Canceled})
+	if cl != nil {
+		cl.done(result{err: context.Canceled})
 	}
 }
 
@@ -447,10 +462,17 @@ func (s *session) readLoop() {
 			continue
 		}
 		s.mu.Lock()
-		done := s.pending[f.ID]
-		delete(s.pending, f.ID)
+		cl := s.pending[f.ID]
+		more := cl != nil && cl.more != nil && f.Flags&(wire.FlagMore|wire.FlagError) == wire.FlagMore
+		if !more {
+			delete(s.pending, f.ID)
+		}
 		s.mu.Unlock()
-		if done == nil {
+		if more {
+			cl.more(result{payload: f.Payload})
+			continue
+		}
+		if cl == nil {
 			if f.Flags&wire.FlagError != 0 && f.ID == 0 {
 				s.shutdown(wire.DecodeError(f.Payload))
 				return
@@ -458,9 +480,9 @@ func (s *session) readLoop() {
 			continue
 		}
 		if f.Flags&wire.FlagError != 0 {
-			done(result{err: wire.DecodeError(f.Payload)})
+			cl.done(result{err: wire.DecodeError(f.Payload)})
 		} else {
-			done(result{payload: f.Payload})
+			cl.done(result{payload: f.Payload})
 		}
 	}
 }
@@ -527,8 +549,8 @@ func (s *session) shutdown(cause error) {
 		if !errors.Is(cause, ErrClosed) {
 			err = fmt.Errorf("%w: %v", ErrConnLost, cause)
 		}
-		for _, done := range pending {
-			done(result{err: err})
+		for _, cl := range pending {
+			cl.done(result{err: err})
 		}
 	})
 }

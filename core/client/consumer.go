@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -40,13 +41,19 @@ func (c *Client) NewPushConsumer(opts consumer.Options) (*consumer.PushConsumer,
 	if opts.ClientID == "" {
 		opts.ClientID = c.opts.ClientID
 	}
-	return consumer.NewPushConsumer(remoteGroups{c}, remoteRetry{c}, opts)
+	return consumer.NewPushConsumer(&remoteGroups{c: c, streams: map[streamKey]*pullStream{}}, remoteRetry{c}, opts)
 }
 
-// remoteGroups implements consumer.Coordinator over the wire.
-type remoteGroups struct{ c *Client }
+// remoteGroups implements consumer.Coordinator over the wire. Its long
+// polls are streams (pullstream.go).
+type remoteGroups struct {
+	c *Client
 
-func (r remoteGroups) Heartbeat(ctx context.Context, req group.HeartbeatRequest) (group.Assignment, error) {
+	mu      sync.Mutex
+	streams map[streamKey]*pullStream
+}
+
+func (r *remoteGroups) Heartbeat(ctx context.Context, req group.HeartbeatRequest) (group.Assignment, error) {
 	w := wire.HeartbeatReq{Group: req.Group, ClientID: req.ClientID, Mode: string(req.Mode), From: string(req.From)}
 	if !req.FromTime.IsZero() {
 		w.FromTimeMS = req.FromTime.UnixMilli()
@@ -65,7 +72,8 @@ func (r remoteGroups) Heartbeat(ctx context.Context, req group.HeartbeatRequest)
 	return out, nil
 }
 
-func (r remoteGroups) Pull(ctx context.Context, req group.PullRequest) (group.PullResult, error) {
+// pullOnce is a pull that is answered once (one that does not wait).
+func (r *remoteGroups) pullOnce(ctx context.Context, req group.PullRequest) (group.PullResult, error) {
 	b, err := jsonBytes(wire.GroupPullReq{Group: req.Group, ClientID: req.ClientID, Topic: req.Queue.Topic, Queue: req.Queue.Queue,
 		Offset: req.Offset, Max: req.Max, WaitMS: req.Wait.Milliseconds()})
 	if err != nil {
@@ -84,15 +92,17 @@ func (r remoteGroups) Pull(ctx context.Context, req group.PullRequest) (group.Pu
 	return group.PullResult{Messages: res.Messages, Offset: res.Offset, NextOffset: res.NextOffset, Reset: res.Reset, Range: res.Range}, nil
 }
 
-func (r remoteGroups) Commit(ctx context.Context, g, clientID string, ref group.QueueRef, offset int64) error {
+func (r *remoteGroups) Commit(ctx context.Context, g, clientID string, ref group.QueueRef, offset int64) error {
 	return r.c.callJSON(ctx, wire.OpCommit, wire.CommitReq{Group: g, ClientID: clientID, Topic: ref.Topic, Queue: ref.Queue, Offset: offset}, nil)
 }
 
-func (r remoteGroups) Release(ctx context.Context, g, clientID string, ref group.QueueRef) error {
+func (r *remoteGroups) Release(ctx context.Context, g, clientID string, ref group.QueueRef) error {
+	r.closeStream(streamKey{group: g, clientID: clientID, topic: ref.Topic, queue: ref.Queue})
 	return r.c.callJSON(ctx, wire.OpRelease, wire.CommitReq{Group: g, ClientID: clientID, Topic: ref.Topic, Queue: ref.Queue}, nil)
 }
 
-func (r remoteGroups) Leave(ctx context.Context, g, clientID string) error {
+func (r *remoteGroups) Leave(ctx context.Context, g, clientID string) error {
+	r.closeStreams(g, clientID)
 	return r.c.callJSON(ctx, wire.OpLeave, wire.CommitReq{Group: g, ClientID: clientID}, nil)
 }
 

@@ -204,6 +204,24 @@ func (c *conn) reply(f wire.Frame, payload []byte) {
 	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse, ID: f.ID, Payload: payload}, release: true}
 }
 
+// reserve takes an in-flight slot for a further answer to a streaming
+// request, if one is free: each queued response holds one, so out never
+// holds more than MaxInflight frames and sends to it never block.
+func (c *conn) reserve() bool {
+	select {
+	case c.inflight <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// replyMore queues an answer to request f that more answers follow, in the
+// slot reserve took.
+func (c *conn) replyMore(f wire.Frame, payload []byte) {
+	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse | wire.FlagMore, ID: f.ID, Payload: payload}, release: true}
+}
+
 // fail queues an error response to request f.
 func (c *conn) fail(f wire.Frame, err error) {
 	code := wire.CodeOf(err)

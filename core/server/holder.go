@@ -10,7 +10,8 @@ import (
 )
 
 // holder parks long polls that found nothing, without a goroutine each (as
-// RocketMQ's PullRequestHoldService does). Parked requests are grouped by
+// RocketMQ's PullRequestHoldService does); a streaming group pull stays
+// parked between its answers. Parked requests are grouped by
 // the topic they wait for; one goroutine per such topic retries its
 // requests when the engine announces messages of that topic, and answers
 // each with its empty result at its deadline. A topic's goroutine ends when
@@ -40,6 +41,12 @@ type held struct {
 	// try retries the request; ok means payload is the answer now.
 	try   func(ctx context.Context) (payload []byte, ok bool, err error)
 	empty []byte // the answer at the deadline
+	// more is set for a streaming pull and asked after each answer: goesOn
+	// keeps the poll parked (the answer goes out flagged FlagMore), with
+	// its deadline moved on by wait and empty as its answer at it; again
+	// means it has more to send already.
+	more func() (empty []byte, goesOn, again bool)
+	wait time.Duration
 }
 
 func newHolder(ctx context.Context, b core.Broker, wg *sync.WaitGroup) *holder {
@@ -105,6 +112,7 @@ func (h *holder) run(bk *bucket) {
 		}
 
 		now := time.Now()
+		again := false
 		for _, p := range batch {
 			if p.c.ctx.Err() != nil {
 				continue // the connection is gone
@@ -113,6 +121,15 @@ func (h *holder) run(bk *bucket) {
 			switch {
 			case err != nil:
 				p.c.fail(p.f, err)
+			case ok && p.more != nil:
+				if empty, goesOn, more := p.more(); goesOn && p.c.reserve() {
+					p.c.replyMore(p.f, payload)
+					p.empty, p.deadline = empty, now.Add(p.wait)
+					kept = append(kept, p)
+					again = again || more
+					continue
+				}
+				p.c.reply(p.f, payload) // its last answer
 			case ok:
 				p.c.reply(p.f, payload)
 			case !now.Before(p.deadline):
@@ -144,6 +161,10 @@ func (h *holder) run(bk *bucket) {
 		wait := time.Hour
 		if !next.IsZero() {
 			wait = max(time.Until(next), 0)
+		}
+		if again {
+			all = true // a stream has more to send already: try again at once
+			continue
 		}
 		timer.Reset(wait)
 		all = false

@@ -129,36 +129,7 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		if err := decode(f, &r); err != nil {
 			return nil, err
 		}
-		req := group.PullRequest{Group: r.Group, ClientID: r.ClientID, Queue: group.QueueRef{Topic: r.Topic, Queue: r.Queue}, Offset: r.Offset, Max: r.Max}
-		first, err := o.Groups.Pull(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		conv := func(p group.PullResult, reset bool, start int64) wire.PullResult {
-			return wire.PullResult{NextOffset: p.NextOffset, Offset: start, Range: p.Range, Reset: reset, Messages: p.Messages}
-		}
-		if len(first.Messages) > 0 || r.WaitMS <= 0 || (r.Offset >= 0 && first.NextOffset != r.Offset) {
-			return wire.EncodePull(conv(first, first.Reset, first.Offset))
-		}
-		empty, _ := wire.EncodePull(conv(first, first.Reset, first.Offset))
-		c.s.hold.park(r.Topic, &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
-			try: func(ctx context.Context) ([]byte, bool, error) {
-				req.Offset = first.NextOffset
-				p, err := o.Groups.Pull(ctx, req)
-				if err != nil {
-					return nil, false, err
-				}
-				if len(p.Messages) == 0 && p.NextOffset == first.NextOffset && !p.Reset {
-					return nil, false, nil
-				}
-				start := p.Offset
-				if first.Reset && !p.Reset {
-					start = first.Offset
-				}
-				b, err := wire.EncodePull(conv(p, p.Reset || first.Reset, start))
-				return b, err == nil, err
-			}})
-		return nil, errParked
+		return c.groupPull(f, r)
 
 	case wire.OpCommit, wire.OpRelease, wire.OpLeave:
 		var r wire.CommitReq

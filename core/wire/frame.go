@@ -26,7 +26,7 @@ const (
 	OpPull    Op = 0x20 // JSON {topic, queue, offset, max, wait_ms, tags} → binary pull result (no group)
 
 	OpHeartbeat   Op = 0x21 // JSON group.HeartbeatRequest → JSON assignment
-	OpGroupPull   Op = 0x22 // JSON {group, client_id, topic, queue, offset, max, wait_ms} → binary pull result
+	OpGroupPull   Op = 0x22 // JSON {group, client_id, topic, queue, offset, max, wait_ms, stream} → binary pull result (with stream: one or more, FlagMore on all but the last)
 	OpCommit      Op = 0x23 // JSON {group, client_id, topic, queue, offset} → empty
 	OpRelease     Op = 0x24 // JSON {group, client_id, topic, queue} → empty
 	OpLeave       Op = 0x25 // JSON {group, client_id} → empty
@@ -61,6 +61,9 @@ const (
 	FlagError    byte = 0x02
 	FlagPush     byte = 0x04
 	FlagNoReply  byte = 0x08
+	// FlagMore marks a response after which more responses to the same
+	// request follow (a streaming OpGroupPull); the last one has it clear.
+	FlagMore byte = 0x10
 )
 
 // Frame is one protocol frame.

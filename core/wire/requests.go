@@ -71,6 +71,17 @@ type Assignment struct {
 
 // GroupPullReq pulls a queue for a group member (OpGroupPull). Offset -1
 // starts from the group's committed offset.
+//
+// With Stream (and a wait), the request does not end with its first
+// answer: the server sends the messages as they arrive, one answer per
+// arrival, each starting where the one before ended and each but the last
+// flagged FlagMore, until it has sent Max messages (Max answers at most,
+// since a tag filter can move the offset without a message), an answer
+// finds nothing within the wait, or an error ends it. It is one request's
+// worth of messages, delivered without waiting for all of them: at one
+// message per arrival a consumer sends one request per Max messages
+// instead of one per message. A server that does not know the field
+// answers once.
 type GroupPullReq struct {
 	Group    string `json:"group"`
 	ClientID string `json:"client_id"`
@@ -79,6 +90,7 @@ type GroupPullReq struct {
 	Offset   int64  `json:"offset"`
 	Max      int    `json:"max,omitempty"`
 	WaitMS   int64  `json:"wait_ms,omitempty"`
+	Stream   bool   `json:"stream,omitempty"`
 }
 
 // CommitReq commits a member's progress (OpCommit); also OpRelease (offset

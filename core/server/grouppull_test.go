@@ -1,0 +1,161 @@
+package server_test
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/core/server"
+	"github.com/ferrymq/ferrymq/core/server/servertest"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// joinGroup makes the connection's client the only member of group g on
+// topic, so it holds every queue.
+func joinGroup(t *testing.T, nc net.Conn, g, topic string) {
+	t.Helper()
+	_, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpHeartbeat, ID: 9,
+		Payload: fmt.Appendf(nil, `{"group":%q,"client_id":"c1","subscriptions":[{"topic":%q}]}`, g, topic)}))
+	require.NoError(t, err)
+	f := readFrame(t, nc, 10*time.Second)
+	require.Equal(t, uint64(9), f.ID)
+	require.Zero(t, f.Flags&wire.FlagError, "heartbeat: %s", f.Payload)
+}
+
+func readFrame(t *testing.T, nc net.Conn, within time.Duration) wire.Frame {
+	t.Helper()
+	_ = nc.SetReadDeadline(time.Now().Add(within))
+	f, err := wire.ReadFrame(nc, 1<<20)
+	require.NoError(t, err)
+	return f
+}
+
+func streamPull(t *testing.T, nc net.Conn, id uint64, topic string, offset int64, max int, wait time.Duration) {
+	t.Helper()
+	_, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpGroupPull, ID: id,
+		Payload: fmt.Appendf(nil, `{"group":"g","client_id":"c1","topic":%q,"queue":0,"offset":%d,"max":%d,"wait_ms":%d,"stream":true}`,
+			topic, offset, max, wait.Milliseconds())}))
+	require.NoError(t, err)
+}
+
+// TestStreamingGroupPullSendsEachArrival: one streaming pull with Max 4
+// gets each of four messages produced one at a time as its own answer, in
+// order, FlagMore on all but the last; the stream then ends, so a fifth
+// message is not sent on it.
+func TestStreamingGroupPullSendsEachArrival(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("st", 1))
+	require.NoError(t, err)
+	nc := helloConn(t, env.Addr)
+	joinGroup(t, nc, "g", "st")
+	streamPull(t, nc, 20, "st", 0, 4, 30*time.Second)
+	for i := range 4 {
+		_, err := env.Store.Produce(t.Context(), coreMsg("st", fmt.Sprint(i)))
+		require.NoError(t, err)
+		f := readFrame(t, nc, 10*time.Second) // the stream waits 30 s: only an answer on arrival comes in time
+		require.Equal(t, uint64(20), f.ID)
+		require.Zero(t, f.Flags&wire.FlagError, "answer %d: %s", i, f.Payload)
+		require.Equal(t, i < 3, f.Flags&wire.FlagMore != 0, "answer %d: FlagMore on all but the last", i)
+		res, err := wire.DecodePull(f.Payload)
+		require.NoError(t, err)
+		require.Len(t, res.Messages, 1, "answer %d", i)
+		require.Equal(t, fmt.Sprint(i), string(res.Messages[0].Body))
+		require.Equal(t, int64(i), res.Offset)
+		require.Equal(t, int64(i+1), res.NextOffset)
+	}
+	_, err = env.Store.Produce(t.Context(), coreMsg("st", "4"))
+	require.NoError(t, err)
+	// The stream has ended: a ping is answered, and nothing of it before.
+	_, err = nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpPing, ID: 21}))
+	require.NoError(t, err)
+	require.Equal(t, uint64(21), readFrame(t, nc, 10*time.Second).ID)
+	_ = nc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	f, err := wire.ReadFrame(nc, 1<<20)
+	var ne net.Error
+	require.True(t, isTimeout(err, &ne), "nothing more on an ended stream; got frame %d %x", f.ID, f.Flags)
+}
+
+// TestStreamingGroupPullAnswersWhatIsThereAtOnce: messages already stored
+// go in the first answer (up to Max), and a backlog past one read's
+// worth is sent on without waiting for another arrival.
+func TestStreamingGroupPullAnswersWhatIsThereAtOnce(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("st", 1))
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := env.Store.Produce(t.Context(), coreMsg("st", fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	nc := helloConn(t, env.Addr)
+	joinGroup(t, nc, "g", "st")
+	streamPull(t, nc, 30, "st", 0, 10, 30*time.Second)
+	f := readFrame(t, nc, 10*time.Second)
+	require.Equal(t, uint64(30), f.ID)
+	require.NotZero(t, f.Flags&wire.FlagMore, "7 more may come")
+	res, err := wire.DecodePull(f.Payload)
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 3)
+	for i := 3; i < 10; i++ {
+		_, err := env.Store.Produce(t.Context(), coreMsg("st", fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	got := 3
+	for got < 10 {
+		f := readFrame(t, nc, 10*time.Second)
+		require.Equal(t, uint64(30), f.ID)
+		res, err := wire.DecodePull(f.Payload)
+		require.NoError(t, err)
+		require.NotEmpty(t, res.Messages)
+		require.Equal(t, int64(got), res.Offset)
+		got += len(res.Messages)
+		require.Equal(t, got < 10, f.Flags&wire.FlagMore != 0, "at %d", got)
+	}
+	require.Equal(t, 10, got)
+}
+
+// TestStreamingGroupPullEndsEmptyAtItsWait: after an answer the stream
+// waits its wait again; with nothing arriving its last answer is empty,
+// at the offset it reached.
+func TestStreamingGroupPullEndsEmptyAtItsWait(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("st", 1))
+	require.NoError(t, err)
+	nc := helloConn(t, env.Addr)
+	joinGroup(t, nc, "g", "st")
+	streamPull(t, nc, 40, "st", 0, 8, 400*time.Millisecond)
+	_, err = env.Store.Produce(t.Context(), coreMsg("st", "x"))
+	require.NoError(t, err)
+	f := readFrame(t, nc, 10*time.Second)
+	require.NotZero(t, f.Flags&wire.FlagMore)
+	f = readFrame(t, nc, 10*time.Second)
+	require.Equal(t, uint64(40), f.ID)
+	require.Zero(t, f.Flags&(wire.FlagMore|wire.FlagError))
+	res, err := wire.DecodePull(f.Payload)
+	require.NoError(t, err)
+	require.Empty(t, res.Messages)
+	require.Equal(t, int64(1), res.NextOffset)
+}
+
+// TestStreamingGroupPullWithinTheInflightBound: each further answer of a
+// stream needs an in-flight slot of its own. With MaxInflight 1 the
+// stream holds the only one, so its first answer is its last: the
+// connection never queues more responses than its bound.
+func TestStreamingGroupPullWithinTheInflightBound(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{Server: server.Options{MaxInflight: 1}})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("st", 1))
+	require.NoError(t, err)
+	nc := helloConn(t, env.Addr)
+	joinGroup(t, nc, "g", "st")
+	streamPull(t, nc, 50, "st", 0, 8, 30*time.Second)
+	_, err = env.Store.Produce(t.Context(), coreMsg("st", "x"))
+	require.NoError(t, err)
+	f := readFrame(t, nc, 10*time.Second)
+	require.Equal(t, uint64(50), f.ID)
+	require.Zero(t, f.Flags&(wire.FlagMore|wire.FlagError), "no slot for a further answer: this one is the last")
+	res, err := wire.DecodePull(f.Payload)
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+}
