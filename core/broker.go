@@ -85,6 +85,15 @@ type Broker interface {
 	Close() error
 }
 
+// QueueHeads is implemented by an engine that can tell cheaply, without a
+// read, where a queue ends. A long-poller whose topic had an arrival uses it
+// to skip re-reading the queues the arrival did not touch.
+type QueueHeads interface {
+	// QueueHead returns one past the last readable offset of the queue; ok
+	// is false for a queue the engine does not know.
+	QueueHead(topic string, queue int) (head int64, ok bool)
+}
+
 // TopicConfig is how a topic is created.
 type TopicConfig struct {
 	Name string

@@ -309,6 +309,15 @@ type broker struct {
 	s *Service
 }
 
+// QueueHead implements core.QueueHeads when the engine does (ok false
+// otherwise): delayed messages change no queue's head until they are due.
+func (b *broker) QueueHead(topic string, queue int) (int64, bool) {
+	if h, ok := b.Broker.(core.QueueHeads); ok {
+		return h.QueueHead(topic, queue)
+	}
+	return 0, false
+}
+
 func (b *broker) Produce(ctx context.Context, m *core.Message) (core.SendResult, error) {
 	if !delayed(m) {
 		return b.Broker.Produce(ctx, m)

@@ -44,6 +44,15 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 	if stream {
 		p.more = s.more
 	}
+	if heads, ok := o.Broker.(core.QueueHeads); ok {
+		// The coordinator reads the server's broker: its offsets are the
+		// queue's own, so a queue that ends where the poll stands has
+		// nothing for it.
+		p.idle = func() bool {
+			head, ok := heads.QueueHead(r.Topic, r.Queue)
+			return ok && s.req.Offset >= 0 && head <= s.req.Offset
+		}
+	}
 	if moved {
 		payload, err := wire.EncodePull(pullAnswer(first, first.Reset, first.Offset))
 		if err != nil {

@@ -1,15 +1,19 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/server/servertest"
+	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
 
@@ -158,4 +162,56 @@ func TestStreamingGroupPullWithinTheInflightBound(t *testing.T) {
 	res, err := wire.DecodePull(f.Payload)
 	require.NoError(t, err)
 	require.Len(t, res.Messages, 1)
+}
+
+// countingStore is the store, counting the reads made through it.
+type countingStore struct {
+	*store.Store
+	reads atomic.Int64
+}
+
+func (c *countingStore) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult, error) {
+	c.reads.Add(1)
+	return c.Store.Read(ctx, req)
+}
+
+// TestArrivalRereadsOnlyItsQueue: with a stream parked on each of 8
+// queues, a message on one queue is read for that queue's stream alone,
+// not for all 8 (the holder asks the store where each queue ends before
+// reading it again).
+func TestArrivalRereadsOnlyItsQueue(t *testing.T) {
+	const queues, n = 8, 40
+	var cs *countingStore
+	env := servertest.Start(t, servertest.Options{GroupsBroker: func(st *store.Store) core.Broker {
+		cs = &countingStore{Store: st}
+		return cs
+	}})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("lp", queues))
+	require.NoError(t, err)
+	nc := helloConn(t, env.Addr)
+	joinGroup(t, nc, "g", "lp")
+	for q := range queues {
+		_, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpGroupPull, ID: uint64(100 + q),
+			Payload: fmt.Appendf(nil, `{"group":"g","client_id":"c1","topic":"lp","queue":%d,"offset":0,"max":%d,"wait_ms":30000,"stream":true}`, q, n)}))
+		require.NoError(t, err)
+	}
+	// Each stream's first read (by its handler) finds nothing; the holder
+	// does not read again what ends where the stream stands.
+	require.Eventually(t, func() bool { return cs.reads.Load() >= queues }, 10*time.Second, 5*time.Millisecond)
+	before := cs.reads.Load()
+	keys := core.QueueKeys(queues)
+	for i := range n {
+		q := (i * 3) % queues
+		_, err := env.Store.Produce(t.Context(), &core.Message{Topic: "lp", ShardingKey: keys[q], Body: fmt.Append(nil, i)})
+		require.NoError(t, err)
+		f := readFrame(t, nc, 10*time.Second)
+		require.Equal(t, uint64(100+q), f.ID, "message %d", i)
+		res, err := wire.DecodePull(f.Payload)
+		require.NoError(t, err)
+		require.Len(t, res.Messages, 1)
+	}
+	reads := cs.reads.Load() - before
+	// One read per message, and one more where a try races the next
+	// message; every parked stream per message (8 × 40) without the check.
+	require.LessOrEqual(t, reads, int64(2*n), "%d reads for %d messages on %d queues", reads, n, queues)
 }

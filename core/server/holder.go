@@ -47,6 +47,10 @@ type held struct {
 	// means it has more to send already.
 	more func() (empty []byte, goesOn, again bool)
 	wait time.Duration
+	// idle, if set, says cheaply that a try now would find nothing (its
+	// queue ends where the poll stands): an arrival of the topic on
+	// another queue then skips it.
+	idle func() bool
 }
 
 func newHolder(ctx context.Context, b core.Broker, wg *sync.WaitGroup) *holder {
@@ -116,6 +120,10 @@ func (h *holder) run(bk *bucket) {
 		for _, p := range batch {
 			if p.c.ctx.Err() != nil {
 				continue // the connection is gone
+			}
+			if p.idle != nil && now.Before(p.deadline) && p.idle() {
+				kept = append(kept, p)
+				continue
 			}
 			payload, ok, err := p.try(p.c.ctx)
 			switch {

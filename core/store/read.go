@@ -82,6 +82,15 @@ func (s *Store) queue(topicName string, q int) (*consumeQueue, error) {
 	return t.queues[q], nil
 }
 
+// QueueHead implements core.QueueHeads: an atomic load, after a map lookup.
+func (s *Store) QueueHead(topicName string, queue int) (int64, bool) {
+	cq, err := s.queue(topicName, queue)
+	if err != nil {
+		return 0, false
+	}
+	return cq.max.Load(), true
+}
+
 // Read implements core.Broker.
 func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult, error) {
 	var res core.ReadResult

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/pop"
@@ -55,6 +56,9 @@ type Options struct {
 	// delay services and the server (Env.Trace); it is closed after them,
 	// before the store.
 	Trace *trace.Options
+	// GroupsBroker, when set, is what the group coordinator reads instead
+	// of the store itself (a test wraps the store to count its reads).
+	GroupsBroker func(*store.Store) core.Broker
 }
 
 // Start runs a server until the test ends (or Stop).
@@ -75,7 +79,11 @@ func Start(t testing.TB, o Options) *Env {
 		require.NoError(t, err)
 		rec.Start()
 	}
-	gc, err := group.New(st, group.Options{HeartbeatTimeout: 500 * time.Millisecond, CheckInterval: 25 * time.Millisecond, Trace: rec})
+	var gb core.Broker = st
+	if o.GroupsBroker != nil {
+		gb = o.GroupsBroker(st)
+	}
+	gc, err := group.New(gb, group.Options{HeartbeatTimeout: 500 * time.Millisecond, CheckInterval: 25 * time.Millisecond, Trace: rec})
 	require.NoError(t, err)
 	gc.Start()
 	rs, err := retry.New(st, retry.Options{Schedule: []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}, Trace: rec})
