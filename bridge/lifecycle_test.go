@@ -3,7 +3,6 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/brokertest"
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/server/servertest"
 	"github.com/ferrymq/ferrymq/core/store"
@@ -24,36 +24,9 @@ import (
 // waiter) has ended when the tests end.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// read reads every message of topic from the store, queue by queue; none
-// if the topic does not exist yet.
-func read(ctx context.Context, st *store.Store, topic string) ([]*core.StoredMessage, error) {
-	info, err := st.Topic(ctx, topic)
-	if errors.Is(err, core.ErrTopicNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []*core.StoredMessage
-	for q := range info.Queues {
-		for off := int64(0); ; {
-			res, err := st.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256})
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, res.Messages...)
-			if res.NextOffset == off {
-				break
-			}
-			off = res.NextOffset
-		}
-	}
-	return out, nil
-}
-
 func readAll(t testing.TB, st *store.Store, topic string) []*core.StoredMessage {
 	t.Helper()
-	msgs, err := read(t.Context(), st, topic)
+	msgs, err := brokertest.ReadTopic(t.Context(), st, topic)
 	require.NoError(t, err)
 	return msgs
 }
@@ -154,7 +127,7 @@ func hookLifecycle(t *testing.T, st *store.Store, o bridge.Options) {
 		t.Fatal("the command never reached the device")
 	}
 	require.Eventually(t, func() bool {
-		rs, err := read(t.Context(), st, bridge.DefaultReceiptsTopic)
+		rs, err := brokertest.ReadTopic(t.Context(), st, bridge.DefaultReceiptsTopic)
 		for _, r := range rs {
 			var rc bridge.Receipt
 			if json.Unmarshal(r.Body, &rc) == nil && rc.MessageID == id {

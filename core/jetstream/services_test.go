@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/brokertest"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/jetstream"
@@ -110,30 +111,7 @@ func readTopic(t *testing.T, b core.Broker, topic string) []*core.StoredMessage 
 // readTopicErr is readTopic for a poll's condition, which runs on a
 // goroutine of its own and must not stop the test.
 func readTopicErr(b core.Broker, topic string) ([]*core.StoredMessage, error) {
-	ctx := context.Background()
-	info, err := b.Topic(ctx, topic)
-	if errors.Is(err, core.ErrTopicNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []*core.StoredMessage
-	for q := range info.Queues {
-		off := info.Ranges[q].Min
-		for {
-			res, err := b.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256})
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, res.Messages...)
-			if res.NextOffset == off {
-				break
-			}
-			off = res.NextOffset
-		}
-	}
-	return out, nil
+	return brokertest.ReadTopic(context.Background(), b, topic)
 }
 
 // topicHoldsMore reports whether topic holds more than n messages (false

@@ -37,6 +37,18 @@ func readFrame(t *testing.T, nc net.Conn, within time.Duration) wire.Frame {
 	return f
 }
 
+// readPull reads the next frame, which must answer request id without
+// an error, and decodes its pull result.
+func readPull(t *testing.T, nc net.Conn, id uint64) (wire.Frame, wire.PullResult) {
+	t.Helper()
+	f := readFrame(t, nc, 10*time.Second)
+	require.Equal(t, id, f.ID)
+	require.Zero(t, f.Flags&wire.FlagError, "%s", f.Payload)
+	res, err := wire.DecodePull(f.Payload)
+	require.NoError(t, err)
+	return f, res
+}
+
 func streamPull(t *testing.T, nc net.Conn, id uint64, topic string, offset int64, max int, wait time.Duration) {
 	t.Helper()
 	_, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpGroupPull, ID: id,
@@ -59,12 +71,8 @@ func TestStreamingGroupPullSendsEachArrival(t *testing.T) {
 	for i := range 4 {
 		_, err := env.Store.Produce(t.Context(), coreMsg("st", fmt.Sprint(i)))
 		require.NoError(t, err)
-		f := readFrame(t, nc, 10*time.Second) // the stream waits 30 s: only an answer on arrival comes in time
-		require.Equal(t, uint64(20), f.ID)
-		require.Zero(t, f.Flags&wire.FlagError, "answer %d: %s", i, f.Payload)
+		f, res := readPull(t, nc, 20) // the stream waits 30 s: only an answer on arrival comes in time
 		require.Equal(t, i < 3, f.Flags&wire.FlagMore != 0, "answer %d: FlagMore on all but the last", i)
-		res, err := wire.DecodePull(f.Payload)
-		require.NoError(t, err)
 		require.Len(t, res.Messages, 1, "answer %d", i)
 		require.Equal(t, fmt.Sprint(i), string(res.Messages[0].Body))
 		require.Equal(t, int64(i), res.Offset)
@@ -96,11 +104,8 @@ func TestStreamingGroupPullAnswersWhatIsThereAtOnce(t *testing.T) {
 	nc := helloConn(t, env.Addr)
 	joinGroup(t, nc, "g", "st")
 	streamPull(t, nc, 30, "st", 0, 10, 30*time.Second)
-	f := readFrame(t, nc, 10*time.Second)
-	require.Equal(t, uint64(30), f.ID)
+	f, res := readPull(t, nc, 30)
 	require.NotZero(t, f.Flags&wire.FlagMore, "7 more may come")
-	res, err := wire.DecodePull(f.Payload)
-	require.NoError(t, err)
 	require.Len(t, res.Messages, 3)
 	for i := 3; i < 10; i++ {
 		_, err := env.Store.Produce(t.Context(), coreMsg("st", fmt.Sprint(i)))
@@ -108,10 +113,7 @@ func TestStreamingGroupPullAnswersWhatIsThereAtOnce(t *testing.T) {
 	}
 	got := 3
 	for got < 10 {
-		f := readFrame(t, nc, 10*time.Second)
-		require.Equal(t, uint64(30), f.ID)
-		res, err := wire.DecodePull(f.Payload)
-		require.NoError(t, err)
+		f, res := readPull(t, nc, 30)
 		require.NotEmpty(t, res.Messages)
 		require.Equal(t, int64(got), res.Offset)
 		got += len(res.Messages)
@@ -132,13 +134,10 @@ func TestStreamingGroupPullEndsEmptyAtItsWait(t *testing.T) {
 	streamPull(t, nc, 40, "st", 0, 8, 400*time.Millisecond)
 	_, err = env.Store.Produce(t.Context(), coreMsg("st", "x"))
 	require.NoError(t, err)
-	f := readFrame(t, nc, 10*time.Second)
+	f, _ := readPull(t, nc, 40)
 	require.NotZero(t, f.Flags&wire.FlagMore)
-	f = readFrame(t, nc, 10*time.Second)
-	require.Equal(t, uint64(40), f.ID)
-	require.Zero(t, f.Flags&(wire.FlagMore|wire.FlagError))
-	res, err := wire.DecodePull(f.Payload)
-	require.NoError(t, err)
+	f, res := readPull(t, nc, 40)
+	require.Zero(t, f.Flags&wire.FlagMore)
 	require.Empty(t, res.Messages)
 	require.Equal(t, int64(1), res.NextOffset)
 }
@@ -156,11 +155,8 @@ func TestStreamingGroupPullWithinTheInflightBound(t *testing.T) {
 	streamPull(t, nc, 50, "st", 0, 8, 30*time.Second)
 	_, err = env.Store.Produce(t.Context(), coreMsg("st", "x"))
 	require.NoError(t, err)
-	f := readFrame(t, nc, 10*time.Second)
-	require.Equal(t, uint64(50), f.ID)
-	require.Zero(t, f.Flags&(wire.FlagMore|wire.FlagError), "no slot for a further answer: this one is the last")
-	res, err := wire.DecodePull(f.Payload)
-	require.NoError(t, err)
+	f, res := readPull(t, nc, 50)
+	require.Zero(t, f.Flags&wire.FlagMore, "no slot for a further answer: this one is the last")
 	require.Len(t, res.Messages, 1)
 }
 
@@ -204,10 +200,7 @@ func TestArrivalRereadsOnlyItsQueue(t *testing.T) {
 		q := (i * 3) % queues
 		_, err := env.Store.Produce(t.Context(), &core.Message{Topic: "lp", ShardingKey: keys[q], Body: fmt.Append(nil, i)})
 		require.NoError(t, err)
-		f := readFrame(t, nc, 10*time.Second)
-		require.Equal(t, uint64(100+q), f.ID, "message %d", i)
-		res, err := wire.DecodePull(f.Payload)
-		require.NoError(t, err)
+		_, res := readPull(t, nc, uint64(100+q))
 		require.Len(t, res.Messages, 1)
 	}
 	reads := cs.reads.Load() - before
