@@ -139,6 +139,8 @@ type topicState struct {
 }
 
 // Open connects to NATS and prepares the engine's bucket and index stream.
+// When JetStream does not answer the setup (a cluster still electing its
+// leaders) the error is ErrUnavailable and Open may be called again.
 func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
@@ -242,7 +244,7 @@ func (e *Engine) setup(ctx context.Context) error {
 		Replicas:    e.opts.Replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("jetstream: bucket %s: %w", e.opts.Bucket, err)
+		return setupErr("bucket "+e.opts.Bucket, err)
 	}
 	e.meta = kv
 	_, err = e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -256,9 +258,24 @@ func (e *Engine) setup(ctx context.Context) error {
 		Discard:     jetstream.DiscardOld,
 	})
 	if err != nil {
-		return fmt.Errorf("jetstream: stream %s: %w", keysStream, err)
+		return setupErr("stream "+keysStream, err)
 	}
 	return nil
+}
+
+// setupErr wraps a failed setup call: ErrUnavailable unless JetStream
+// answered with a refusal (a configuration to fix, JetStream not enabled),
+// so a caller may retry a cluster that is still electing its leaders — a
+// node's start does — and fail at once on the rest.
+func setupErr(what string, err error) error {
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, context.Canceled),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		errors.As(err, &api) && api.Code < 500:
+		return fmt.Errorf("jetstream: %s: %w", what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 }
 
 // Conn is the engine's NATS connection (shared by the session store).

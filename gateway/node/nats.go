@@ -31,14 +31,19 @@ func (n *Node) startNATS(ctx context.Context) error {
 	st := o.Store
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var err error
-	n.engine, err = jetstream.Open(ctx, jetstream.Options{
-		URLs: nc.URLs, Name: "ferrymq " + n.nodeName, CredsFile: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token,
-		TLS: nc.TLS, Replicas: nc.Replicas, DefaultQueues: st.DefaultQueues, DisableAutoCreate: st.DisableAutoCreate,
-		MaxAge: st.Retention, MaxBytes: st.MaxDiskBytes, MaxMessageBytes: st.MaxMessageBytes, Timeout: nc.Timeout, Logger: n.log,
+	// A cluster whose leaders are being elected (a restarted node, a killed
+	// stream leader) does not answer the engine's setup for a while: ride
+	// it out like the steps below, instead of exiting.
+	err := n.whileUnavailable(ctx, "engine nats", func() (err error) {
+		n.engine, err = jetstream.Open(ctx, jetstream.Options{
+			URLs: nc.URLs, Name: "ferrymq " + n.nodeName, CredsFile: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token,
+			TLS: nc.TLS, Replicas: nc.Replicas, DefaultQueues: st.DefaultQueues, DisableAutoCreate: st.DisableAutoCreate,
+			MaxAge: st.Retention, MaxBytes: st.MaxDiskBytes, MaxMessageBytes: st.MaxMessageBytes, Timeout: nc.Timeout, Logger: n.log,
+		})
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("engine nats: %w", err)
+		return err // it names the step
 	}
 	n.base = n.engine
 	var generated bool
