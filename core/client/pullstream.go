@@ -71,7 +71,7 @@ func (r *remoteGroups) Pull(ctx context.Context, req group.PullRequest) (group.P
 func (r *remoteGroups) openStream(ctx context.Context, k streamKey, req group.PullRequest) (*pullStream, error) {
 	max := req.Max
 	if max <= 0 {
-		max = 32 // the server's default
+		max = group.DefaultPullMax
 	}
 	b, err := jsonBytes(wire.GroupPullReq{Group: req.Group, ClientID: req.ClientID, Topic: req.Queue.Topic, Queue: req.Queue.Queue,
 		Offset: req.Offset, Max: req.Max, WaitMS: req.Wait.Milliseconds(), Stream: true})

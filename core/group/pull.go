@@ -11,6 +11,9 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 )
 
+// DefaultPullMax is how many messages a pull with no Max returns at most.
+const DefaultPullMax = 32
+
 // PullRequest asks for messages of one queue.
 type PullRequest struct {
 	Group, ClientID string
@@ -19,7 +22,7 @@ type PullRequest struct {
 	// coordinator to start from the group's committed offset (or the
 	// group's start position if it never committed).
 	Offset int64
-	// Max bounds the number of messages (0 means 32).
+	// Max bounds the number of messages (0 means DefaultPullMax).
 	Max int
 	// Wait bounds a long poll: with nothing to return, Pull waits up to
 	// Wait for messages to arrive. 0 returns at once.
@@ -83,7 +86,7 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 	}
 	maxN := req.Max
 	if maxN <= 0 {
-		maxN = 32
+		maxN = DefaultPullMax
 	}
 	deadline := time.Now().Add(req.Wait)
 	for {

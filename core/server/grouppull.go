@@ -9,10 +9,6 @@ import (
 	"github.com/ferrymq/ferrymq/core/wire"
 )
 
-// defaultPullMax is what a pull with no Max may return (the coordinator's
-// default).
-const defaultPullMax = 32
-
 // groupPull answers OpGroupPull. A pull that finds nothing and may wait is
 // parked; a streaming one (r.Stream) goes on after each answer that moved
 // it, parked again where that answer ended, until it has sent r.Max
@@ -36,7 +32,7 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 	}
 	s.left = r.Max
 	if s.left <= 0 {
-		s.left = defaultPullMax
+		s.left = group.DefaultPullMax
 	}
 	s.answers = s.left
 	s.req.Offset, s.rng = first.NextOffset, first.Range
