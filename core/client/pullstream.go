@@ -55,7 +55,9 @@ func (r *remoteGroups) Pull(ctx context.Context, req group.PullRequest) (group.P
 	r.mu.Lock()
 	st := r.streams[k]
 	r.mu.Unlock()
-	if st != nil && (st.next != req.Offset || st.ended && st.rest == nil) {
+	// take forgets a stream once its last answer is handed over, so a
+	// stream still here is open, or has a part of its last answer left.
+	if st != nil && st.next != req.Offset {
 		r.closeStream(k)
 		st = nil
 	}

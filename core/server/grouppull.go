@@ -46,7 +46,7 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 		// nothing for it.
 		p.idle = func() bool {
 			head, ok := heads.QueueHead(r.Topic, r.Queue)
-			return ok && s.req.Offset >= 0 && head <= s.req.Offset
+			return ok && head <= s.req.Offset
 		}
 	}
 	if moved {
