@@ -244,7 +244,7 @@ func (e *Engine) setup(ctx context.Context) error {
 		Replicas:    e.opts.Replicas,
 	})
 	if err != nil {
-		return setupErr("bucket "+e.opts.Bucket, err)
+		return e.setupErr("bucket "+e.opts.Bucket, err)
 	}
 	e.meta = kv
 	_, err = e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -258,24 +258,22 @@ func (e *Engine) setup(ctx context.Context) error {
 		Discard:     jetstream.DiscardOld,
 	})
 	if err != nil {
-		return setupErr("stream "+keysStream, err)
+		return e.setupErr("stream "+keysStream, err)
 	}
 	return nil
 }
 
-// setupErr wraps a failed setup call: ErrUnavailable unless JetStream
-// answered with a refusal (a configuration to fix, JetStream not enabled),
-// so a caller may retry a cluster that is still electing its leaders — a
-// node's start does — and fail at once on the rest.
-func setupErr(what string, err error) error {
+// setupErr wraps a failed setup call as unavailable does, unless
+// JetStream answered with a refusal (a configuration to fix, JetStream not
+// enabled): so a caller may retry a cluster that is still electing its
+// leaders — a node's start does — and fail at once on the rest.
+func (e *Engine) setupErr(what string, err error) error {
 	var api *jetstream.APIError
-	switch {
-	case errors.Is(err, context.Canceled),
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
-		errors.As(err, &api) && api.Code < 500:
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+		errors.As(err, &api) && api.Code < 500 {
 		return fmt.Errorf("jetstream: %s: %w", what, err)
 	}
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	return e.unavailable(what, err)
 }
 
 // Conn is the engine's NATS connection (shared by the session store).

@@ -17,6 +17,7 @@ import (
 // start retries; a refusal (a bad configuration, JetStream not enabled)
 // and a cancelled start are not, so it fails at once.
 func TestSetupErrTellsWaitingFromRefused(t *testing.T) {
+	var e Engine
 	waiting := []error{
 		context.DeadlineExceeded,
 		fmt.Errorf("create: %w", nats.ErrNoResponders),
@@ -24,8 +25,8 @@ func TestSetupErrTellsWaitingFromRefused(t *testing.T) {
 		&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
 	}
 	for _, err := range waiting {
-		require.ErrorIs(t, setupErr("bucket b", err), ErrUnavailable, "%v", err)
-		require.ErrorIs(t, setupErr("bucket b", err), err)
+		require.ErrorIs(t, e.setupErr("bucket b", err), ErrUnavailable, "%v", err)
+		require.ErrorIs(t, e.setupErr("bucket b", err), err)
 	}
 	refused := []error{
 		context.Canceled,
@@ -34,7 +35,7 @@ func TestSetupErrTellsWaitingFromRefused(t *testing.T) {
 		&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamNameInUse, Description: "stream name already in use with a different configuration"},
 	}
 	for _, err := range refused {
-		got := setupErr("stream s", err)
+		got := e.setupErr("stream s", err)
 		require.False(t, errors.Is(got, ErrUnavailable), "%v is a refusal", err)
 		require.ErrorIs(t, got, err)
 		require.Contains(t, got.Error(), "stream s")
