@@ -29,6 +29,18 @@ func joinGroup(t *testing.T, nc net.Conn, g, topic string) {
 	require.Zero(t, f.Flags&wire.FlagError, "heartbeat: %s", f.Payload)
 }
 
+// memberConn starts a server with o, creates topic with its queues and
+// returns a connection whose client is the only member of group "g" on it.
+func memberConn(t *testing.T, o servertest.Options, topic string, queues int) (*servertest.Env, net.Conn) {
+	t.Helper()
+	env := servertest.Start(t, o)
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic(topic, queues))
+	require.NoError(t, err)
+	nc := helloConn(t, env.Addr)
+	joinGroup(t, nc, "g", topic)
+	return env, nc
+}
+
 func readFrame(t *testing.T, nc net.Conn, within time.Duration) wire.Frame {
 	t.Helper()
 	_ = nc.SetReadDeadline(time.Now().Add(within))
@@ -62,11 +74,7 @@ func streamPull(t *testing.T, nc net.Conn, id uint64, topic string, offset int64
 // order, FlagMore on all but the last; the stream then ends, so a fifth
 // message is not sent on it.
 func TestStreamingGroupPullSendsEachArrival(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{})
-	_, err := env.Store.CreateTopic(t.Context(), coreTopic("st", 1))
-	require.NoError(t, err)
-	nc := helloConn(t, env.Addr)
-	joinGroup(t, nc, "g", "st")
+	env, nc := memberConn(t, servertest.Options{}, "st", 1)
 	streamPull(t, nc, 20, "st", 0, 4, 30*time.Second)
 	for i := range 4 {
 		_, err := env.Store.Produce(t.Context(), coreMsg("st", fmt.Sprint(i)))
@@ -78,7 +86,7 @@ func TestStreamingGroupPullSendsEachArrival(t *testing.T) {
 		require.Equal(t, int64(i), res.Offset)
 		require.Equal(t, int64(i+1), res.NextOffset)
 	}
-	_, err = env.Store.Produce(t.Context(), coreMsg("st", "4"))
+	_, err := env.Store.Produce(t.Context(), coreMsg("st", "4"))
 	require.NoError(t, err)
 	// The stream has ended: a ping is answered, and nothing of it before.
 	_, err = nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpPing, ID: 21}))
@@ -94,15 +102,11 @@ func TestStreamingGroupPullSendsEachArrival(t *testing.T) {
 // go in the first answer (up to Max), and a backlog past one read's
 // worth is sent on without waiting for another arrival.
 func TestStreamingGroupPullAnswersWhatIsThereAtOnce(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{})
-	_, err := env.Store.CreateTopic(t.Context(), coreTopic("st", 1))
-	require.NoError(t, err)
-	for i := range 3 {
+	env, nc := memberConn(t, servertest.Options{}, "st", 1)
+	for i := range 3 { // stored before the pull
 		_, err := env.Store.Produce(t.Context(), coreMsg("st", fmt.Sprint(i)))
 		require.NoError(t, err)
 	}
-	nc := helloConn(t, env.Addr)
-	joinGroup(t, nc, "g", "st")
 	streamPull(t, nc, 30, "st", 0, 10, 30*time.Second)
 	f, res := readPull(t, nc, 30)
 	require.NotZero(t, f.Flags&wire.FlagMore, "7 more may come")
@@ -126,13 +130,9 @@ func TestStreamingGroupPullAnswersWhatIsThereAtOnce(t *testing.T) {
 // waits its wait again; with nothing arriving its last answer is empty,
 // at the offset it reached.
 func TestStreamingGroupPullEndsEmptyAtItsWait(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{})
-	_, err := env.Store.CreateTopic(t.Context(), coreTopic("st", 1))
-	require.NoError(t, err)
-	nc := helloConn(t, env.Addr)
-	joinGroup(t, nc, "g", "st")
+	env, nc := memberConn(t, servertest.Options{}, "st", 1)
 	streamPull(t, nc, 40, "st", 0, 8, 400*time.Millisecond)
-	_, err = env.Store.Produce(t.Context(), coreMsg("st", "x"))
+	_, err := env.Store.Produce(t.Context(), coreMsg("st", "x"))
 	require.NoError(t, err)
 	f, _ := readPull(t, nc, 40)
 	require.NotZero(t, f.Flags&wire.FlagMore)
@@ -147,13 +147,9 @@ func TestStreamingGroupPullEndsEmptyAtItsWait(t *testing.T) {
 // stream holds the only one, so its first answer is its last: the
 // connection never queues more responses than its bound.
 func TestStreamingGroupPullWithinTheInflightBound(t *testing.T) {
-	env := servertest.Start(t, servertest.Options{Server: server.Options{MaxInflight: 1}})
-	_, err := env.Store.CreateTopic(t.Context(), coreTopic("st", 1))
-	require.NoError(t, err)
-	nc := helloConn(t, env.Addr)
-	joinGroup(t, nc, "g", "st")
+	env, nc := memberConn(t, servertest.Options{Server: server.Options{MaxInflight: 1}}, "st", 1)
 	streamPull(t, nc, 50, "st", 0, 8, 30*time.Second)
-	_, err = env.Store.Produce(t.Context(), coreMsg("st", "x"))
+	_, err := env.Store.Produce(t.Context(), coreMsg("st", "x"))
 	require.NoError(t, err)
 	f, res := readPull(t, nc, 50)
 	require.Zero(t, f.Flags&wire.FlagMore, "no slot for a further answer: this one is the last")
@@ -178,14 +174,10 @@ func (c *countingStore) Read(ctx context.Context, req core.ReadRequest) (core.Re
 func TestArrivalRereadsOnlyItsQueue(t *testing.T) {
 	const queues, n = 8, 40
 	var cs *countingStore
-	env := servertest.Start(t, servertest.Options{GroupsBroker: func(st *store.Store) core.Broker {
+	env, nc := memberConn(t, servertest.Options{GroupsBroker: func(st *store.Store) core.Broker {
 		cs = &countingStore{Store: st}
 		return cs
-	}})
-	_, err := env.Store.CreateTopic(t.Context(), coreTopic("lp", queues))
-	require.NoError(t, err)
-	nc := helloConn(t, env.Addr)
-	joinGroup(t, nc, "g", "lp")
+	}}, "lp", queues)
 	for q := range queues {
 		_, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpGroupPull, ID: uint64(100 + q),
 			Payload: fmt.Appendf(nil, `{"group":"g","client_id":"c1","topic":"lp","queue":%d,"offset":0,"max":%d,"wait_ms":30000,"stream":true}`, q, n)}))
