@@ -404,10 +404,12 @@ func TestWriteErrorsAreSticky(t *testing.T) {
 				good = append(good, r)
 			}
 			_, logEnd := s.cl.bounds()
+			require.NoError(t, s.Failure())
 
 			fsys.SetInject(c.inject)
 			_, err = s.Produce(ctx, msg("w", "", 10))
 			require.ErrorIs(t, err, core.ErrStoreFailed)
+			require.ErrorIs(t, s.Failure(), core.ErrStoreFailed, "Failure tells why writes are refused")
 			fsys.SetInject(nil)
 			// Sticky: the store refuses writes even though the fault is gone.
 			_, err = s.Produce(ctx, msg("w", "", 11))

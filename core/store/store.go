@@ -91,9 +91,10 @@ type Store struct {
 }
 
 type stats struct {
-	fsyncs   atomic.Int64
-	messages atomic.Int64
-	cycles   atomic.Int64
+	fsyncs     atomic.Int64
+	messages   atomic.Int64
+	cycles     atomic.Int64
+	fsyncTimes fsyncTimes
 }
 
 // Stats are counters since Open.
@@ -106,12 +107,30 @@ type Stats struct {
 	WriteCycles int64
 	// CommitLogBytes is the size of all commit-log segments on disk.
 	CommitLogBytes int64
+	// FsyncCounts counts commit-log fsyncs by duration: FsyncCounts[i] those
+	// that took at most FsyncBuckets[i] (and more than the bucket before),
+	// the last entry those beyond every bound. Not cumulative.
+	FsyncCounts []int64
+	// FsyncTime is the time all commit-log fsyncs took.
+	FsyncTime time.Duration
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
+	counts, sum := s.stats.fsyncTimes.snapshot()
 	return Stats{Messages: s.stats.messages.Load(), Fsyncs: s.stats.fsyncs.Load(), WriteCycles: s.stats.cycles.Load(),
-		CommitLogBytes: s.cl.diskBytes()}
+		CommitLogBytes: s.cl.diskBytes(), FsyncCounts: counts, FsyncTime: sum}
+}
+
+// Failure is the error that made the store refuse writes (it wraps
+// core.ErrStoreFailed and the write or fsync error behind it), nil while
+// it accepts them. Once set it stays until the store is opened again: after
+// a failed write or fsync nobody knows what the file holds, so only
+// recovery's scan may say (nats-server's filestore does the same).
+func (s *Store) Failure() error {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	return s.failErr
 }
 
 type topic struct {
@@ -770,7 +789,9 @@ func (s *Store) fsync() error {
 	}
 	seg, err := s.cl.active(0)
 	if err == nil {
+		start := time.Now()
 		err = seg.file.Sync()
+		s.stats.fsyncTimes.record(time.Since(start))
 	}
 	if err != nil {
 		return fmt.Errorf("fsync commit log: %w", err)

@@ -448,3 +448,22 @@ func TestBatchOverManyChunksReadsBack(t *testing.T) {
 	require.NoError(t, s.Close())
 	check(openT(t, dir, Options{FlushPolicy: FlushSync}))
 }
+
+// Every fsync lands in one bucket of Stats.FsyncCounts, and the sum of the
+// buckets is the number of fsyncs.
+func TestFsyncTimesCounted(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{FlushPolicy: FlushSync, DefaultQueues: 1})
+	for i := range 20 {
+		_, err := s.Produce(t.Context(), msg("f", "", i))
+		require.NoError(t, err)
+	}
+	st := s.Stats()
+	require.Len(t, st.FsyncCounts, len(FsyncBuckets)+1)
+	var n int64
+	for _, c := range st.FsyncCounts {
+		n += c
+	}
+	require.Positive(t, st.Fsyncs)
+	require.Equal(t, st.Fsyncs, n)
+	require.Positive(t, st.FsyncTime)
+}
