@@ -221,7 +221,9 @@ func TestRules(t *testing.T) {
 		c := newClock()
 		h := Histogram{Bounds: []float64{0.01, 0.1, 1}, Counts: []int64{0, 0, 0, 0}}
 		p := QuantileAbove(KindFsyncSlow, "commitlog", 0.99, 0.05, 20*time.Second, 10,
-			func(context.Context) (Histogram, error) { return Histogram{Bounds: h.Bounds, Counts: append([]int64(nil), h.Counts...)}, nil }, nil)
+			func(context.Context) (Histogram, error) {
+				return Histogram{Bounds: h.Bounds, Counts: append([]int64(nil), h.Counts...)}, nil
+			}, nil)
 		check := func() Reading {
 			rs, err := p.Check(t.Context(), c.Now())
 			require.NoError(t, err)
