@@ -612,3 +612,37 @@ func TestTraceDelivered(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, hops)
 }
+
+// Overdue reports how late the next copy to move on is: nothing while the
+// service keeps up, minutes while no service runs past a due time, nothing
+// again once one delivers it.
+func TestOverdue(t *testing.T) {
+	clock := &stoppedClock{}
+	start := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	clock.set(start)
+	dir := t.TempDir()
+	e := open(t, dir, clock, Options{})
+	ctx := t.Context()
+	_, err := e.b.Produce(ctx, &core.Message{Topic: "t", Body: []byte("x"), DeliverAt: start.Add(time.Minute)})
+	require.NoError(t, err)
+	late, err := e.svc.Overdue(ctx)
+	require.NoError(t, err)
+	require.Zero(t, late)
+
+	require.NoError(t, e.svc.Close())
+	e.svc = nil
+	svc, err := New(e.st, filepath.Join(dir, "delay"), Options{Clock: clock, PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	defer svc.Close()
+	clock.set(start.Add(10 * time.Minute))
+	late, err = svc.Overdue(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, late, 9*time.Minute, "due at +1m, nobody moved it, the clock at +10m")
+
+	svc.Start()
+	require.Eventually(t, func() bool {
+		late, err := svc.Overdue(ctx)
+		return err == nil && late == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, stored(t, e.st, "t"))
+}

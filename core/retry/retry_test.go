@@ -472,3 +472,27 @@ func TestCloseIsIdempotent(t *testing.T) {
 	require.NoError(t, s.Close())
 	s.Start() // after Close: starts nothing (goleak would tell)
 }
+
+// Backlog counts what waits for redelivery, over every level, and falls
+// as the schedulers deliver.
+func TestBacklog(t *testing.T) {
+	ctx := t.Context()
+	b := openStore(t, "")
+	s := newService(t, b, Options{Schedule: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}, MaxAttempts: 5,
+		PollInterval: 10 * time.Millisecond}, false)
+	for i := range 3 {
+		m := produceOne(t, b, "orders", "k", i)
+		m.ReconsumeCount = i % 2 // levels 0 and 1
+		_, err := s.SendBack(ctx, "g", m, "x")
+		require.NoError(t, err)
+	}
+	n, err := s.Backlog(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n, "not started: everything waits")
+	s.Start()
+	require.Eventually(t, func() bool {
+		n, err := s.Backlog(ctx)
+		return err == nil && n == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	waitQueue(t, b, RetryTopic("g"), 0, 3)
+}
