@@ -422,10 +422,13 @@ func (m *Monitor) announce(ctx context.Context, events []Event) {
 		h.enqueue(events)
 	}
 	if m.opts.Store != nil {
-		sctx, cancel := context.WithTimeout(ctx, m.opts.ProbeTimeout)
+		// Events already decided are stored even when Close comes now:
+		// Close waits for this, bounded by ProbeTimeout, and a restart
+		// then knows what was raised.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.ProbeTimeout)
 		err := m.opts.Store(sctx, events)
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
 			m.log.Error().Err(err).Int(fieldCount, len(events)).Msg("alarm events not stored in " + Topic)
 		}
 	}
