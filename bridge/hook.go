@@ -98,11 +98,13 @@ type Options struct {
 // Attach it to the engine before the engine starts, Start it after.
 type Hook struct {
 	opts Options
-	core Core
-	up   *Uplink
-	log  zerolog.Logger
-	m    *metrics
-	e    *engine.Engine
+	// presenceFailed counts presence events the core refused.
+	presenceFailed atomic.Int64
+	core           Core
+	up             *Uplink
+	log            zerolog.Logger
+	m              *metrics
+	e              *engine.Engine
 
 	// conns: *engine.Client → connSession, while connected and only when
 	// tracing is on: the connect session a traced publish names.

@@ -168,6 +168,10 @@ func (h *Hook) stopNotices() {
 
 const maxNoticeBatch = 256
 
+// PresenceFailures counts the presence events the core refused: lost
+// (ferrymq_presence_event_failures_total; the presence_dropping alarm).
+func (h *Hook) PresenceFailures() int64 { return h.presenceFailed.Load() }
+
 func (h *Hook) storeNotices(msgs []*core.Message) {
 	h.produces.Add(1)
 	h.core.ProduceAsync(msgs, func(_ []core.SendResult, err error) {
@@ -179,6 +183,9 @@ func (h *Hook) storeNotices(msgs []*core.Message) {
 			}
 			if err != nil {
 				failed.Inc()
+				if m.Topic == h.opts.EventsTopic {
+					h.presenceFailed.Add(1)
+				}
 			} else {
 				ok.Inc()
 			}

@@ -374,7 +374,11 @@ func TestRestoreFromTheTopic(t *testing.T) {
 	c.add(time.Minute)
 	rec := &recorder{}
 	m2 := newMonitor(t, Options{Now: c.Now, Node: "n1", ClearAfter: -1, Probes: probes(), Restore: log.Restore,
-		Store: func(ctx context.Context, es []Event) error { err := log.Store(ctx, es); _ = rec.store(ctx, es); return err }})
+		Store: func(ctx context.Context, es []Event) error {
+			err := log.Store(ctx, es)
+			_ = rec.store(ctx, es)
+			return err
+		}})
 	m2.Start()
 	require.Eventually(t, func() bool { return len(rec.all()) > 0 }, 5*time.Second, 5*time.Millisecond)
 	require.Equal(t, []string{"delay_overdue q cleared"}, states(rec.all()))

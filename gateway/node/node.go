@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -30,6 +31,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/admin"
+	"github.com/ferrymq/ferrymq/gateway/alarm"
 	"github.com/ferrymq/ferrymq/gateway/cluster"
 	"github.com/ferrymq/ferrymq/gateway/dashboard"
 	"github.com/ferrymq/ferrymq/session"
@@ -72,6 +74,9 @@ type Node struct {
 	httpAddr    net.Addr
 	httpCancel  context.CancelFunc // ends long polls in flight at shutdown
 	httpDone    chan struct{}
+	health      *health
+	alarms      *alarm.Monitor
+	services    atomic.Pointer[coreServices] // the current term's, for health and alarms
 }
 
 // New builds a node and starts it: when New returns, every listener is
@@ -271,6 +276,7 @@ func (n *Node) startCore() error {
 		n.core = nil
 		return fmt.Errorf("core server: %w", err)
 	}
+	n.services.Store(&coreServices{groups: n.groups, retry: n.retry, delay: n.delay})
 	if n.opts.OnCore != nil {
 		n.opts.OnCore(n.core.Addr())
 	}
@@ -363,6 +369,11 @@ func (n *Node) startHTTP() error {
 	}
 	if n.store != nil { // topics and group lag for /stats and the dashboard
 		so.Extra = statsExtra(n.broker, n.groups)
+		so.Checks = append(so.Checks, n.health.storeReady)
+	}
+	if m := n.alarms; m != nil {
+		h.Handle("GET /api/v1/alarms", requireToken(n.token, m.Handler()))
+		so.Extra = withAlarms(so.Extra, m)
 	}
 	h.Handle("/", n.gateway.StatsHandlerWith(so))
 	dash := dashboard.Handler(dashboard.Options{})
@@ -397,6 +408,9 @@ func (n *Node) startHTTP() error {
 // startGateway serves HTTP (if configured), then starts the MQTT
 // listeners.
 func (n *Node) startGateway() error {
+	if err := n.newAlarms(); err != nil {
+		return err
+	}
 	if n.opts.HTTPAddr != "" {
 		if err := n.startHTTP(); err != nil {
 			return err
@@ -404,6 +418,9 @@ func (n *Node) startGateway() error {
 	}
 	if err := n.gateway.Start(); err != nil {
 		return fmt.Errorf("start gateway: %w", err)
+	}
+	if n.alarms != nil {
+		n.alarms.Start()
 	}
 	return nil
 }
@@ -417,6 +434,10 @@ func (n *Node) startGateway() error {
 // Safe to call twice.
 func (n *Node) Shutdown(ctx context.Context) error {
 	var errs []error
+	if n.alarms != nil {
+		errs = append(errs, n.alarms.Close()) // its probes read everything below
+		n.alarms = nil
+	}
 	if n.gateway != nil {
 		errs = append(errs, n.gateway.Shutdown(ctx))
 		n.gateway = nil
@@ -484,6 +505,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 // stopCore stops what startCore and startDelay started, in reverse order.
 func (n *Node) stopCore(ctx context.Context) error {
+	n.services.Store(nil)
 	var errs []error
 	if n.core != nil {
 		errs = append(errs, n.core.Shutdown(ctx))

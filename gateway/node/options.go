@@ -117,6 +117,11 @@ type Options struct {
 	// and EngineNATS (every node sees every command), else the bridge's
 	// default.
 	Bridge bridge.Options
+	// Alarms raises and clears alarms (docs/operations.md, "Alarms"):
+	// events in alarm.Topic, GET /api/v1/alarms, /stats, the dashboard,
+	// ferrymq_alarm_active and webhooks. Nil: none (the metrics the
+	// Prometheus rules read are exported all the same).
+	Alarms *AlarmOptions
 	// Gateway holds the MQTT engine's limits. Listeners are those given
 	// here followed by MQTTAddr, WSAddr and TLS; hooks set here win over
 	// the node's (a test may wrap one); MaxQueued and MaxQueuedBytes
@@ -175,6 +180,10 @@ type AuthOptions struct {
 	MTLS      *auth.MTLSOptions
 	ACL       []auth.ACLRule
 	Quotas    *auth.QuotaConfig
+	// HMACExpires is when the HMAC secrets are due for rotation (they
+	// carry no date of their own); zero: never. The key_expiry alarm
+	// warns ahead of it.
+	HMACExpires time.Time
 }
 
 // StaticAuth is a credentials file, read again every Reload (default
@@ -189,6 +198,9 @@ type StaticAuth struct {
 type JWTAuth struct {
 	Options    auth.JWTOptions
 	PublicKeys string
+	// SecretExpires is when the HS256 secret is due for rotation; zero:
+	// never. (Public keys given as certificates expire with them.)
+	SecretExpires time.Time
 }
 
 // validate returns every problem of o, joined.
@@ -217,6 +229,11 @@ func (o *Options) validate() error {
 	}
 	if len(o.Gateway.Listeners) == 0 && o.MQTTAddr == "" && o.WSAddr == "" && len(o.TLS) == 0 {
 		bad("no mqtt listener: give an MQTT, WebSocket or TLS listener")
+	}
+	if o.Alarms != nil {
+		if err := o.Alarms.validate(); err != nil {
+			bad("alarms: %w", err)
+		}
 	}
 	return errors.Join(errs...)
 }

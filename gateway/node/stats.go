@@ -91,6 +91,29 @@ func topicRows(ctx context.Context, b core.Broker) ([]TopicStats, int, error) {
 }
 
 func groupRows(ctx context.Context, g *group.Coordinator) ([]GroupStats, int, error) {
+	rows, err := allGroupRows(ctx, g)
+	if err != nil {
+		return nil, 0, err
+	}
+	slices.SortStableFunc(rows, func(a, b GroupStats) int { return cmp.Compare(b.Lag, a.Lag) })
+	return rows[:min(len(rows), maxStatsGroups)], len(rows), nil
+}
+
+// topLag is up to n of rows, those with the most lag first.
+func topLag(rows map[string]GroupStats, n int) []GroupStats {
+	out := make([]GroupStats, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b GroupStats) int {
+		return cmp.Or(cmp.Compare(b.Lag, a.Lag), cmp.Compare(a.Group, b.Group), cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Member, b.Member))
+	})
+	return out[:min(len(out), n)]
+}
+
+// allGroupRows is every group's progress per topic (broadcast: per
+// member), in the coordinator's order.
+func allGroupRows(ctx context.Context, g *group.Coordinator) ([]GroupStats, error) {
 	rows := []GroupStats{}
 	for _, gi := range g.Groups() {
 		members := []string{""} // the group's own offsets
@@ -102,7 +125,7 @@ func groupRows(ctx context.Context, g *group.Coordinator) ([]GroupStats, int, er
 		}
 		for _, member := range members {
 			if err := ctx.Err(); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 			lags, err := g.Lag(ctx, gi.Name, member)
 			if err != nil {
@@ -111,8 +134,7 @@ func groupRows(ctx context.Context, g *group.Coordinator) ([]GroupStats, int, er
 			rows = append(rows, sumLags(gi, member, lags)...)
 		}
 	}
-	slices.SortStableFunc(rows, func(a, b GroupStats) int { return cmp.Compare(b.Lag, a.Lag) })
-	return rows[:min(len(rows), maxStatsGroups)], len(rows), nil
+	return rows, nil
 }
 
 // sumLags folds a group's per-queue lags (sorted by topic) into one row
