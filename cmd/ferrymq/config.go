@@ -12,6 +12,8 @@ import (
 
 	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/gateway/alarm"
+	"github.com/ferrymq/ferrymq/gateway/node"
 )
 
 // fileConfig is the YAML configuration file of `ferrymq serve --config`.
@@ -86,7 +88,80 @@ type fileConfig struct {
 	Engine string     `yaml:"engine"`
 	NATS   natsConfig `yaml:"nats"`
 	// GCPercent is the garbage collector target (serve --gc-percent).
-	GCPercent int `yaml:"gc_percent"`
+	GCPercent int          `yaml:"gc_percent"`
+	Alarms    alarmsConfig `yaml:"alarms"`
+}
+
+// alarmsConfig is the alarms' section (docs/operations.md, "Alarms").
+// Zero values mean node.AlarmOptions' defaults.
+type alarmsConfig struct {
+	// Enabled: absent or true runs the alarms; false none (the metrics
+	// Prometheus rules read stay).
+	Enabled    *bool    `yaml:"enabled"`
+	Interval   duration `yaml:"interval"`
+	ClearAfter duration `yaml:"clear_after"`
+	// Disabled lists kinds never raised (e.g. disconnect_rate).
+	Disabled            []string `yaml:"disabled"`
+	DiskUsage           float64  `yaml:"disk_usage"` // share of the filesystem, 0.85
+	FsyncP99            duration `yaml:"fsync_p99"`
+	FsyncWindow         duration `yaml:"fsync_window"`
+	FsyncMinCount       int64    `yaml:"fsync_min_count"`
+	GroupLag            int64    `yaml:"group_lag"`
+	GroupLagGrowing     duration `yaml:"group_lag_growing"`
+	RetryBacklogGrowing duration `yaml:"retry_backlog_growing"`
+	DeadLetterQuiet     duration `yaml:"dead_letter_quiet"`
+	DropQuiet           duration `yaml:"drop_quiet"`
+	DelayOverdue        duration `yaml:"delay_overdue"`
+	DisconnectRate      float64  `yaml:"disconnect_rate"` // per second
+	DisconnectWindow    duration `yaml:"disconnect_window"`
+	CertificateDays     int      `yaml:"certificate_expiry_days"`
+	KeyDays             int      `yaml:"key_expiry_days"`
+	Webhooks            []struct {
+		URL      string            `yaml:"url"`
+		Headers  map[string]string `yaml:"headers"` // e.g. Authorization; never logged
+		Timeout  duration          `yaml:"timeout"`
+		Attempts int               `yaml:"attempts"`
+		Queue    int               `yaml:"queue"`
+	} `yaml:"webhooks"`
+}
+
+// options converts the section; nil when the alarms are off.
+func (c alarmsConfig) options() *node.AlarmOptions {
+	if c.Enabled != nil && !*c.Enabled {
+		return nil
+	}
+	a := &node.AlarmOptions{Interval: time.Duration(c.Interval), ClearAfter: time.Duration(c.ClearAfter),
+		DiskUsage: c.DiskUsage, FsyncP99: time.Duration(c.FsyncP99), FsyncWindow: time.Duration(c.FsyncWindow),
+		FsyncMinCount: c.FsyncMinCount, GroupLag: c.GroupLag, GroupLagGrowing: time.Duration(c.GroupLagGrowing),
+		RetryBacklogGrowing: time.Duration(c.RetryBacklogGrowing), DeadLetterQuiet: time.Duration(c.DeadLetterQuiet),
+		DropQuiet: time.Duration(c.DropQuiet), DelayOverdue: time.Duration(c.DelayOverdue), DisconnectRate: c.DisconnectRate,
+		DisconnectWindow:  time.Duration(c.DisconnectWindow),
+		CertificateExpiry: time.Duration(c.CertificateDays) * 24 * time.Hour, KeyExpiry: time.Duration(c.KeyDays) * 24 * time.Hour}
+	for _, k := range c.Disabled {
+		a.Disabled = append(a.Disabled, alarm.Kind(k))
+	}
+	for _, w := range c.Webhooks {
+		a.Webhooks = append(a.Webhooks, alarm.Webhook{URL: w.URL, Headers: w.Headers, Timeout: time.Duration(w.Timeout),
+			Attempts: w.Attempts, Queue: w.Queue})
+	}
+	return a
+}
+
+// date is a day (2027-03-01) or an RFC 3339 time.
+type date time.Time
+
+func (d *date) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a date like 2027-03-01", n.Line)
+	}
+	for _, layout := range []string{time.DateOnly, time.RFC3339} {
+		if t, err := time.Parse(layout, s); err == nil {
+			*d = date(t)
+			return nil
+		}
+	}
+	return fmt.Errorf("line %d: bad date %q: want 2027-03-01 or 2027-03-01T00:00:00Z", n.Line, s)
 }
 
 // natsConfig is the JetStream engine's section (engine: nats).
@@ -126,6 +201,9 @@ type authConfig struct {
 		Products map[string]string `yaml:"products"` // product → secret
 		Devices  map[string]string `yaml:"devices"`  // "product:device" → secret
 		Skew     duration          `yaml:"skew"`
+		// Expires is when the secrets are due for rotation: the key_expiry
+		// alarm warns ahead of it.
+		Expires date `yaml:"expires"`
 	} `yaml:"hmac"`
 	JWT *struct {
 		Secret     string   `yaml:"secret"`
@@ -133,6 +211,8 @@ type authConfig struct {
 		Algorithms []string `yaml:"algorithms"`
 		Issuer     string   `yaml:"issuer"`
 		Audience   string   `yaml:"audience"`
+		// SecretExpires is when the HS256 secret is due for rotation.
+		SecretExpires date `yaml:"secret_expires"`
 	} `yaml:"jwt"`
 	MTLS *struct {
 		Field           string `yaml:"field"` // cn (default), dns, uri, email

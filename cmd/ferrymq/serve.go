@@ -351,6 +351,7 @@ func (o *serveOptions) nodeOptions(cfg fileConfig, out io.Writer, log *zerolog.L
 	if cfg.Auth != nil {
 		no.Auth = authOptions(cfg.Auth)
 	}
+	no.Alarms = cfg.Alarms.options()
 	return no, nil
 }
 
@@ -369,10 +370,11 @@ func authOptions(c *authConfig) *node.AuthOptions {
 			o.DeviceSecrets[k] = []byte(v)
 		}
 		a.HMAC = &o
+		a.HMACExpires = time.Time(c.HMAC.Expires)
 	}
 	if c.JWT != nil {
 		a.JWT = &node.JWTAuth{PublicKeys: c.JWT.PublicKeys, Options: auth.JWTOptions{Secret: []byte(c.JWT.Secret),
-			Algorithms: c.JWT.Algorithms, Issuer: c.JWT.Issuer, Audience: c.JWT.Audience}}
+			Algorithms: c.JWT.Algorithms, Issuer: c.JWT.Issuer, Audience: c.JWT.Audience}, SecretExpires: time.Time(c.JWT.SecretExpires)}
 	}
 	if c.MTLS != nil {
 		a.MTLS = &auth.MTLSOptions{Field: auth.CertField(c.MTLS.Field), RequireClientID: c.MTLS.RequireClientID}
