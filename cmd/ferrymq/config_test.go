@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -359,12 +358,12 @@ func TestConfigMaxQueuedMessages(t *testing.T) {
 	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
 	cfg, err := o.applyConfig(cmd)
 	require.NoError(t, err)
-	nopts, err := o.nodeOptions(cfg, io.Discard, &zerolog.Logger{})
+	nopts, err := o.nodeOptions(cfg, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 1000, nopts.Gateway.MaxQueuedOnline)
 	require.Equal(t, 1<<20, nopts.Gateway.MaxQueuedOnlineBytes)
 
-	nopts, err = o.nodeOptions(fileConfig{}, io.Discard, &zerolog.Logger{})
+	nopts, err = o.nodeOptions(fileConfig{}, io.Discard)
 	require.NoError(t, err)
 	require.Zero(t, nopts.Gateway.MaxQueuedOnline, "zero: the gateway's default")
 
