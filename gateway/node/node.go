@@ -72,6 +72,7 @@ type Node struct {
 	httpAddr    net.Addr
 	httpCancel  context.CancelFunc // ends long polls in flight at shutdown
 	httpDone    chan struct{}
+	httpMux     *routeMux // its patterns, for the test of docs/openapi.yaml
 }
 
 // New builds a node and starts it: when New returns, every listener is
@@ -358,7 +359,8 @@ func (n *Node) delayOptions() delay.Options {
 // startHTTP serves the HTTP API (produce and POP consume), the admin API,
 // the dashboard and the stats endpoint on Options.HTTPAddr.
 func (n *Node) startHTTP() error {
-	h := http.NewServeMux()
+	h := &routeMux{ServeMux: http.NewServeMux()}
+	n.httpMux = h
 	var so gateway.StatsOptions
 	if n.switches != nil { // engine nats: the core services follow the lease
 		standby, err := n.adminHandler(false)
