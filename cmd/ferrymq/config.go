@@ -90,6 +90,9 @@ type fileConfig struct {
 	// GCPercent is the garbage collector target (serve --gc-percent).
 	GCPercent int          `yaml:"gc_percent"`
 	Alarms    alarmsConfig `yaml:"alarms"`
+
+	// keys are the key paths the file gives (keyPaths), not a key itself.
+	keys []string
 }
 
 // alarmsConfig is the alarms' section (docs/operations.md, "Alarms").
@@ -233,20 +236,12 @@ type mqttConfig struct {
 		Path string  `yaml:"path"`
 	} `yaml:"ws"`
 	// TLS lists extra listeners with certificates (TLS and WSS).
-	TLS []struct {
-		Name     string `yaml:"name"`
-		Type     string `yaml:"type"` // tcp (MQTT over TLS) or ws (WSS)
-		Addr     string `yaml:"addr"`
-		Path     string `yaml:"path"`
-		Cert     string `yaml:"cert"`
-		Key      string `yaml:"key"`
-		ClientCA string `yaml:"client_ca"` // set: clients must present a certificate it signed (mTLS)
-	} `yaml:"tls"`
-	MaxPacketBytes   int      `yaml:"max_packet_bytes"`
-	ConnectTimeout   duration `yaml:"connect_timeout"`
-	MaxKeepalive     uint16   `yaml:"max_keepalive"`
-	WriteTimeout     duration `yaml:"write_timeout"`
-	MaxPendingWrites int      `yaml:"max_pending_writes"`
+	TLS              []tlsListenerConfig `yaml:"tls"`
+	MaxPacketBytes   int                 `yaml:"max_packet_bytes"`
+	ConnectTimeout   duration            `yaml:"connect_timeout"`
+	MaxKeepalive     uint16              `yaml:"max_keepalive"`
+	WriteTimeout     duration            `yaml:"write_timeout"`
+	MaxPendingWrites int                 `yaml:"max_pending_writes"`
 	// MaxQueuedMessages and MaxQueuedMessagesBytes bound the QoS 1/2
 	// messages queued for a connected client beyond its receive maximum
 	// (gateway.Options.MaxQueuedOnline, MaxQueuedOnlineBytes; defaults
@@ -265,6 +260,17 @@ type mqttConfig struct {
 	ReceiveMaximum uint16 `yaml:"receive_maximum"`
 	MaxInflight    int    `yaml:"max_inflight"`
 	MaxClients     int64  `yaml:"max_clients"`
+}
+
+// tlsListenerConfig is an MQTT listener with a certificate.
+type tlsListenerConfig struct {
+	Name     string `yaml:"name"`
+	Type     string `yaml:"type"` // tcp (MQTT over TLS) or ws (WSS)
+	Addr     string `yaml:"addr"`
+	Path     string `yaml:"path"`
+	Cert     string `yaml:"cert"`
+	Key      string `yaml:"key"`
+	ClientCA string `yaml:"client_ca"` // set: clients must present a certificate it signed (mTLS)
 }
 
 // bridgeConfig maps MQTT onto the core and back.
@@ -399,6 +405,11 @@ func parseConfig(b []byte) (fileConfig, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return fileConfig{}, errors.New("more than one YAML document")
 	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fileConfig{}, err
+	}
+	cfg.keys = keyPaths(&doc)
 	if cfg.Flush != "" && cfg.Flush != "sync" && cfg.Flush != "async" {
 		return fileConfig{}, fmt.Errorf("flush %q: want sync or async", cfg.Flush)
 	}
@@ -409,4 +420,40 @@ func parseConfig(b []byte) (fileConfig, error) {
 		return fileConfig{}, errors.New("mqtt.max_queued_messages and mqtt.max_queued_messages_bytes must not be negative")
 	}
 	return cfg, nil
+}
+
+// keyPaths lists the key paths a YAML document gives, each once, in
+// document order: "store", "store.segment_bytes", "mqtt.tls.cert" (a
+// sequence's items add no path element; the keys of a map-valued key, like
+// auth.hmac.products, are path elements too).
+func keyPaths(doc *yaml.Node) []string {
+	var paths []string
+	seen := map[string]bool{}
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		switch n.Kind {
+		case yaml.DocumentNode, yaml.SequenceNode:
+			for _, c := range n.Content {
+				walk(c, prefix)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if prefix != "" {
+					p = prefix + "." + p
+				}
+				if !seen[p] {
+					seen[p] = true
+					paths = append(paths, p)
+				}
+				walk(n.Content[i+1], p)
+			}
+		case yaml.AliasNode:
+			if n.Alias != nil {
+				walk(n.Alias, prefix)
+			}
+		}
+	}
+	walk(doc, "")
+	return paths
 }

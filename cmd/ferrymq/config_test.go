@@ -5,10 +5,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -175,6 +176,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"mqtt.tls[0].cert", m.TLS[0].Cert, "testdata/tls/server.pem"},
 		{"mqtt.tls[0].key", m.TLS[0].Key, "testdata/tls/server-key.pem"},
 		{"mqtt.tls[0].client_ca", m.TLS[0].ClientCA, ""},
+		{"mqtt.tls[0].path", m.TLS[0].Path, ""},
 		{"mqtt.max_packet_bytes", m.MaxPacketBytes, 1 << 20},
 		{"mqtt.connect_timeout", m.ConnectTimeout, d("10s")},
 		{"mqtt.max_keepalive", m.MaxKeepalive, uint16(1200)},
@@ -186,6 +188,8 @@ func TestSampleConfigParses(t *testing.T) {
 		{"mqtt.max_queued_messages", m.MaxQueuedMessages, 262144},
 		{"mqtt.max_queued_messages_bytes", m.MaxQueuedMessagesBytes, 64 << 20},
 		{"mqtt.max_clients", m.MaxClients, int64(0)},
+		{"mqtt.read_buffer_bytes", m.ReadBufferBytes, 0},
+		{"mqtt.write_buffer_bytes", m.WriteBufferBytes, 0},
 
 		{"bridge.uplink[0].filter", b.Uplink[0].Filter, "vehicles/+/telemetry/#"},
 		{"bridge.uplink[0].topic", b.Uplink[0].Topic, "telemetry"},
@@ -359,12 +363,12 @@ func TestConfigMaxQueuedMessages(t *testing.T) {
 	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
 	cfg, err := o.applyConfig(cmd)
 	require.NoError(t, err)
-	nopts, err := o.nodeOptions(cfg, io.Discard, &zerolog.Logger{})
+	nopts, err := o.nodeOptions(cfg, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 1000, nopts.Gateway.MaxQueuedOnline)
 	require.Equal(t, 1<<20, nopts.Gateway.MaxQueuedOnlineBytes)
 
-	nopts, err = o.nodeOptions(fileConfig{}, io.Discard, &zerolog.Logger{})
+	nopts, err = o.nodeOptions(fileConfig{}, io.Discard)
 	require.NoError(t, err)
 	require.Zero(t, nopts.Gateway.MaxQueuedOnline, "zero: the gateway's default")
 
@@ -409,4 +413,67 @@ func TestServeGCTarget(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.False(t, ok, "GOGC set: the runtime follows it")
+}
+
+// TestSampleConfigShowsEveryKey: testdata/ferrymq.yaml gives every key of
+// the config file's structure (fileConfig walked by its yaml tags, through
+// nested sections and lists of sections; a map's keys are the user's), and
+// nothing else (it loads strictly).
+func TestSampleConfigShowsEveryKey(t *testing.T) {
+	path := filepath.Join("..", "..", "testdata", "ferrymq.yaml")
+	cfg, err := loadConfig(path)
+	require.NoError(t, err, "the sample has no unknown keys")
+	given := map[string]bool{}
+	for _, k := range cfg.keys {
+		given[k] = true
+	}
+	want := configKeyPaths(reflect.TypeFor[fileConfig](), "")
+	// The walk reaches behind pointers and into lists of sections; if it
+	// did not, the test would pass with nothing to check.
+	require.Contains(t, want, "auth.quotas.ipv6_prefix_bits")
+	require.Contains(t, want, "bridge.downlink.qos")
+	require.NotContains(t, want, "keys", "unexported fields are no keys")
+	var missing []string
+	for _, k := range want {
+		if !given[k] {
+			missing = append(missing, k)
+		}
+	}
+	require.Empty(t, missing, "keys of the config that %s does not show", path)
+}
+
+// configKeyPaths lists the key paths of a config type: each yaml-tagged
+// field's, and below a section (a struct, a list of structs) its fields'.
+// A type that decodes itself (duration), a map and a list of scalars are
+// leaves.
+func configKeyPaths(typ reflect.Type, prefix string) []string {
+	unmarshaler := reflect.TypeFor[yaml.Unmarshaler]()
+	var paths []string
+	for f := range typ.Fields() {
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
+			ft = ft.Elem()
+		}
+		section := ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(unmarshaler) && ft != reflect.TypeFor[time.Time]()
+		if strings.Contains(opts, "inline") && section {
+			paths = append(paths, configKeyPaths(ft, prefix)...)
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name) // yaml's default key
+		}
+		p := name
+		if prefix != "" {
+			p = prefix + "." + name
+		}
+		paths = append(paths, p)
+		if section {
+			paths = append(paths, configKeyPaths(ft, p)...)
+		}
+	}
+	return paths
 }

@@ -14,7 +14,6 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ferrymq/ferrymq/auth"
@@ -183,6 +182,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("log level: %w", err)
 	}
+	warnIgnored(&log, o.mode(), ignoredSettings(o.mode(), o, cfg, cmd.Flags().Changed))
 	if o.token == "" {
 		o.token = getenv("FERRYMQ_TOKEN")
 	}
@@ -205,7 +205,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			_ = f.Close()
 		}()
 	}
-	nopts, err := o.nodeOptions(cfg, cmd.OutOrStdout(), &log)
+	nopts, err := o.nodeOptions(cfg, cmd.OutOrStdout())
 	if err != nil {
 		return err
 	}
@@ -273,7 +273,7 @@ func writeHeapProfile(path string) error {
 // nodeOptions turns the flags and the config file into the node's
 // options; out gets "core ADDR" each time a NATS node starts the core
 // services.
-func (o *serveOptions) nodeOptions(cfg fileConfig, out io.Writer, log *zerolog.Logger) (node.Options, error) {
+func (o *serveOptions) nodeOptions(cfg fileConfig, out io.Writer) (node.Options, error) {
 	st, mc, bc := cfg.Store, cfg.MQTT, cfg.Bridge
 	noAutoCreate := st.AutoCreateTopics != nil && !*st.AutoCreateTopics
 	no := node.Options{
@@ -339,9 +339,6 @@ func (o *serveOptions) nodeOptions(cfg fileConfig, out io.Writer, log *zerolog.L
 	}
 	for _, t := range mc.TLS {
 		no.TLS = append(no.TLS, node.TLSListener{Name: t.Name, Type: t.Type, Addr: t.Addr, Path: t.Path, Cert: t.Cert, Key: t.Key, ClientCA: t.ClientCA})
-	}
-	if mc.ReadBufferBytes != 0 || mc.WriteBufferBytes != 0 {
-		log.Warn().Msg("mqtt.read_buffer_bytes and mqtt.write_buffer_bytes are ignored: the MQTT engine keeps no buffer for an idle connection")
 	}
 	down, err := bc.downlinkRules()
 	if err != nil {

@@ -167,3 +167,58 @@ func stepMatches(e trace.Event, step string) bool {
 	}
 	return true
 }
+
+// TestTraceThroughRemoteCore: a gateway run with --core-remote records its
+// hops (the device's publish, where the core stored it, the PUBACK) in the
+// core server's trace, under its own node name, beside the core's own hops
+// of the same message (the gateway's produce, as the core saw it).
+func TestTraceThroughRemoteCore(t *testing.T) {
+	coreAddrs := serveAddrs(t, "trace: {topics: [tel], node: core-1}\n")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gateway.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("trace: {topics: [tel], node: gw-1}\n"), 0o644))
+	gw := startCLI(t, "serve", "--core-remote", coreAddrs["core"], "--config", cfg, "--data", filepath.Join(dir, "data"),
+		"--http", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", "--ws", "")
+	var mqttAddr string
+	require.Eventually(t, func() bool {
+		for _, l := range nonEmptyLines(gw.out.String()) {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "tcp" {
+				mqttAddr = f[1]
+			}
+		}
+		return mqttAddr != ""
+	}, 20*time.Second, 10*time.Millisecond, "the gateway prints its MQTT address: %s", gw.out.String())
+
+	dev := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + mqttAddr).SetClientID("car-7").SetAutoReconnect(false))
+	tok := dev.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	t.Cleanup(func() { dev.Disconnect(0) })
+	tok = dev.Publish("tel/car-7", 1, false, `{"speed":42}`)
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+
+	r := mustCLI(t, "", "msg", "query", "--server", coreAddrs["core"], "--client", "car-7", "--json")
+	recs := parseRecords(t, r.out)
+	require.Len(t, recs, 1)
+	id := recs[0].ID
+	gwSteps := []string{"mqtt.publish actor=car-7 qos=1 mqtt_topic=tel/car-7", "stored topic=tel key=car-7", "mqtt.ack actor=car-7"}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r := cli(t, t.Context(), "", "trace", id, "--server", coreAddrs["core"], "--json")
+		if !assert.NoError(c, r.runErr) {
+			return
+		}
+		byNode := map[string][]trace.Event{}
+		for _, l := range nonEmptyLines(r.out) {
+			var e trace.Event
+			if assert.NoError(c, json.Unmarshal([]byte(l), &e)) {
+				byNode[e.Node] = append(byNode[e.Node], e)
+			}
+		}
+		assert.Empty(c, firstMissing(byNode["gw-1"], gwSteps), "the gateway's hops")
+		assert.Empty(c, firstMissing(byNode["core-1"], []string{"produce", "stored topic=tel"}), "the core's hops")
+		for _, e := range byNode["gw-1"] {
+			assert.Empty(c, e.Attrs["flush"], "the gateway does not know the remote core's flush policy")
+		}
+	}, 20*time.Second, 20*time.Millisecond)
+}

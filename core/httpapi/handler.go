@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/rs/zerolog"
 
@@ -65,28 +66,56 @@ func New(opts Options) (http.Handler, error) {
 	// A pattern with a method is more specific than the same path without
 	// one, so the method-less patterns catch only the wrong methods, and
 	// the last catches every other path: every answer is JSON.
-	mux.Handle("POST "+pathMessages, a.serve(a.produce))
-	mux.Handle("GET "+pathMessages, a.serve(a.popMessages))
-	mux.Handle(pathMessages, a.notAllowed("GET, POST"))
-	mux.Handle("POST "+pathAck, a.serve(a.ack))
-	mux.Handle(pathAck, a.notAllowed("POST"))
-	mux.Handle("POST "+pathInvisible, a.serve(a.changeInvisible))
-	mux.Handle(pathInvisible, a.notAllowed("POST"))
-	mux.Handle("GET "+pathQuery, a.serve(a.queryMessages))
-	mux.Handle(pathQuery, a.notAllowed("GET"))
-	mux.Handle("GET "+pathMessage, a.serve(a.getMessage))
-	mux.Handle(pathMessage, a.notAllowed("GET"))
-	mux.Handle("GET "+pathTrace, a.serve(a.traceMessage))
-	mux.Handle(pathTrace, a.notAllowed("GET"))
-	mux.Handle("GET "+pathDelayed, a.serve(a.listDelayed))
-	mux.Handle(pathDelayed, a.notAllowed("GET"))
-	mux.Handle("GET "+pathDelayedID, a.serve(a.getDelayed))
-	mux.Handle("DELETE "+pathDelayedID, a.serve(a.cancelDelayed))
-	mux.Handle(pathDelayedID, a.notAllowed("GET, DELETE"))
+	var paths []string
+	allow := map[string][]string{}
+	for _, e := range a.endpoints() {
+		if allow[e.path] == nil {
+			paths = append(paths, e.path)
+		}
+		allow[e.path] = append(allow[e.path], e.method)
+		mux.Handle(e.method+" "+e.path, a.serve(e.h))
+	}
+	for _, p := range paths {
+		mux.Handle(p, a.notAllowed(strings.Join(allow[p], ", ")))
+	}
 	mux.Handle(prefix, a.serve(func(_ http.ResponseWriter, r *http.Request) error {
 		return httperr.New(http.StatusNotFound, CodeNotFound, "no endpoint at %q", r.URL.Path)
 	}))
 	return mux, nil
+}
+
+// endpoint is one method on one path.
+type endpoint struct {
+	method, path string
+	h            func(http.ResponseWriter, *http.Request) error
+}
+
+// endpoints are what New serves, a path's methods together and in the
+// order of its Allow header.
+func (a *api) endpoints() []endpoint {
+	return []endpoint{
+		{http.MethodGet, pathMessages, a.popMessages},
+		{http.MethodPost, pathMessages, a.produce},
+		{http.MethodPost, pathAck, a.ack},
+		{http.MethodPost, pathInvisible, a.changeInvisible},
+		{http.MethodGet, pathQuery, a.queryMessages},
+		{http.MethodGet, pathMessage, a.getMessage},
+		{http.MethodGet, pathTrace, a.traceMessage},
+		{http.MethodGet, pathDelayed, a.listDelayed},
+		{http.MethodGet, pathDelayedID, a.getDelayed},
+		{http.MethodDelete, pathDelayedID, a.cancelDelayed},
+	}
+}
+
+// Routes returns the endpoints the handler New returns serves, as patterns
+// of Go's ServeMux with a method ("POST /api/v1/topics/{topic}/messages"),
+// in registration order. docs/openapi.yaml documents each of them.
+func Routes() []string {
+	var out []string
+	for _, e := range (&api{}).endpoints() {
+		out = append(out, e.method+" "+e.path)
+	}
+	return out
 }
 
 // serve adapts a handler that returns its failure.

@@ -95,10 +95,18 @@ type Options struct {
 	Logger *zerolog.Logger
 }
 
+// Writer is what a Recorder needs of the core: to create Topic and append
+// to it. Every core.Broker is one; so is a gateway's connection to a remote
+// core server.
+type Writer interface {
+	CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.TopicInfo, error)
+	ProduceAsync(msgs []*core.Message, done func([]core.SendResult, error))
+}
+
 // Recorder writes trace events. Safe for concurrent use; a nil Recorder
 // records nothing.
 type Recorder struct {
-	b    core.Broker
+	b    Writer
 	opts Options
 	log  zerolog.Logger
 
@@ -120,10 +128,11 @@ type filter struct {
 	topics map[string]bool
 }
 
-// New creates Topic (4 queues) and returns a Recorder; Start it.
-func New(b core.Broker, opts Options) (*Recorder, error) {
+// New creates Topic (4 queues) through b and returns a Recorder that
+// writes there; Start it.
+func New(b Writer, opts Options) (*Recorder, error) {
 	if b == nil {
-		return nil, errors.New("trace: nil broker")
+		return nil, errors.New("trace: nil writer")
 	}
 	if opts.Queue <= 0 {
 		opts.Queue = 8192

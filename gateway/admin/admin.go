@@ -39,12 +39,6 @@ const (
 	pathRetainedOne = "/api/v1/retained/{topic...}"
 )
 
-// paths are the patterns New's handler serves, in registration order.
-var paths = []string{
-	pathNode, pathTopics, pathTopic, pathGroups, pathGroup, pathReset, pathDeadLetters, pathRedrive,
-	pathClients, pathClient, pathSession, pathRetained, pathRetainedOne,
-}
-
 // Patterns returns the path patterns (without a method) the handler New
 // returns serves, for the caller's mux: register each of them with that
 // handler, behind the same authentication as the rest of /api/. None of
@@ -55,7 +49,26 @@ var paths = []string{
 //		mux.Handle(p, requireToken(token, adminHandler))
 //	}
 //	mux.Handle("/api/", requireToken(token, httpapiHandler))
-func Patterns() []string { return slices.Clone(paths) }
+func Patterns() []string {
+	var out []string
+	for _, e := range (&api{}).endpoints() {
+		if !slices.Contains(out, e.path) {
+			out = append(out, e.path)
+		}
+	}
+	return out
+}
+
+// Routes returns the endpoints the handler New returns serves, as patterns
+// of Go's ServeMux with a method ("DELETE /api/v1/clients/{id}"), in
+// registration order. docs/openapi.yaml documents each of them.
+func Routes() []string {
+	var out []string
+	for _, e := range (&api{}).endpoints() {
+		out = append(out, e.method+" "+e.path)
+	}
+	return out
+}
 
 // Log field names.
 const (
@@ -93,44 +106,59 @@ func New(opts Options) (http.Handler, error) {
 	if opts.Gateway != nil {
 		a.engine = opts.Gateway.Engine()
 	}
-	type endpoint struct {
-		method string
-		h      handlerFunc
-	}
-	routes := map[string][]endpoint{
-		pathNode:        {{http.MethodGet, a.node}},
-		pathTopics:      {{http.MethodGet, a.listTopics}, {http.MethodPost, a.createTopic}},
-		pathTopic:       {{http.MethodGet, a.getTopic}, {http.MethodDelete, a.deleteTopic}},
-		pathGroups:      {{http.MethodGet, a.listGroups}},
-		pathGroup:       {{http.MethodGet, a.getGroup}},
-		pathReset:       {{http.MethodPost, a.resetGroup}},
-		pathDeadLetters: {{http.MethodGet, a.listDeadLetters}},
-		pathRedrive:     {{http.MethodPost, a.redrive}},
-		pathClients:     {{http.MethodGet, a.listClients}},
-		pathClient:      {{http.MethodGet, a.getClient}, {http.MethodDelete, a.kickClient}},
-		pathSession:     {{http.MethodDelete, a.deleteSession}},
-		pathRetained:    {{http.MethodGet, a.listRetained}},
-		pathRetainedOne: {{http.MethodGet, a.getRetained}, {http.MethodDelete, a.clearRetained}},
-	}
 	mux := http.NewServeMux()
 	// A pattern with a method is more specific than the same path without
 	// one, so the method-less pattern catches only the wrong methods.
-	for _, p := range paths {
-		var allow []string
-		for _, e := range routes[p] {
-			h := e.h
-			if e.method != http.MethodGet {
-				h = a.write(h)
-			}
-			mux.Handle(e.method+" "+p, a.serve(h))
-			allow = append(allow, e.method)
+	var paths []string
+	allow := map[string][]string{}
+	for _, e := range a.endpoints() {
+		if allow[e.path] == nil {
+			paths = append(paths, e.path)
 		}
-		mux.Handle(p, a.notAllowed(strings.Join(allow, ", ")))
+		allow[e.path] = append(allow[e.path], e.method)
+		h := e.h
+		if e.method != http.MethodGet {
+			h = a.write(h)
+		}
+		mux.Handle(e.method+" "+e.path, a.serve(h))
+	}
+	for _, p := range paths {
+		mux.Handle(p, a.notAllowed(strings.Join(allow[p], ", ")))
 	}
 	mux.Handle("/", a.serve(func(_ http.ResponseWriter, r *http.Request) error {
 		return httperr.New(http.StatusNotFound, CodeNotFound, "no endpoint at %q", r.URL.Path)
 	}))
 	return mux, nil
+}
+
+// endpoint is one method on one path.
+type endpoint struct {
+	method, path string
+	h            handlerFunc
+}
+
+// endpoints are what New serves, a path's methods together and in the
+// order of its Allow header; every method but GET goes through write.
+func (a *api) endpoints() []endpoint {
+	return []endpoint{
+		{http.MethodGet, pathNode, a.node},
+		{http.MethodGet, pathTopics, a.listTopics},
+		{http.MethodPost, pathTopics, a.createTopic},
+		{http.MethodGet, pathTopic, a.getTopic},
+		{http.MethodDelete, pathTopic, a.deleteTopic},
+		{http.MethodGet, pathGroups, a.listGroups},
+		{http.MethodGet, pathGroup, a.getGroup},
+		{http.MethodPost, pathReset, a.resetGroup},
+		{http.MethodGet, pathDeadLetters, a.listDeadLetters},
+		{http.MethodPost, pathRedrive, a.redrive},
+		{http.MethodGet, pathClients, a.listClients},
+		{http.MethodGet, pathClient, a.getClient},
+		{http.MethodDelete, pathClient, a.kickClient},
+		{http.MethodDelete, pathSession, a.deleteSession},
+		{http.MethodGet, pathRetained, a.listRetained},
+		{http.MethodGet, pathRetainedOne, a.getRetained},
+		{http.MethodDelete, pathRetainedOne, a.clearRetained},
+	}
 }
 
 // serve adapts a handler that returns its failure.

@@ -15,7 +15,8 @@
 //
 // Shutdown stops the parts in an order that loses nothing: the MQTT
 // gateway first (wills and in-flight publishes still reach the core), the
-// router between nodes and a remote core's client, the HTTP server, the
+// router between nodes, a remote core's client (after the trace recorder
+// that writes over it), the HTTP server, the
 // NATS leases (the core services stop with the core lease), the session
 // store (after the gateway and the core: both write to it), the core
 // services, the trace recorder (after everything that records), the

@@ -74,6 +74,7 @@ type Node struct {
 	httpAddr    net.Addr
 	httpCancel  context.CancelFunc // ends long polls in flight at shutdown
 	httpDone    chan struct{}
+	httpMux     *routeMux // its patterns, for the test of docs/openapi.yaml
 	health      *health
 	alarms      *alarm.Monitor
 	services    atomic.Pointer[coreServices] // the current term's, for health and alarms
@@ -192,18 +193,50 @@ func (n *Node) startRemote(ctx context.Context) error {
 		return fmt.Errorf("core-remote %s: %w", o.CoreRemote, err)
 	}
 	n.remote, n.token = c, o.Token
+	if o.Trace != nil {
+		// The gateway's hops go to the core server's trace topic, next to
+		// the hops the core records, through a producer of their own: a
+		// trace batch never queues in front of an uplink publish. The
+		// remote core's flush policy is not known here.
+		to := *o.Trace
+		to.Flush = ""
+		if to.Logger == nil {
+			to.Logger = n.log
+		}
+		if n.trace, err = trace.New(remoteTrace{c: c, Core: bridge.Remote(c, n.log)}, to); err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+		n.trace.Start()
+	}
 	// Every node sees every command: holding one for a client none of them
 	// knows would give an "expired" receipt from each node but one.
 	bo := o.Bridge
-	bo.Core, bo.Node = bridge.Remote(c, n.log), name
+	bo.Core, bo.Node, bo.Trace = bridge.Remote(c, n.log), name, n.trace
 	if bo.HoldUnknown == 0 {
 		bo.HoldUnknown = -1
 	}
 	if err := n.newGateway(bo, nil); err != nil {
 		return err
 	}
+	n.gateway.Registry().MustRegister(newCoreCollector(nil, nil, n.trace))
 	n.log.Info().Str(logCoreRemote, o.CoreRemote).Str(logNode, name).Msg("gateway only")
 	return n.startGateway()
+}
+
+// remoteTrace is the trace.Writer of a gateway in front of a remote core:
+// it creates trace.Topic on the core server and appends to it over the
+// gateway's connection (Core: ProduceAsync).
+type remoteTrace struct {
+	c *client.Client
+	bridge.Core
+}
+
+func (r remoteTrace) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.TopicInfo, error) {
+	info, err := r.c.CreateTopic(ctx, cfg.Name, cfg.Queues)
+	if err != nil {
+		return core.TopicInfo{}, err
+	}
+	return core.TopicInfo{Name: info.Name, Queues: info.Queues, CreatedAt: info.CreatedAt}, nil
 }
 
 // tokenAddrs are the addresses that need a token when they listen beyond
@@ -332,7 +365,8 @@ func (n *Node) delayOptions() delay.Options {
 // startHTTP serves the HTTP API (produce and POP consume), the admin API,
 // the dashboard and the stats endpoint on Options.HTTPAddr.
 func (n *Node) startHTTP() error {
-	h := http.NewServeMux()
+	h := &routeMux{ServeMux: http.NewServeMux()}
+	n.httpMux = h
 	var so gateway.StatsOptions
 	if n.switches != nil { // engine nats: the core services follow the lease
 		standby, err := n.adminHandler(false)
@@ -447,6 +481,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.router = nil
 	}
 	if n.remote != nil {
+		// The gateway's last hops go out before the connection they use
+		// closes.
+		errs = append(errs, n.trace.Close())
+		n.trace = nil
 		errs = append(errs, n.remote.Close())
 		n.remote = nil
 	}

@@ -81,7 +81,9 @@ type Options struct {
 	// Store.Retention. Nil: no delayed delivery.
 	Delay *delay.Options
 	// Trace records message traces (its Logger defaults to the node's; with
-	// EngineNATS, Node is NodeName and Flush "nats"). Nil: none.
+	// EngineNATS, Node is NodeName and Flush "nats"). With CoreRemote the
+	// gateway's hops go to the remote core's trace topic, with no Flush.
+	// Nil: none.
 	Trace *trace.Options
 	// HTTPAddr serves the HTTP API, the admin API, the dashboard and
 	// /metrics /stats /healthz /readyz. Empty: no HTTP server.
