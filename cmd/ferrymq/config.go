@@ -150,13 +150,17 @@ func (c alarmsConfig) options() *node.AlarmOptions {
 	return a
 }
 
-// date is a day (2027-03-01) or an RFC 3339 time.
+// date is a day (2027-03-01) or an RFC 3339 time; "" is none.
 type date time.Time
 
 func (d *date) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
 		return fmt.Errorf("line %d: want a date like 2027-03-01", n.Line)
+	}
+	if s == "" {
+		*d = date{}
+		return nil
 	}
 	for _, layout := range []string{time.DateOnly, time.RFC3339} {
 		if t, err := time.Parse(layout, s); err == nil {

@@ -18,6 +18,8 @@ import (
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/txn"
+	"github.com/ferrymq/ferrymq/gateway/alarm"
+	"github.com/ferrymq/ferrymq/gateway/node"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -110,7 +112,9 @@ func TestSampleConfigParses(t *testing.T) {
 	require.Len(t, cfg.MQTT.TLS, 1)
 	require.Len(t, cfg.Bridge.Uplink, 2)
 	require.Len(t, cfg.Bridge.Downlink, 1)
-	m, b, q := cfg.MQTT, cfg.Bridge, a.Quotas
+	m, b, q, al := cfg.MQTT, cfg.Bridge, a.Quotas, cfg.Alarms
+	require.NotNil(t, al.Enabled)
+	require.Len(t, al.Webhooks, 1)
 	d := func(s string) duration {
 		v, err := time.ParseDuration(s)
 		require.NoError(t, err)
@@ -249,6 +253,33 @@ func TestSampleConfigParses(t *testing.T) {
 		{"auth.quotas.max_topic_length", q.MaxTopicLength, 1024},
 		{"auth.quotas.max_tracked_ips", q.MaxTrackedIPs, 50000},
 		{"auth.quotas.ipv6_prefix_bits", q.IPv6PrefixBits, 64},
+		{"auth.hmac.expires", time.Time(a.HMAC.Expires), time.Time{}},
+		{"auth.jwt.secret_expires", time.Time(a.JWT.SecretExpires), time.Time{}},
+
+		// The alarms section shows node's and alarm's defaults.
+		{"alarms.enabled", *al.Enabled, true},
+		{"alarms.interval", time.Duration(al.Interval), alarm.DefaultInterval},
+		{"alarms.clear_after", time.Duration(al.ClearAfter), alarm.DefaultClearAfter},
+		{"alarms.disabled", al.Disabled, []string{}},
+		{"alarms.disk_usage", al.DiskUsage, node.DefaultDiskUsage},
+		{"alarms.fsync_p99", time.Duration(al.FsyncP99), node.DefaultFsyncP99},
+		{"alarms.fsync_window", time.Duration(al.FsyncWindow), node.DefaultFsyncWindow},
+		{"alarms.fsync_min_count", al.FsyncMinCount, int64(node.DefaultFsyncMinCount)},
+		{"alarms.group_lag", al.GroupLag, int64(node.DefaultGroupLag)},
+		{"alarms.group_lag_growing", time.Duration(al.GroupLagGrowing), node.DefaultGrowingPeriod},
+		{"alarms.retry_backlog_growing", time.Duration(al.RetryBacklogGrowing), node.DefaultGrowingPeriod},
+		{"alarms.dead_letter_quiet", time.Duration(al.DeadLetterQuiet), node.DefaultArrivalsQuiet},
+		{"alarms.drop_quiet", time.Duration(al.DropQuiet), node.DefaultArrivalsQuiet},
+		{"alarms.delay_overdue", time.Duration(al.DelayOverdue), node.DefaultDelayOverdue},
+		{"alarms.disconnect_rate", al.DisconnectRate, float64(node.DefaultDisconnectRate)},
+		{"alarms.disconnect_window", time.Duration(al.DisconnectWindow), node.DefaultDisconnectWindow},
+		{"alarms.certificate_expiry_days", time.Duration(al.CertificateDays) * 24 * time.Hour, node.DefaultExpiryWarning},
+		{"alarms.key_expiry_days", time.Duration(al.KeyDays) * 24 * time.Hour, node.DefaultExpiryWarning},
+		{"alarms.webhooks[0].url", al.Webhooks[0].URL, "http://127.0.0.1:9099/ferrymq-alarms"},
+		{"alarms.webhooks[0].headers.Authorization", al.Webhooks[0].Headers["Authorization"], "Bearer alarm-hook-secret"},
+		{"alarms.webhooks[0].timeout", time.Duration(al.Webhooks[0].Timeout), alarm.DefaultWebhookTimeout},
+		{"alarms.webhooks[0].attempts", al.Webhooks[0].Attempts, alarm.DefaultWebhookAttempts},
+		{"alarms.webhooks[0].queue", al.Webhooks[0].Queue, alarm.DefaultWebhookQueue},
 	}
 	checked := map[string]bool{}
 	for _, k := range keys {

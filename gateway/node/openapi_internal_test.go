@@ -68,6 +68,7 @@ func startEmbeddedForRoutes(t *testing.T) *Node {
 		Delay:    &delay.Options{},
 		Trace:    &trace.Options{},
 		Sessions: &session.Options{},
+		Alarms:   &AlarmOptions{}, // GET /api/v1/alarms
 		HTTPAddr: "127.0.0.1:0",
 		MQTTAddr: "127.0.0.1:0",
 	}, nil)
