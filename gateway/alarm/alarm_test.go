@@ -204,6 +204,24 @@ func TestRules(t *testing.T) {
 		// counter restarting (3) is a new baseline, not an arrival.
 		require.Equal(t, []bool{false, false, true, true, true, false, true, true, true}, got)
 	})
+	t.Run("arrivals of a subject that appears later count from 0", func(t *testing.T) {
+		c := newClock()
+		vs := Values{"old": 5}
+		p := Arrivals(KindDeadLetters, time.Minute, func(context.Context) (Values, error) { return vs, nil }, nil)
+		rs, err := p.Check(t.Context(), c.Now())
+		require.NoError(t, err)
+		require.Empty(t, rs, "the first evaluation: baselines")
+		vs = Values{"old": 5, "new": 3} // a dead-letter topic created by its first 3 messages
+		rs, err = p.Check(t.Context(), c.Now().Add(10*time.Second))
+		require.NoError(t, err)
+		active := map[string]float64{}
+		for _, r := range rs {
+			if r.Active {
+				active[r.Subject] = r.Value
+			}
+		}
+		require.Equal(t, map[string]float64{"new": 3}, active)
+	})
 	t.Run("deadline", func(t *testing.T) {
 		c := newClock()
 		ts := map[string]time.Time{"cert": c.Now().Add(48 * time.Hour)}

@@ -155,15 +155,17 @@ func Rate(kind Kind, bound float64, window time.Duration, read Reader, d Describ
 // Arrivals watches counters that only grow (messages in a dead-letter
 // topic, hops dropped): a subject's alarm is active from an evaluation
 // that finds its counter grew until quiet has passed without growth. The
-// first reading of a subject is its baseline (what arrived before the
-// node started does not raise). Value is what arrived since the alarm's
-// stretch began.
+// first evaluation's readings are baselines (what arrived before the node
+// started does not raise); a subject that appears later starts from 0 (a
+// dead-letter topic created by its first message). Value is what arrived
+// since the alarm's stretch began.
 func Arrivals(kind Kind, quiet time.Duration, read Reader, d Describe) Probe {
 	type state struct {
 		last, base float64 // base: the counter when the stretch began
 		grew       time.Time
 	}
 	st := map[string]*state{}
+	first := true
 	return ProbeFunc(func(ctx context.Context, now time.Time) ([]Reading, error) {
 		vs, err := read(ctx)
 		if err != nil {
@@ -172,9 +174,13 @@ func Arrivals(kind Kind, quiet time.Duration, read Reader, d Describe) Probe {
 		var out []Reading
 		for s, v := range vs {
 			x, ok := st[s]
-			if !ok {
+			if !ok && first {
 				st[s] = &state{last: v, base: v}
 				continue
+			}
+			if !ok {
+				x = &state{}
+				st[s] = x
 			}
 			if v < x.last { // the counter restarted (a topic deleted and created again)
 				x.last, x.base = v, v
@@ -195,6 +201,7 @@ func Arrivals(kind Kind, quiet time.Duration, read Reader, d Describe) Probe {
 				delete(st, s)
 			}
 		}
+		first = false
 		return out, nil
 	})
 }
