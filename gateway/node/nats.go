@@ -134,6 +134,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 	termCtx, stopTerms := context.WithCancel(context.Background())
 	n.terms = make(chan struct{})
 	n.stopTerms = stopTerms
+	election := n.election // Shutdown clears the field before it stops this goroutine
 	go func() {
 		defer close(n.terms)
 		running := false
@@ -152,7 +153,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 				if err := n.startTerm(max(ttl, 2*time.Second) / 2); err != nil {
 					n.log.Error().Err(err).Msg("core services did not start: giving the lease back")
 					_ = n.stopTerm()
-					n.election.Resign()
+					election.Resign()
 					continue
 				}
 				running = true

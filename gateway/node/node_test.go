@@ -22,6 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	natstest.MaybeChild() // RunProcessServer's nats-server children
 	goleak.VerifyTestMain(m)
 }
 
