@@ -205,7 +205,7 @@ func TestAlarmGroupLag(t *testing.T) {
 	o.Alarms.GroupLagGrowing = 600 * time.Millisecond
 	n, err := node.New(t.Context(), o, nil)
 	require.NoError(t, err)
-	defer shutdown(t, n)
+	t.Cleanup(func() { shutdown(t, n) }) // after the consumers close (Cleanup: last in, first out)
 	c := dialCore(t, n)
 	_, err = c.CreateTopic(t.Context(), "orders", 2)
 	require.NoError(t, err)
@@ -274,7 +274,7 @@ func TestAlarmDeadLetters(t *testing.T) {
 	o.Alarms.DeadLetterQuiet = 500 * time.Millisecond
 	n, err := node.New(t.Context(), o, nil)
 	require.NoError(t, err)
-	defer shutdown(t, n)
+	t.Cleanup(func() { shutdown(t, n) }) // after the consumers close (Cleanup: last in, first out)
 	c := dialCore(t, n)
 	_, err = c.CreateTopic(t.Context(), "payments", 1)
 	require.NoError(t, err)
@@ -305,7 +305,7 @@ func TestAlarmRetryBacklogGrowing(t *testing.T) {
 	o.Alarms.RetryBacklogGrowing = 600 * time.Millisecond
 	n, err := node.New(t.Context(), o, nil)
 	require.NoError(t, err)
-	defer shutdown(t, n)
+	t.Cleanup(func() { shutdown(t, n) }) // after the consumers close (Cleanup: last in, first out)
 	c := dialCore(t, n)
 	_, err = c.CreateTopic(t.Context(), "jobs", 1)
 	require.NoError(t, err)
