@@ -23,6 +23,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/consumer"
 	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/gateway/alarm"
 	"github.com/ferrymq/ferrymq/gateway/node"
 )
 
@@ -185,7 +186,10 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	br := newBrowser(t)
 	bin := buildBinary(t)
-	srv := startServe(t, bin, "--data", filepath.Join(t.TempDir(), "data"))
+	// Alarms evaluated often, with a group lag bound the stuck group passes.
+	cfg := filepath.Join(t.TempDir(), "ferrymq.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("alarms: {interval: 200ms, clear_after: 1ms, group_lag: 10}\n"), 0o600))
+	srv := startServe(t, bin, "--data", filepath.Join(t.TempDir(), "data"), "--config", cfg)
 	addrs := printedAddrs(t, srv, "tcp", "core", "http")
 	url := "http://" + addrs["http"] + "/"
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -257,7 +261,8 @@ func TestDashboardInChromium(t *testing.T) {
 		return consumer.Success
 	})
 	consume("audit", func(context.Context, *core.StoredMessage) consumer.Result { return consumer.Success })
-	t.Cleanup(func() { close(stuck) }) // before the consumers close
+	release := sync.OnceFunc(func() { close(stuck) })
+	t.Cleanup(release) // before the consumers close
 	require.Eventually(t, func() bool {
 		s := stats()
 		return s.lag("billing", "orders") == 30 && s.lag("audit", "orders") == 0 && s.topic("telemetry") == 40+10
@@ -297,7 +302,7 @@ func TestDashboardInChromium(t *testing.T) {
 	require.Greater(t, p1.number(t, "mqtt-in-rate"), 0.0, "publishes are flowing")
 	require.Greater(t, p1.number(t, "store-append-rate"), 0.0, "appends are flowing")
 	require.Greater(t, p1.number(t, "mqtt-out-rate"), 0.0, "a subscriber receives")
-	require.Equal(t, "ferrymq_bridge_core_append_seconds", p1.figure(t, "latency-title"), "no fsync histogram: the append latency")
+	require.Equal(t, "ferrymq_store_fsync_seconds", p1.figure(t, "latency-title"), "the embedded store exports its fsync histogram: the card shows fsync latency")
 	require.Equal(t, 3.0, p1.number(t, "connections"))
 	require.Equal(t, after1.metric("ferrymq_mqtt_connections"), p1.number(t, "connections"))
 	require.LessOrEqual(t, p1.number(t, "mqtt-in-total"), after1.metric("ferrymq_mqtt_publishes_received_total"))
@@ -319,6 +324,19 @@ func TestDashboardInChromium(t *testing.T) {
 	_, auditAttrs := p1.row("data-group", "audit")
 	require.NotNil(t, auditAttrs, "audit is listed")
 	require.Len(t, p1.tags("data-group", "audit"), 1, "audit is caught up: not a slow consumer")
+
+	// The stuck group raised group_lag: the banner says so, the list has it.
+	banners := p1.tags("data-banner", "alarms")
+	require.Len(t, banners, 1)
+	_, hidden := banners[0]["hidden"]
+	require.False(t, hidden, "the alarm banner shows while an alarm is active")
+	require.Equal(t, "1", banners[0]["data-count"])
+	require.Contains(t, p1.dom, "group_lag billing/orders", "the banner names the alarm")
+	lagAlarm, lagAttrs := p1.row("data-alarm", "group_lag")
+	require.NotNil(t, lagAlarm, "the alarms list has it")
+	require.Equal(t, "billing/orders", lagAttrs["data-subject"])
+	require.Equal(t, "30", lagAlarm["value"])
+	require.Equal(t, "10", lagAlarm["threshold"])
 
 	unbridged, _ := p1.row("data-error", "ferrymq_bridge_unbridged_total{reason=invalid_core_topic}")
 	require.NotNil(t, unbridged, "the unbridged publish is listed under errors")
@@ -376,6 +394,31 @@ func TestDashboardInChromium(t *testing.T) {
 	require.Equal(t, strconv.FormatInt(after2.lag("billing", "orders"), 10), billing["lag"])
 	require.Zero(t, num(t, tel2["rate"]), "telemetry is quiet now")
 	require.Equal(t, 0.0, p2.number(t, "mqtt-in-rate"), "no publishes since the last poll")
+
+	// `ferrymq alarm list` says the same as the page.
+	out, err := exec.Command(bin, "alarm", "list", "--http", addrs["http"], "--json").Output()
+	require.NoError(t, err)
+	var list alarm.List
+	require.NoError(t, json.Unmarshal(out, &list))
+	require.Len(t, list.Active, 1)
+	require.Equal(t, alarm.KindGroupLag, list.Active[0].Kind)
+	require.Equal(t, "billing/orders", list.Active[0].Subject)
+	table, err := exec.Command(bin, "alarm", "list", "--http", addrs["http"]).Output()
+	require.NoError(t, err)
+	require.Contains(t, string(table), "group_lag")
+	require.Contains(t, string(table), "billing/orders")
+
+	// billing catches up: the alarm clears, the banner goes.
+	release()
+	require.Eventually(t, func() bool { return stats().lag("billing", "orders") == 0 }, 20*time.Second, 50*time.Millisecond)
+	p3 := page{br.run(t, url, 2500*time.Millisecond, "--dump-dom")}
+	banners = p3.tags("data-banner", "alarms")
+	require.Len(t, banners, 1)
+	_, hidden = banners[0]["hidden"]
+	require.True(t, hidden, "no alarm active: no banner")
+	require.Equal(t, "0", banners[0]["data-count"])
+	gone, _ := p3.row("data-alarm", "group_lag")
+	require.Nil(t, gone)
 }
 
 func num(t *testing.T, s string) float64 {

@@ -398,6 +398,37 @@
     }), null, 'No errors since start.');
   }
 
+  // alarms shows /stats "alarms": a banner while any is active, and the
+  // list; and a banner while MQTT listeners take anonymous clients beyond
+  // loopback (/stats "security").
+  function alarms(doc) {
+    const banner = document.querySelector('[data-banner="alarms"]');
+    const a = doc.alarms;
+    if (!a || !Array.isArray(a.active)) {
+      banner.hidden = true;
+      fill('alarms', [], null, 'Alarms are off on this server.');
+    } else {
+      const n = a.active_total || a.active.length;
+      banner.dataset.count = String(n);
+      banner.hidden = n === 0;
+      const first = a.active[0];
+      banner.textContent = n === 0 ? '' : `${n} alarm${n === 1 ? '' : 's'} active: ` +
+        (first ? `${first.kind} ${first.subject} — ${first.message}` : '') + (n > 1 ? ` (and ${n - 1} more below)` : '');
+      fill('alarms', a.active.map((e) => {
+        const tr = el('tr', null, { 'data-alarm': e.kind, 'data-subject': e.subject });
+        const since = parseTime(e.since);
+        tr.append(el('td', e.kind), el('td', e.subject), cell('value', e.value), cell('threshold', e.threshold),
+          el('td', since ? fmtAge(doc.t - since) + ' ago' : dash, { class: 'n', 'data-field': 'since', title: e.since }),
+          el('td', e.message));
+        return tr;
+      }), null, 'No alarm active.');
+    }
+    const anon = document.querySelector('[data-banner="anonymous"]');
+    const open = (doc.security && doc.security.anonymous_listeners) || [];
+    anon.hidden = open.length === 0;
+    anon.textContent = open.length ? `Anonymous MQTT clients may connect beyond loopback on ${open.join(', ')} (auth.anonymous: true).` : '';
+  }
+
   function status(state, text) {
     const s = document.querySelector('[data-metric="status"]');
     s.dataset.value = state;
@@ -423,6 +454,7 @@
     topics(doc, now);
     groups(doc, now);
     errors(doc, now);
+    alarms(doc);
     prune(now);
     remember(doc);
     body.dataset.polls = String(polls);
