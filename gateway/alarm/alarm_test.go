@@ -471,3 +471,29 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 	})
 }
+
+// Events the broker refuses are stored ahead of the next ones once it
+// takes writes again (here: a closed store, then the same folder opened
+// again).
+func TestLogKeepsRefusedEvents(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir, store.Options{})
+	require.NoError(t, err)
+	log := &Log{B: st}
+	at := newClock().Now()
+	ev := func(state string) Event {
+		return Event{Kind: KindNATSUnreachable, Subject: "nats", State: state, Since: at, Time: at}
+	}
+	require.NoError(t, log.Store(t.Context(), nil), "creates the topic")
+	require.NoError(t, st.Close())
+	require.Error(t, log.Store(t.Context(), []Event{ev(StateRaised)}), "a closed store refuses it")
+
+	st, err = store.Open(dir, store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	log.B = st
+	require.NoError(t, log.Store(t.Context(), []Event{ev(StateCleared)}))
+	events, err := log.Restore(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{"nats_unreachable nats raised", "nats_unreachable nats cleared"}, states(events))
+}

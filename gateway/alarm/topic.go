@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,11 +33,28 @@ type Log struct {
 	Logger *zerolog.Logger
 
 	created atomic.Bool
+	mu      sync.Mutex
+	pending []Event // refused by B, stored before the next events
 }
 
 // Store implements Options.Store. The first call creates Topic with one
 // queue (before any produce could auto-create it with the default count).
+// Events the broker refuses are kept (the latest RestoreEvents) and stored
+// ahead of the next ones, in order: an alarm raised while NATS was down
+// is in the topic once NATS answers again and its clear is stored.
 func (l *Log) Store(ctx context.Context, events []Event) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	all := append(l.pending, events...)
+	if err := l.store(ctx, all); err != nil {
+		l.pending = all[max(0, len(all)-RestoreEvents):]
+		return err
+	}
+	l.pending = nil
+	return nil
+}
+
+func (l *Log) store(ctx context.Context, events []Event) error {
 	if !l.created.Load() {
 		if _, err := l.B.CreateTopic(ctx, core.TopicConfig{Name: Topic, Queues: 1}); err != nil && !errors.Is(err, core.ErrTopicExists) {
 			return fmt.Errorf("create %s: %w", Topic, err)

@@ -601,4 +601,8 @@ func TestAlarmNATSUnreachable(t *testing.T) {
 	ns.WaitReady(t, 30*time.Second)
 	hook.wait(t, alarm.KindNATSUnreachable, "nats", alarm.StateCleared)
 	require.Len(t, hook.find(alarm.KindNATSUnreachable, "", alarm.StateRaised), 1)
+	require.Eventually(t, func() bool {
+		s := strings.Join(storedEvents(t, n.Broker()), "\n")
+		return strings.Contains(s, "nats_unreachable nats raised\nnats_unreachable nats cleared")
+	}, 20*time.Second, 50*time.Millisecond, "the raise NATS refused is stored ahead of the clear")
 }
