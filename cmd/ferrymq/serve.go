@@ -60,8 +60,8 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.DurationVar(&o.retention, "retention", 72*time.Hour, "delete commit-log segments older than this")
 	f.StringVar(&o.coreAddr, "core", ":10911", "address of the core wire protocol (TCP) for backend services")
 	f.StringVar(&o.httpAddr, "http", ":18083", "address of the HTTP API (produce, POP consume) and the stats endpoint (/metrics, /stats, /healthz, /readyz)")
-	f.StringVar(&o.mqttAddr, "mqtt", ":1883", "address of the MQTT listener (TCP); empty disables it")
-	f.StringVar(&o.wsAddr, "ws", ":8083", "address of the MQTT WebSocket listener (path /mqtt); empty disables it")
+	f.StringVar(&o.mqttAddr, "mqtt", ":1883", "address of the MQTT listener (TCP); empty disables it; without an auth section the default is 127.0.0.1:1883 and an address beyond loopback is refused")
+	f.StringVar(&o.wsAddr, "ws", ":8083", "address of the MQTT WebSocket listener (path /mqtt); empty disables it; without an auth section the default is 127.0.0.1:8083")
 	f.StringVar(&o.remote, "core-remote", "", "run only the MQTT gateway, in front of the core server at this address (no local store; sessions stay in --data)")
 	f.StringVar(&o.token, "token", "", "token core clients must present (default: none); also read from FERRYMQ_TOKEN")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -183,6 +183,9 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return fmt.Errorf("log level: %w", err)
 	}
 	warnIgnored(&log, o.mode(), ignoredSettings(o.mode(), o, cfg, cmd.Flags().Changed))
+	if moved := o.loopbackDefaults(cfg, cmd.Flags().Changed); len(moved) > 0 {
+		log.Warn().Strs("mqtt", moved).Msg("no auth section: the MQTT listeners bind to loopback only, as nobody would be asked for credentials; configure auth to serve devices on the network (docs/security.md)")
+	}
 	if o.token == "" {
 		o.token = getenv("FERRYMQ_TOKEN")
 	}
@@ -243,6 +246,32 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return n.Shutdown(ctx)
+}
+
+// loopbackDefaults is the secure default (what Mosquitto 2 does): with no
+// auth section, an MQTT listener whose address neither a flag nor the
+// config chose binds to 127.0.0.1 instead of every interface. It returns
+// the addresses it chose. An address chosen beyond loopback without auth is
+// refused by the node (node.ErrAnonymousBeyondLoopback).
+func (o *serveOptions) loopbackDefaults(cfg fileConfig, changed func(string) bool) []string {
+	if cfg.Auth != nil {
+		return nil
+	}
+	var moved []string
+	for _, d := range []struct {
+		flag  string
+		addr  *string
+		inCfg bool
+	}{{"mqtt", &o.mqttAddr, cfg.MQTT.Addr != nil}, {"ws", &o.wsAddr, cfg.MQTT.WS.Addr != nil}} {
+		if changed(d.flag) || d.inCfg || *d.addr == "" {
+			continue
+		}
+		if host, port, err := net.SplitHostPort(*d.addr); err == nil && host == "" {
+			*d.addr = net.JoinHostPort("127.0.0.1", port)
+			moved = append(moved, *d.addr)
+		}
+	}
+	return moved
 }
 
 // addrString is a's string, "-" for none.

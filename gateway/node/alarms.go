@@ -519,6 +519,15 @@ func (h *health) probes(o AlarmOptions) []alarm.Probe {
 			return map[string]string{}, nil
 		}))
 	}
+	if len(h.n.anonymous) > 0 {
+		ps = append(ps, alarm.Condition(alarm.KindAnonymous, func(context.Context) (map[string]string, error) {
+			open := make(map[string]string, len(h.n.anonymous))
+			for _, a := range h.n.anonymous {
+				open[a.Name] = "MQTT clients with no credentials may connect on " + a.Addr + ", beyond loopback (auth.anonymous: true)"
+			}
+			return open, nil
+		}))
+	}
 	if o.DropQuiet > 0 {
 		if h.n.trace != nil {
 			ps = append(ps, alarm.Arrivals(alarm.KindTraceDropping, o.DropQuiet, h.traceDropped, func(_ string, v, _ float64) string {

@@ -114,5 +114,13 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 	if n.gateway, err = gateway.New(gwo); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
+	n.anonymous = n.anonymousListeners(n.gateway)
+	for _, a := range n.anonymous {
+		n.log.Warn().Str("listener", a.Name).Str("addr", a.Addr).
+			Msg("ANONYMOUS MQTT ACCESS BEYOND LOOPBACK (auth.anonymous: true): clients with no credentials may connect from other machines")
+	}
+	if o.authOff() {
+		n.log.Info().Msg("no auth configured: the MQTT listeners accept only clients on this machine (loopback); configure auth to serve devices (docs/security.md)")
+	}
 	return nil
 }

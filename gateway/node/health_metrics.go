@@ -18,8 +18,8 @@ const maxGroupLagSeries = 1000
 type healthCollector struct {
 	h *health
 
-	writable, fsync, fsSize, fsAvail, groupLag, deadLetters *prometheus.Desc
-	retryBacklog, delayOverdue, certExpiry, keyExpiry, nats *prometheus.Desc
+	writable, fsync, fsSize, fsAvail, groupLag, deadLetters            *prometheus.Desc
+	retryBacklog, delayOverdue, certExpiry, keyExpiry, nats, anonymous *prometheus.Desc
 }
 
 func newHealthCollector(h *health) *healthCollector {
@@ -39,12 +39,13 @@ func newHealthCollector(h *health) *healthCollector {
 		certExpiry:   desc("ferrymq_certificate_expiry_timestamp_seconds", "When a TLS certificate the node serves or presents expires (Unix time).", "subject"),
 		keyExpiry:    desc("ferrymq_key_expiry_timestamp_seconds", "When an authentication key expires or is due for rotation (Unix time).", "subject"),
 		nats:         desc("ferrymq_nats_reachable", "1 while NATS and JetStream answer (engine nats), else 0."),
+		anonymous:    desc("ferrymq_mqtt_anonymous_listeners", "MQTT listeners bound beyond loopback on which clients with no credentials may connect (auth.anonymous: true)."),
 	}
 }
 
 func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.writable, c.fsync, c.fsSize, c.fsAvail, c.groupLag, c.deadLetters,
-		c.retryBacklog, c.delayOverdue, c.certExpiry, c.keyExpiry, c.nats} {
+		c.retryBacklog, c.delayOverdue, c.certExpiry, c.keyExpiry, c.nats, c.anonymous} {
 		ch <- d
 	}
 }
@@ -101,6 +102,7 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 	if h.n.engine != nil {
 		gauge(c.nats, boolGauge(h.natsReachable(ctx) == nil))
 	}
+	gauge(c.anonymous, float64(len(h.n.anonymous)))
 }
 
 func boolGauge(b bool) float64 {

@@ -78,6 +78,7 @@ type Node struct {
 	health      *health
 	alarms      *alarm.Monitor
 	services    atomic.Pointer[coreServices] // the current term's, for health and alarms
+	anonymous   []AnonymousListener          // set once the gateway is bound
 }
 
 // New builds a node and starts it: when New returns, every listener is
@@ -409,6 +410,7 @@ func (n *Node) startHTTP() error {
 		h.Handle("GET /api/v1/alarms", requireToken(n.token, m.Handler()))
 		so.Extra = withAlarms(so.Extra, m)
 	}
+	so.Extra = withSecurity(so.Extra, n.anonymous)
 	h.Handle("/", n.gateway.StatsHandlerWith(so))
 	dash := dashboard.Handler(dashboard.Options{})
 	h.Handle("GET /{$}", dash)

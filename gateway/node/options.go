@@ -112,7 +112,9 @@ type Options struct {
 	Sessions *session.Options
 	// Auth authenticates, authorizes and paces clients. Nil: the hooks in
 	// Gateway.Hooks, if any, else everybody may connect and use every
-	// topic.
+	// topic — so then New refuses an MQTT listener reachable beyond
+	// loopback (ErrAnonymousBeyondLoopback) unless it requires client
+	// certificates.
 	Auth *AuthOptions
 	// Bridge maps MQTT onto the core and back. New fills in Broker or Core
 	// and Trace, MaxDelay when zero, and Node with CoreRemote and EngineNATS; a zero HoldUnknown is off with CoreRemote
@@ -174,7 +176,9 @@ type TLSListener struct {
 // (docs/security.md): providers are tried in the order mTLS, JWT, HMAC,
 // static file.
 type AuthOptions struct {
-	// Anonymous lets clients with no credentials in.
+	// Anonymous lets clients with no credentials in, on every listener
+	// (beyond loopback too): logged loudly at start, listed by
+	// Node.AnonymousListeners and raised as the anonymous_access alarm.
 	Anonymous bool
 	Static    *StaticAuth
 	HMAC      *auth.HMACOptions
@@ -231,6 +235,9 @@ func (o *Options) validate() error {
 	}
 	if len(o.Gateway.Listeners) == 0 && o.MQTTAddr == "" && o.WSAddr == "" && len(o.TLS) == 0 {
 		bad("no mqtt listener: give an MQTT, WebSocket or TLS listener")
+	}
+	if err := o.checkAnonymous(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Alarms != nil {
 		if err := o.Alarms.validate(); err != nil {
