@@ -332,6 +332,10 @@ func TestDashboardInChromium(t *testing.T) {
 	require.False(t, hidden, "the alarm banner shows while an alarm is active")
 	require.Equal(t, "1", banners[0]["data-count"])
 	require.Contains(t, p1.dom, "group_lag billing/orders", "the banner names the alarm")
+	anon := p1.tags("data-banner", "anonymous")
+	require.Len(t, anon, 1)
+	_, hidden = anon[0]["hidden"]
+	require.True(t, hidden, "no auth: MQTT on loopback only, no anonymous banner")
 	lagAlarm, lagAttrs := p1.row("data-alarm", "group_lag")
 	require.NotNil(t, lagAlarm, "the alarms list has it")
 	require.Equal(t, "billing/orders", lagAttrs["data-subject"])
