@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -496,4 +498,49 @@ func TestLogKeepsRefusedEvents(t *testing.T) {
 	events, err := log.Restore(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, []string{"nats_unreachable nats raised", "nats_unreachable nats cleared"}, states(events))
+}
+
+// What the broker refused is spilled to a file at Close, restored from it
+// (and not twice if the topic already has it) and stored by the next
+// Store, which removes the file.
+func TestLogSpillsRefusedEvents(t *testing.T) {
+	dir := t.TempDir()
+	spill := filepath.Join(dir, "alarms-pending.jsonl")
+	st, err := store.Open(filepath.Join(dir, "store"), store.Options{})
+	require.NoError(t, err)
+	log := &Log{B: st, Spill: spill}
+	at := newClock().Now()
+	ev := func(state string, d time.Duration) Event {
+		return Event{Kind: KindStoreFailed, Subject: "store", State: state, Since: at, Time: at.Add(d)}
+	}
+	require.NoError(t, log.Store(t.Context(), nil), "creates the topic")
+	require.NoError(t, log.Close(), "nothing refused: nothing to spill")
+	require.NoFileExists(t, spill)
+	require.NoError(t, st.Close())
+	require.Error(t, log.Store(t.Context(), []Event{ev(StateRaised, 0)}), "a closed store refuses it")
+	require.NoError(t, log.Close())
+	require.FileExists(t, spill)
+
+	st, err = store.Open(filepath.Join(dir, "store"), store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	log = &Log{B: st, Spill: spill} // the next run
+	events, err := log.Restore(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{"store_failed store raised"}, states(events), "restored from the spill")
+	require.NoError(t, log.Store(t.Context(), []Event{ev(StateCleared, time.Second)}))
+	require.NoFileExists(t, spill, "stored: removed")
+	events, err = (&Log{B: st, Spill: spill}).Restore(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{"store_failed store raised", "store_failed store cleared"}, states(events))
+
+	// A spill whose events the topic already holds (a crash after the
+	// store, before the removal) adds nothing; a line that is not an event
+	// is skipped.
+	line, err := json.Marshal(ev(StateRaised, 0))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(spill, append(append(line, '\n'), "not json\n"...), 0o600))
+	events, err = (&Log{B: st, Spill: spill}).Restore(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []string{"store_failed store raised", "store_failed store cleared"}, states(events))
 }

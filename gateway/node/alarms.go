@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -556,6 +557,11 @@ func secs(v float64) string {
 	return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
 }
 
+// AlarmSpillFile, in DataDir, holds at shutdown the alarm events the
+// store refused (a full disk refuses the raise of store_failed); they are
+// restored and stored at the next start, so the alarm is cleared then.
+const AlarmSpillFile = "alarms-pending.jsonl"
+
 // startAlarms builds the node's Monitor (Options.Alarms set): probes over
 // what runs here, events stored in alarm.Topic (where there is a core to
 // store them in), the metrics on the gateway's registry. Start comes once
@@ -573,8 +579,9 @@ func (n *Node) newAlarms() error {
 	// A gateway in front of a remote core keeps its events in memory (and
 	// sends them to the webhooks): the core port has no topic reads.
 	if b := h.broker; b != nil {
-		l := &alarm.Log{B: b, Logger: n.log}
+		l := &alarm.Log{B: b, Logger: n.log, Spill: filepath.Join(n.opts.DataDir, AlarmSpillFile)}
 		ao.Store, ao.Restore = l.Store, l.Restore
+		n.alarmLog = l
 	}
 	m, err := alarm.New(ao)
 	if err != nil {

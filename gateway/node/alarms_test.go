@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -477,6 +478,7 @@ func TestAlarmDiskFull(t *testing.T) {
 	hook.wait(t, alarm.KindDiskUsage, dir, alarm.StateCleared)
 	require.True(t, activeKinds(t, n)["store_failed store"], "sticky: the store needs a restart")
 	require.Empty(t, hook.find(alarm.KindStoreFailed, "", alarm.StateCleared))
+	require.NotContains(t, storedEvents(t, n.Broker()), "store_failed store raised", "the full disk refused it")
 
 	closeConsumer(pc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -495,7 +497,18 @@ func TestAlarmDiskFull(t *testing.T) {
 		info, err := n.Broker().Topic(t.Context(), "later")
 		return err == nil && info.Ranges[0].Max+sumMax(info.Ranges[1:]) == 1
 	}, 20*time.Second, 20*time.Millisecond, "the delayed message is delivered after the restart")
+	// The raises the full disk refused were spilled at shutdown: restored,
+	// then cleared, and now in %ALARM% with their clears.
+	hook.wait(t, alarm.KindStoreFailed, "store", alarm.StateCleared)
+	hook.wait(t, alarm.KindDelayOverdue, "delay", alarm.StateCleared)
 	require.Eventually(t, func() bool { return len(activeKinds(t, n)) == 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		stored := storedEvents(t, n.Broker())
+		return slices.Contains(stored, "store_failed store raised") && slices.Contains(stored, "store_failed store cleared") &&
+			slices.Contains(stored, "delay_overdue delay cleared")
+	}, 10*time.Second, 20*time.Millisecond, "%ALARM%: %v", storedEvents(t, n.Broker()))
+	require.NoFileExists(t, filepath.Join(dir, node.AlarmSpillFile), "stored: removed")
+	require.Len(t, hook.find(alarm.KindStoreFailed, "", alarm.StateRaised), 1, "restored, not raised again")
 	_, err = n.Broker().Produce(t.Context(), &core.Message{Topic: "fill", Body: []byte("room again")})
 	require.NoError(t, err)
 }

@@ -77,6 +77,7 @@ type Node struct {
 	httpMux     *routeMux // its patterns, for the test of docs/openapi.yaml
 	health      *health
 	alarms      *alarm.Monitor
+	alarmLog    *alarm.Log                   // where alarms stores its events (nil: in memory only)
 	services    atomic.Pointer[coreServices] // the current term's, for health and alarms
 	anonymous   []AnonymousListener          // set once the gateway is bound
 }
@@ -473,6 +474,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.alarms != nil {
 		errs = append(errs, n.alarms.Close()) // its probes read everything below
 		n.alarms = nil
+	}
+	if n.alarmLog != nil {
+		if err := n.alarmLog.Close(); err != nil {
+			n.log.Warn().Err(err).Msg("alarm events the store refused are lost")
+		}
+		n.alarmLog = nil
 	}
 	if n.gateway != nil {
 		errs = append(errs, n.gateway.Shutdown(ctx))
