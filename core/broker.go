@@ -35,6 +35,15 @@ type Broker interface {
 	// CreateTopic creates a topic, or returns the existing one when its
 	// configuration matches (ErrTopicExists otherwise).
 	CreateTopic(ctx context.Context, cfg TopicConfig) (TopicInfo, error)
+	// ResizeTopic changes a user topic's queue count while it is in use:
+	// from its return on, produces pick their queue among the new count; a
+	// queue beyond it keeps what it holds, readable until retention takes
+	// it. The change begins a new epoch (TopicInfo.Epochs, core/epoch.go):
+	// group consumption that honours its barriers (core/group, core/pop)
+	// keeps every key's order across it. The same count again changes
+	// nothing. ErrTopicNotFound if absent; ErrInvalidTopic for a system
+	// topic or a count outside 1..MaxQueues.
+	ResizeTopic(ctx context.Context, name string, queues int) (TopicInfo, error)
 	// Topic describes one topic; ErrTopicNotFound if absent.
 	Topic(ctx context.Context, name string) (TopicInfo, error)
 	// Topics lists all topics, sorted by name.
@@ -103,11 +112,18 @@ type TopicConfig struct {
 
 // TopicInfo describes a topic and its queues.
 type TopicInfo struct {
-	Name      string
+	Name string
+	// Queues is the number of queues producers write to.
 	Queues    int
 	CreatedAt time.Time
-	// Ranges has one entry per queue.
+	// Ranges has one entry per queue that can be read: the Queues that take
+	// writes, then any a resize retired that still hold messages. Consumers
+	// read len(Ranges) queues.
 	Ranges []QueueRange
+	// Epochs is the topic's history of queue counts, oldest first; the last
+	// is the one in force (its Queues equals Queues). A topic never resized
+	// has one. Epochs whose messages are all gone may be dropped.
+	Epochs []Epoch
 }
 
 // QueueRange is the span of offsets a queue holds: messages at offsets
@@ -132,6 +148,9 @@ type ReadRequest struct {
 	// Tags, when non-empty, returns only messages with one of these tags;
 	// filtered-out messages still advance NextOffset.
 	Tags []string
+	// Until, when positive, returns only messages at offsets below it, and
+	// NextOffset goes no further than it (an epoch barrier, core.Gate).
+	Until int64
 }
 
 // ReadResult is what Read found.
@@ -144,6 +163,10 @@ type ReadResult struct {
 	// Clamped is true when the requested offset was outside Range and was
 	// moved to its nearest end.
 	Clamped bool
+	// Epochs is how many of the topic's epochs the engine knew of when it
+	// read: every message returned belongs to one of them. A reader holding
+	// fewer must learn the new ones (Topic) before it trusts its barriers.
+	Epochs int
 }
 
 // KeyQuery bounds a FindByKey.

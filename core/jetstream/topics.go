@@ -422,3 +422,9 @@ func (e *Engine) unavailable(what string, err error) error {
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 }
+
+// ResizeTopic implements core.Broker. Not yet: the epoch layout of the
+// JetStream engine (issue #21) is work in progress.
+func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core.TopicInfo, error) {
+	return core.TopicInfo{}, fmt.Errorf("jetstream: resize topic %s: %w", name, errors.ErrUnsupported)
+}

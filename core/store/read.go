@@ -392,3 +392,8 @@ func (s *Store) Backlog(_ context.Context, topicName string, queue int, from int
 	}
 	return max(cq.max.Load()-max(from, cq.min.Load()), 0), nil
 }
+
+// ResizeTopic implements core.Broker. Not yet: work in progress (issue #21).
+func (s *Store) ResizeTopic(ctx context.Context, name string, queues int) (core.TopicInfo, error) {
+	return core.TopicInfo{}, fmt.Errorf("store: resize topic %s: %w", name, errors.ErrUnsupported)
+}
