@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -80,10 +81,10 @@ func (g *Gate) Until(ctx context.Context, group, topic string, queue int, start 
 			}
 			ranges = info.Ranges
 		}
-		if p < len(ranges) {
-			off = max(off, ranges[p].Min)
+		if p >= len(ranges) {
+			return math.MaxInt64, nil // a retired queue that retention emptied: nothing to wait for
 		}
-		return off, nil
+		return max(off, ranges[p].Min), nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("gate %s/%d for %s: %w", topic, queue, group, err)

@@ -69,6 +69,11 @@ func (s *Store) describe(t *topic) core.TopicInfo {
 	for _, cq := range t.slots() {
 		info.Ranges = append(info.Ranges, core.QueueRange{Min: cq.min.Load(), Max: cq.max.Load()})
 	}
+	// A retired queue retention emptied is gone for readers: the last ones
+	// leave Ranges (they stay on disk, empty, for a later resize to reuse).
+	for n := len(info.Ranges); n > lay.queues && info.Ranges[n-1].Min == info.Ranges[n-1].Max; n-- {
+		info.Ranges = info.Ranges[:n-1]
+	}
 	return info
 }
 
