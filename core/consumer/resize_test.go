@@ -24,6 +24,8 @@ type keyOrder struct {
 	seen      map[string]map[int]bool
 	violation string
 	count     int
+	// base is every key's first sequence (a replay from a time: not 0).
+	base int
 }
 
 func newKeyOrder() *keyOrder {
@@ -36,6 +38,7 @@ func (o *keyOrder) add(m *core.StoredMessage) {
 	defer o.mu.Unlock()
 	if o.seen[m.ShardingKey] == nil {
 		o.seen[m.ShardingKey] = map[int]bool{}
+		o.next[m.ShardingKey] = max(o.next[m.ShardingKey], o.base)
 	}
 	if !o.seen[m.ShardingKey][seq] {
 		o.count++
@@ -127,4 +130,58 @@ func TestResizeKeepsKeyOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, info.Queues)
 	require.Len(t, info.Ranges, 16)
+}
+
+// TestResizeReplayFromTimeKeepsKeyOrder: a group that consumed a topic
+// through 8 → 16 → 4 is reset to a time before the first resize and
+// consumes again: from where each key starts, it gets its messages in
+// order, retired queues included.
+func TestResizeReplayFromTimeKeepsKeyOrder(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := t.Context()
+	const topic, keys, perKey = "replay", 300, 9
+	_, err := e.store.CreateTopic(ctx, core.TopicConfig{Name: topic, Queues: 8})
+	require.NoError(t, err)
+	var replayFrom time.Time
+	for round := range perKey {
+		if round == 2 {
+			replayFrom = time.Now()
+		}
+		batch := make([]*core.Message, 0, keys)
+		for k := range keys {
+			key := "car-" + strconv.Itoa(k)
+			batch = append(batch, &core.Message{Topic: topic, ShardingKey: key, Body: []byte(key + "/" + strconv.Itoa(round))})
+		}
+		_, err := e.store.ProduceBatch(ctx, batch)
+		require.NoError(t, err)
+		switch round {
+		case 3:
+			_, err = e.store.ResizeTopic(ctx, topic, 16)
+		case 6:
+			_, err = e.store.ResizeTopic(ctx, topic, 4)
+		}
+		require.NoError(t, err)
+	}
+	sub := []group.Subscription{{Topic: topic}}
+	first := newKeyOrder()
+	p := e.consumer("r1", Options{Group: "rp", Orderly: true, Subscriptions: sub, Listener: func(ctx context.Context, m *core.StoredMessage) Result {
+		first.add(m)
+		return Success
+	}})
+	require.Eventually(t, func() bool { return first.distinct() == keys*perKey }, 60*time.Second, 20*time.Millisecond)
+	require.NoError(t, p.Close(ctx))
+
+	_, err = e.coord.ResetOffsets(ctx, "rp", topic, group.ResetTarget{Time: replayFrom})
+	require.NoError(t, err)
+	again := newKeyOrder()
+	again.base = 2 // replayFrom is just before round 2
+	e.consumer("r2", Options{Group: "rp", Orderly: true, Subscriptions: sub, Listener: func(ctx context.Context, m *core.StoredMessage) Result {
+		again.add(m)
+		return Success
+	}})
+	require.Eventually(t, func() bool { return again.distinct() == keys*(perKey-2) }, 60*time.Second, 20*time.Millisecond)
+	require.Empty(t, first.violation)
+	require.Empty(t, again.violation, "the replay")
+	require.Never(t, func() bool { return again.distinct() > keys*(perKey-2) }, 200*time.Millisecond, 20*time.Millisecond,
+		"nothing from before the replay time")
 }
