@@ -13,14 +13,15 @@ import (
 func newTopicCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "topic",
-		Short: "Create, list and describe topics",
+		Short: "Create, list, describe, resize and delete topics",
 		Example: `  ferrymq topic create orders --queues 8
+  ferrymq topic update orders --queues 16
   ferrymq topic list
   ferrymq topic describe orders --json`,
 		Args: cobra.NoArgs,
 		RunE: helpRunE,
 	}
-	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicDescribeCmd(), newTopicDeleteCmd())
+	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicDescribeCmd(), newTopicUpdateCmd(), newTopicDeleteCmd())
 	return cmd
 }
 
@@ -160,9 +161,25 @@ func (o *topicDescribeOptions) run(cmd *cobra.Command, args []string) error {
 		tw := newTable(w)
 		fmt.Fprintln(tw, "QUEUE\tMIN\tMAX\tMESSAGES")
 		for q, r := range t.Ranges {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\n", q, r.Min, r.Max, r.Messages)
+			state := ""
+			if q >= t.Queues {
+				state = "\tretired (draining)"
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d%s\n", q, r.Min, r.Max, r.Messages, state)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(t.Epochs) > 1 {
+			fmt.Fprintln(w)
+			tw = newTable(w)
+			fmt.Fprintln(tw, "EPOCH	QUEUES	STARTED")
+			for e, ep := range t.Epochs {
+				fmt.Fprintf(tw, "%d\t%d\t%s\n", e, ep.Queues, displayTime(ep.Started))
+			}
+			return tw.Flush()
+		}
+		return nil
 	})
 }
 
@@ -192,6 +209,54 @@ func (o *topicDeleteOptions) run(cmd *cobra.Command, args []string) error {
 			return err
 		}
 		_, err := fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s\n", args[0])
+		return err
+	})
+}
+
+type topicUpdateOptions struct {
+	client clientOptions
+	queues int
+	json   bool
+}
+
+func (o *topicUpdateOptions) AddFlags(cmd *cobra.Command) {
+	o.client.AddFlags(cmd)
+	f := cmd.Flags()
+	f.IntVar(&o.queues, "queues", 0, "the new number of queues (1 to 1024; required)")
+	f.BoolVar(&o.json, "json", false, "print the topic as JSON")
+}
+
+func newTopicUpdateCmd() *cobra.Command {
+	o := &topicUpdateOptions{}
+	cmd := &cobra.Command{
+		Use:   "update NAME --queues N",
+		Short: "Resize a topic while producers and consumers run; every key keeps its order for every group",
+		Long: `Resize a topic while producers and consumers run. From now on a key goes to one of the
+new count's queues; a group takes a key's messages from its new queue only after it committed
+the key's earlier ones in the old queue (docs/consumption.md, "Resizing a topic"). Queues beyond
+a smaller count stay readable until every group drained them and retention removes them.`,
+		Example: `  ferrymq topic update telemetry --queues 16
+  ferrymq topic update telemetry --queues 4 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: runE(o.run),
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+func (o *topicUpdateOptions) run(cmd *cobra.Command, args []string) error {
+	if o.queues < 1 {
+		return fmt.Errorf("--queues is required: 1 to 1024, got %d", o.queues)
+	}
+	return o.client.call(cmd, func(ctx context.Context, c *client.Client) error {
+		t, err := c.ResizeTopic(ctx, args[0], o.queues)
+		if err != nil {
+			return fmt.Errorf("resize topic %s: %w", args[0], err)
+		}
+		if o.json {
+			return writeJSON(cmd.OutOrStdout(), t)
+		}
+		_, err = fmt.Fprintf(cmd.OutOrStdout(), "topic %s: %d queues (%d readable, epoch %d)\n", t.Name, t.Queues, len(t.Ranges), max(len(t.Epochs)-1, 0))
 		return err
 	})
 }

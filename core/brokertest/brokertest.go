@@ -59,6 +59,10 @@ type Factory struct {
 	// that refusal instead of auto-creation; either way it fails, never
 	// skips, when the engine does not do what the flag says.
 	NoAutoCreate bool
+	// NoResize: the engine does not implement ResizeTopic yet; the
+	// ResizeTopic case checks that it refuses with errors.ErrUnsupported
+	// and changes nothing.
+	NoResize bool
 	// SparseOffsets: queue offsets increase but are not dense: a topic's
 	// queues share one sequence (the JetStream engine's stream sequence),
 	// so other queues' messages take the offsets in between and a queue's
@@ -112,6 +116,7 @@ var cases = []struct {
 	{"GetUnknownID", testGetUnknownID},
 	{"Restart", testRestart},
 	{"DeleteTopic", testDeleteTopic},
+	{"ResizeTopic", testResizeTopic},
 	{"Close", testClose},
 }
 

@@ -17,6 +17,14 @@ func (c *Client) CreateTopic(ctx context.Context, name string, queues int) (wire
 	return out, err
 }
 
+// ResizeTopic changes a topic's queue count while it is in use
+// (core.Broker.ResizeTopic): every key keeps its order for every group.
+func (c *Client) ResizeTopic(ctx context.Context, name string, queues int) (wire.TopicInfo, error) {
+	var out wire.TopicInfo
+	err := c.callJSON(ctx, wire.OpTopicResize, wire.TopicReq{Name: name, Queues: queues}, &out)
+	return out, err
+}
+
 // Topic describes a topic.
 func (c *Client) Topic(ctx context.Context, name string) (wire.TopicInfo, error) {
 	var out wire.TopicInfo

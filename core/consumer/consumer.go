@@ -288,7 +288,7 @@ func (p *PushConsumer) rebalanceNow() {
 func (p *PushConsumer) apply(a group.Assignment) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.pullCtx.Err() != nil || (a.Version == p.version && len(p.workers) > 0) {
+	if p.pullCtx.Err() != nil || (a.Version == p.version && len(p.workers) > 0 && p.holdsLocked(a.Queues)) {
 		return
 	}
 	p.version = a.Version
@@ -311,6 +311,27 @@ func (p *PushConsumer) apply(a group.Assignment) {
 			w.stop() // finishes, commits, releases, then exits
 		}
 	}
+}
+
+// holdsLocked reports whether the running workers are exactly those of
+// queues. A version alone does not say: a coordinator that restarted counts
+// its versions from 1 again, and the same number may assign other queues.
+func (p *PushConsumer) holdsLocked(queues []group.QueueRef) bool {
+	n := 0
+	for _, w := range p.workers {
+		if !w.stopping() {
+			n++
+		}
+	}
+	if n != len(queues) {
+		return false
+	}
+	for _, ref := range queues {
+		if w := p.workers[ref]; w == nil || w.stopping() {
+			return false
+		}
+	}
+	return true
 }
 
 // Close stops pulling, waits for running listeners until ctx ends, commits

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/gate"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/trace"
 )
@@ -128,6 +129,7 @@ type Coordinator struct {
 	b    core.Broker
 	opts Options
 	log  zerolog.Logger
+	gate *gate.Gate // epoch barriers of resized topics
 
 	mu     sync.Mutex // guards groups and the lease log
 	groups map[string]*groupState
@@ -184,6 +186,7 @@ func New(b core.Broker, opts Options) (*Coordinator, error) {
 	}
 	return &Coordinator{
 		b:      b,
+		gate:   gate.New(b),
 		opts:   opts,
 		log:    opts.Logger.With().Str("component", "group").Logger(),
 		groups: map[string]*groupState{},
@@ -368,7 +371,7 @@ func (c *Coordinator) queueCount(ctx context.Context, topic string) int {
 	if err != nil {
 		return 0
 	}
-	return info.Queues
+	return len(info.Ranges) // the retired queues of a resized topic too, until drained
 }
 
 // rebalanceLocked recomputes the group's assignment from its members and

@@ -14,6 +14,9 @@ import (
 // DefaultPullMax is how many messages a pull with no Max returns at most.
 const DefaultPullMax = 32
 
+// barrierPoll is how often a pull held at an epoch barrier looks again.
+const barrierPoll = 20 * time.Millisecond
+
 // PullRequest asks for messages of one queue.
 type PullRequest struct {
 	Group, ClientID string
@@ -89,14 +92,44 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 		maxN = DefaultPullMax
 	}
 	deadline := time.Now().Add(req.Wait)
+	start := func(q int) (int64, error) {
+		return c.startOffset(ctx, key, QueueRef{ref.Topic, q}, from, fromTime)
+	}
 	for {
 		arrived := c.b.Arrivals(ref.Topic) // taken before the read, so no arrival is missed
-		res, err := c.b.Read(ctx, core.ReadRequest{Topic: ref.Topic, Queue: ref.Queue, Offset: offset, MaxCount: maxN, Tags: tags})
+		until, err := c.gate.Until(ctx, key, ref.Topic, ref.Queue, start)
+		if err != nil {
+			return PullResult{}, fmt.Errorf("pull %s: %w", ref, err)
+		}
+		if until >= 0 && offset >= until {
+			// The queue's next messages are of an epoch whose keys still
+			// have older messages in other queues: wait for the group to
+			// commit those (commits do not signal arrivals: look again
+			// every barrierPoll).
+			wait := time.Until(deadline)
+			if wait <= 0 {
+				return PullResult{Offset: offset, NextOffset: offset, Reset: reset}, nil
+			}
+			t := time.NewTimer(min(wait, barrierPoll))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return PullResult{Offset: offset, NextOffset: offset, Reset: reset}, nil
+			}
+			continue
+		}
+		res, err := c.b.Read(ctx, core.ReadRequest{Topic: ref.Topic, Queue: ref.Queue, Offset: offset, MaxCount: maxN, Tags: tags, Until: max(until, 0)})
 		if errors.Is(err, core.ErrTopicNotFound) {
 			res, err = core.ReadResult{NextOffset: offset}, nil
 		}
 		if err != nil {
 			return PullResult{}, fmt.Errorf("pull %s: %w", ref, err)
+		}
+		if stale, err := c.gate.Stale(ctx, ref.Topic, res.Epochs); err != nil {
+			return PullResult{}, fmt.Errorf("pull %s: %w", ref, err)
+		} else if stale {
+			continue // resized since the gate looked: read again behind its new barriers
 		}
 		start := offset
 		if res.Clamped {
@@ -263,7 +296,7 @@ func (c *Coordinator) ResetOffsets(ctx context.Context, group, topic string, to 
 	if err != nil {
 		return nil, err
 	}
-	offs := make([]int64, info.Queues)
+	offs := make([]int64, len(info.Ranges))
 	for q := range offs {
 		switch {
 		case !to.Time.IsZero():
@@ -302,6 +335,7 @@ func (c *Coordinator) ResetOffsets(ctx context.Context, group, topic string, to 
 		g.forgetTopicLocked(topic) // delivered again from the new offsets if need be
 	}
 	c.mu.Unlock()
+	c.gate.Forget("", topic) // offsets moved back: barriers seen open must be looked at again
 	c.log.Info().Str("group", group).Str("topic", topic).Time("to_time", to.Time).Bool("latest", to.Latest).Msg("offsets reset")
 	return offs, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/gate"
 	"github.com/ferrymq/ferrymq/core/retry"
 )
 
@@ -72,6 +73,7 @@ type Popped struct {
 // Service hands out messages to poppers. It is safe for concurrent use.
 type Service struct {
 	b    core.Broker
+	gate *gate.Gate // epoch barriers of resized topics
 	r    *retry.Service
 	opts Options
 	log  zerolog.Logger
@@ -121,6 +123,7 @@ func New(b core.Broker, r *retry.Service, opts Options) (*Service, error) {
 	}
 	s := &Service{
 		b:      b,
+		gate:   gate.New(b),
 		r:      r,
 		opts:   opts,
 		log:    opts.Logger.With().Str("component", "pop").Logger(),

@@ -269,16 +269,19 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		}
 		return nil, o.Broker.DeleteTopic(ctx, r.Name)
 
-	case wire.OpTopicCreate, wire.OpTopicGet:
+	case wire.OpTopicCreate, wire.OpTopicGet, wire.OpTopicResize:
 		var r wire.TopicReq
 		if err := decode(f, &r); err != nil {
 			return nil, err
 		}
 		var info core.TopicInfo
 		var err error
-		if f.Op == wire.OpTopicCreate {
+		switch f.Op {
+		case wire.OpTopicCreate:
 			info, err = o.Broker.CreateTopic(ctx, core.TopicConfig{Name: r.Name, Queues: r.Queues})
-		} else {
+		case wire.OpTopicResize:
+			info, err = o.Broker.ResizeTopic(ctx, r.Name, r.Queues)
+		default:
 			info, err = o.Broker.Topic(ctx, r.Name)
 		}
 		if err != nil {
@@ -342,6 +345,9 @@ func topicInfo(ctx context.Context, b core.Broker, t core.TopicInfo) wire.TopicI
 			n = max(r.Max-r.Min, 0)
 		}
 		out.Ranges = append(out.Ranges, wire.QueueRange{Min: r.Min, Max: r.Max, Messages: n})
+	}
+	for _, e := range t.Epochs {
+		out.Epochs = append(out.Epochs, wire.Epoch{Queues: e.Queues, Begin: e.Begin, Started: e.Started})
 	}
 	return out
 }

@@ -78,7 +78,7 @@ func (s *Store) DeleteTopic(ctx context.Context, name string) error {
 
 	// The tombstone is durable: the queue files can go (a crash before this
 	// leaves them to Open, which removes them).
-	for _, cq := range t.queues {
+	for _, cq := range t.slots() {
 		cq.gone.Store(true)
 		_ = cq.close()
 	}

@@ -129,7 +129,7 @@ func TestNewerFormatIsRefused(t *testing.T) {
 	var meta storeMeta
 	_, err = readMeta(vfs.Default, dir, fileStoreMeta, &meta)
 	require.NoError(t, err)
-	require.Equal(t, storeFormat, meta.Format)
+	require.Equal(t, 1, meta.Format, "a store never resized stays format 1")
 	meta.Format = storeFormat + 1
 	require.NoError(t, writeMeta(vfs.Default, dir, fileStoreMeta, meta))
 

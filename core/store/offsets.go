@@ -37,7 +37,7 @@ func (s *Store) CommitOffset(ctx context.Context, group, topicName string, queue
 	if err != nil {
 		return err
 	}
-	if queue < 0 || queue >= len(t.queues) {
+	if queue < 0 || queue >= len(t.slots()) {
 		return fmt.Errorf("%w: %s/%d", core.ErrQueueNotFound, topicName, queue)
 	}
 	if offset < 0 {

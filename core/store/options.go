@@ -183,7 +183,7 @@ func (o Options) validate() error {
 }
 
 // maxQueues bounds a topic's queue count.
-const maxQueues = 1024
+const maxQueues = 1024 // core.MaxQueues (kept literal: options.go imports nothing of core)
 
 // DefaultGroupCommitDelay is Options.GroupCommitDelay's default. Measured
 // on the report's latency load (10 publishers, 5,000 QoS 1 msgs/s in all,

@@ -20,8 +20,8 @@ func (s *Store) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.Top
 	if err := s.checkTopicName(cfg.Name); err != nil {
 		return core.TopicInfo{}, err
 	}
-	if cfg.Queues < 0 || cfg.Queues > maxQueues {
-		return core.TopicInfo{}, fmt.Errorf("%w: %d queues, want 1 to %d", core.ErrInvalidMessage, cfg.Queues, maxQueues)
+	if cfg.Queues < 0 || cfg.Queues > core.MaxQueues {
+		return core.TopicInfo{}, fmt.Errorf("%w: %d queues, want 1 to %d", core.ErrInvalidMessage, cfg.Queues, core.MaxQueues)
 	}
 	q := cfg.Queues
 	if q == 0 {
@@ -31,8 +31,8 @@ func (s *Store) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.Top
 	if err != nil {
 		return core.TopicInfo{}, err
 	}
-	if len(t.queues) != q {
-		return core.TopicInfo{}, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrTopicExists, cfg.Name, len(t.queues), q)
+	if n := t.writeQueues(); n != q {
+		return core.TopicInfo{}, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrTopicExists, cfg.Name, n, q)
 	}
 	return s.describe(t), nil
 }
@@ -64,9 +64,15 @@ func (s *Store) Topics(ctx context.Context) ([]core.TopicInfo, error) {
 }
 
 func (s *Store) describe(t *topic) core.TopicInfo {
-	info := core.TopicInfo{Name: t.name, Queues: len(t.queues), CreatedAt: t.created}
-	for _, cq := range t.queues {
+	lay := t.lay.Load()
+	info := core.TopicInfo{Name: t.name, Queues: lay.queues, CreatedAt: t.created, Epochs: lay.epochs}
+	for _, cq := range t.slots() {
 		info.Ranges = append(info.Ranges, core.QueueRange{Min: cq.min.Load(), Max: cq.max.Load()})
+	}
+	// A retired queue retention emptied is gone for readers: the last ones
+	// leave Ranges (they stay on disk, empty, for a later resize to reuse).
+	for n := len(info.Ranges); n > lay.queues && info.Ranges[n-1].Min == info.Ranges[n-1].Max; n-- {
+		info.Ranges = info.Ranges[:n-1]
 	}
 	return info
 }
@@ -76,10 +82,15 @@ func (s *Store) queue(topicName string, q int) (*consumeQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	if q < 0 || q >= len(t.queues) {
-		return nil, fmt.Errorf("%w: %s/%d (topic has %d)", core.ErrQueueNotFound, topicName, q, len(t.queues))
+	return t.queue(q)
+}
+
+func (t *topic) queue(q int) (*consumeQueue, error) {
+	qs := t.slots()
+	if q < 0 || q >= len(qs) {
+		return nil, fmt.Errorf("%w: %s/%d (topic has %d)", core.ErrQueueNotFound, t.name, q, len(qs))
 	}
-	return t.queues[q], nil
+	return qs[q], nil
 }
 
 // QueueHead implements core.QueueHeads: an atomic load, after a map lookup.
@@ -97,7 +108,11 @@ func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult
 	if s.closed.Load() {
 		return res, core.ErrClosed
 	}
-	cq, err := s.queue(req.Topic, req.Queue)
+	t, err := s.topic(req.Topic, false, 0)
+	if err != nil {
+		return res, err
+	}
+	cq, err := t.queue(req.Queue)
 	if err != nil {
 		return res, err
 	}
@@ -105,6 +120,9 @@ func (s *Store) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult
 	if err != nil && cq.gone.Load() {
 		return core.ReadResult{}, fmt.Errorf("%w: %q was deleted", core.ErrTopicNotFound, req.Topic)
 	}
+	// Loaded after the read: a message of a new epoch is appended only
+	// after its epoch is in the layout, so this covers every one read.
+	res.Epochs = len(t.lay.Load().epochs)
 	return res, err
 }
 
@@ -151,6 +169,12 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 	var wants []want
 	total := 0
 	limit := s.confirmed.Load() // read before the entries: nothing past it is served
+	if req.Until > 0 {
+		if off >= req.Until {
+			return res, nil
+		}
+		maxCount = int(min(int64(maxCount), req.Until-off))
+	}
 	entries, err := cq.read(off, maxCount, nil)
 	if err != nil {
 		return res, err
@@ -391,9 +415,4 @@ func (s *Store) Backlog(_ context.Context, topicName string, queue int, from int
 		return 0, err
 	}
 	return max(cq.max.Load()-max(from, cq.min.Load()), 0), nil
-}
-
-// ResizeTopic implements core.Broker. Not yet: work in progress (issue #21).
-func (s *Store) ResizeTopic(ctx context.Context, name string, queues int) (core.TopicInfo, error) {
-	return core.TopicInfo{}, fmt.Errorf("store: resize topic %s: %w", name, errors.ErrUnsupported)
 }

@@ -39,7 +39,7 @@ func (s *Store) recover(unclean bool) error {
 
 	// Consume-queue entries at or past the scan start are rebuilt from the log.
 	for _, t := range s.topicList() {
-		for q, cq := range t.queues {
+		for q, cq := range t.slots() {
 			k, err := cq.searchOffset(func(e cqEntry) (bool, error) { return e.offset >= from || e.size <= 0, nil })
 			if err != nil {
 				return fmt.Errorf("recover %s/%d: %w", t.name, q, err)
@@ -79,12 +79,25 @@ func (s *Store) recover(unclean bool) error {
 	}
 
 	logMin, logEnd = s.cl.bounds()
+	clamped := false
 	for _, t := range s.topicList() {
-		for q, cq := range t.queues {
+		for q, cq := range t.slots() {
 			t.next[q] = cq.max.Load()
 			if err := s.raiseMin(cq, logMin); err != nil {
 				return err
 			}
+		}
+		if clampEpochs(t) {
+			s.log.Warn().Str("topic", t.name).Msg("a resize's epoch began past what the log kept; begun at the recovered ends")
+			clamped = true
+		}
+	}
+	if clamped {
+		s.topicsMu.Lock()
+		err := s.persistTopicsLocked()
+		s.topicsMu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 	s.nextOffset, s.activeBase = logEnd, logEnd
@@ -202,7 +215,7 @@ func (s *Store) replayReq(meta recordMeta) (dispatchReq, bool) {
 		return dispatchReq{}, false // a deleted incarnation's record
 	}
 	t, err := s.topic(name, true, max(s.opts.DefaultQueues, meta.queue+1))
-	if err != nil || meta.queue >= len(t.queues) {
+	if err != nil || meta.queue >= len(t.slots()) {
 		s.log.Error().Err(err).Str("topic", name).Int("queue", meta.queue).Msg("recovered record has no queue; not indexed")
 		return dispatchReq{}, false
 	}

@@ -64,7 +64,7 @@ func (s *Store) RunRetention() (int, error) {
 	logMin, _ := s.cl.bounds()
 	var errs []error
 	for _, t := range s.topicList() {
-		for _, cq := range t.queues {
+		for _, cq := range t.slots() {
 			if err := s.raiseMin(cq, logMin); err != nil {
 				errs = append(errs, err)
 			}

@@ -3,6 +3,7 @@ package store
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -116,4 +117,49 @@ func TestRetentionByDiskCeiling(t *testing.T) {
 	msgs := readAll(t, s, "d", 0)
 	require.NotEmpty(t, msgs)
 	require.Equal(t, int64(99), msgs[len(msgs)-1].QueueOffset, "the newest messages stay")
+}
+
+// TestRetentionRemovesRetiredQueues: the queues a shrink retired stay
+// readable while they hold messages, and leave TopicInfo.Ranges once
+// retention deleted what they held; a group's gate then waits for nothing
+// there.
+func TestRetentionRemovesRetiredQueues(t *testing.T) {
+	ctx := t.Context()
+	clock := &testClock{now: time.Unix(1_700_000_000, 0)}
+	opts := Options{DefaultQueues: 4, SegmentBytes: 4096, MaxMessageBytes: 2048, Now: clock.Now,
+		Retention: time.Hour, RetentionInterval: time.Hour, ConsumeQueueFileEntries: 16, IndexSlots: 16, IndexEntries: 32}
+	s := openT(t, t.TempDir(), opts)
+	body := make([]byte, 200)
+	for i := range 60 {
+		_, err := s.Produce(ctx, &core.Message{Topic: "r", ShardingKey: "k" + strconv.Itoa(i), Body: body})
+		require.NoError(t, err)
+	}
+	info, err := s.ResizeTopic(ctx, "r", 2)
+	require.NoError(t, err)
+	require.Len(t, info.Ranges, 4, "the retired queues hold messages")
+	clock.Add(2 * time.Hour)
+	for i := range 40 {
+		_, err := s.Produce(ctx, &core.Message{Topic: "r", ShardingKey: "k" + strconv.Itoa(i), Body: body})
+		require.NoError(t, err)
+	}
+	// The segment that held the last messages of the old epoch took new
+	// ones too: it goes once those are old as well.
+	clock.Add(2 * time.Hour)
+	for i := range 20 {
+		_, err := s.Produce(ctx, &core.Message{Topic: "r", ShardingKey: "k" + strconv.Itoa(i), Body: body})
+		require.NoError(t, err)
+	}
+	n, err := s.RunRetention()
+	require.NoError(t, err)
+	require.Positive(t, n)
+	info, err = s.Topic(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, 2, info.Queues)
+	require.Len(t, info.Ranges, 2, "retention emptied the retired queues: they are gone for readers")
+	_, err = s.Read(ctx, core.ReadRequest{Topic: "r", Queue: 3})
+	require.NoError(t, err, "a reader that still asks for a retired queue gets nothing, not an error")
+	grown, err := s.ResizeTopic(ctx, "r", 4)
+	require.NoError(t, err)
+	require.Len(t, grown.Ranges, 4)
+	require.GreaterOrEqual(t, grown.Ranges[3].Min, info.Epochs[1].Begin[3], "a queue taken up again goes on from its offsets")
 }

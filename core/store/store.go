@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -136,8 +137,14 @@ func (s *Store) Failure() error {
 type topic struct {
 	name    string
 	created time.Time
-	queues  []*consumeQueue
-	next    []int64 // next queue offset per queue; guarded by Store.appendMu
+	// qs holds every queue that can be read: the ones producers write to
+	// and those a resize retired (read it with slots). It only grows, by
+	// ResizeTopic, which stores a longer copy.
+	qs   atomic.Pointer[[]*consumeQueue]
+	next []int64 // next queue offset per queue; guarded by Store.appendMu
+	// lay is the queue count producers use and the epochs behind it;
+	// replaced, never changed, under Store.appendMu (resize.go).
+	lay     atomic.Pointer[layout]
 	rr      atomic.Uint32
 	mark    uint64 // dispatcher's scratch: last dispatch round that wrote this topic
 	deleted bool   // set by DeleteTopic; guarded by Store.appendMu
@@ -220,7 +227,10 @@ const (
 // binary could not read raises it; Open refuses a directory whose
 // store.meta names a format newer than this one (ErrNewerFormat) instead of
 // taking records it cannot parse for damage. It is part of the format.
-const storeFormat = 1
+//
+// A store is created at format 1; its first resize raises it to 2
+// (resize.go), the format that has topic epochs in topics.meta.
+const storeFormat = 2
 
 type storeMeta struct {
 	ID      uint32    `json:"id"`
@@ -237,8 +247,11 @@ type storeMeta struct {
 
 type topicMeta struct {
 	Name    string    `json:"name"`
-	Queues  int       `json:"queues"` // 0: a tombstone only (the topic was deleted)
+	Queues  int       `json:"queues"` // queues on disk; 0: a tombstone only (the topic was deleted)
 	Created time.Time `json:"created,omitzero"`
+	// Epochs is the topic's history of queue counts (resize.go); absent for
+	// a topic never resized, whose one epoch writes to all Queues.
+	Epochs []epochMeta `json:"epochs,omitempty"`
 	// DeletedBelow, when set, fences off the records of a deleted earlier
 	// incarnation: those below this commit-log offset.
 	DeletedBelow int64 `json:"deleted_below,omitempty"`
@@ -309,7 +322,7 @@ func (s *Store) open() error {
 	if !found {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
-		meta = storeMeta{ID: binary.BigEndian.Uint32(b[:]) & 0xFFFFFF, Created: s.opts.Now().UTC(), Format: storeFormat}
+		meta = storeMeta{ID: binary.BigEndian.Uint32(b[:]) & 0xFFFFFF, Created: s.opts.Now().UTC(), Format: 1}
 		dirty = true
 	}
 	if meta.Format > storeFormat {
@@ -385,29 +398,57 @@ func (s *Store) open() error {
 }
 
 func (s *Store) openTopic(tm topicMeta) (*topic, error) {
-	if tm.Queues < 1 || tm.Queues > maxQueues {
+	if tm.Queues < 1 || tm.Queues > core.MaxQueues {
 		return nil, fmt.Errorf("%w: topic %q has %d queues", ErrBadMetadata, tm.Name, tm.Queues)
 	}
+	lay, err := layoutOf(tm)
+	if err != nil {
+		return nil, err
+	}
 	t := &topic{name: tm.Name, created: tm.Created, next: make([]int64, tm.Queues)}
-	for q := 0; q < tm.Queues; q++ {
-		cq, err := openConsumeQueue(s.fs, queueDir(s.dir, tm.Name, q), s.cqFileEntries)
-		if err != nil {
-			for _, c := range t.queues {
-				_ = c.close()
-			}
-			return nil, fmt.Errorf("topic %s queue %d: %w", tm.Name, q, err)
-		}
-		t.queues = append(t.queues, cq)
+	qs, err := s.openQueues(tm.Name, nil, tm.Queues)
+	if err != nil {
+		return nil, err
+	}
+	for q, cq := range qs {
 		t.next[q] = cq.max.Load()
 	}
+	t.qs.Store(&qs)
+	t.lay.Store(lay)
 	return t, nil
+}
+
+// openQueues opens the queues of topic name from len(have) up to n and
+// returns them after have's; on error it closes what it opened.
+func (s *Store) openQueues(name string, have []*consumeQueue, n int) ([]*consumeQueue, error) {
+	out := slices.Clone(have)
+	for q := len(have); q < n; q++ {
+		cq, err := openConsumeQueue(s.fs, queueDir(s.dir, name, q), s.cqFileEntries)
+		if err != nil {
+			for _, c := range out[len(have):] {
+				_ = c.close()
+			}
+			return nil, fmt.Errorf("topic %s queue %d: %w", name, q, err)
+		}
+		out = append(out, cq)
+	}
+	return out, nil
+}
+
+// slots returns every queue of the topic that can be read.
+func (t *topic) slots() []*consumeQueue { return *t.qs.Load() }
+
+// writeQueues is the number of queues producers write to.
+func (t *topic) writeQueues() int {
+	return t.lay.Load().queues
 }
 
 // persistTopicsLocked writes topics.meta; topicsMu must be held.
 func (s *Store) persistTopicsLocked() error {
 	list := make([]topicMeta, 0, len(s.topics)+len(s.tombstones))
 	for _, t := range s.topics {
-		list = append(list, topicMeta{Name: t.name, Queues: len(t.queues), Created: t.created, DeletedBelow: s.tombstones[t.name]})
+		list = append(list, topicMeta{Name: t.name, Queues: len(t.slots()), Created: t.created,
+			DeletedBelow: s.tombstones[t.name], Epochs: t.lay.Load().meta()})
 	}
 	for name, fence := range s.tombstones {
 		if s.topics[name] == nil {
@@ -444,7 +485,7 @@ func (s *Store) topic(name string, create bool, queues int) (*topic, error) {
 	s.topics[name] = t
 	if err := s.persistTopicsLocked(); err != nil {
 		delete(s.topics, name)
-		for _, c := range t.queues {
+		for _, c := range t.slots() {
 			_ = c.close()
 		}
 		return nil, fmt.Errorf("create topic %s: %w", name, err)
@@ -459,7 +500,8 @@ func (s *Store) topic(name string, create bool, queues int) (*topic, error) {
 // per message).
 type prepared struct {
 	t     *topic
-	queue int
+	queue int // picked under appendMu, where the topic's queue count holds still
+	key   string
 	n     int
 	keys  []uint64
 }
@@ -485,11 +527,7 @@ func (s *Store) prepare(m *core.Message) (prepared, error) {
 		return p, err
 	}
 	p.t = t
-	if m.ShardingKey != "" {
-		p.queue = core.QueueFor(m.ShardingKey, len(t.queues))
-	} else {
-		p.queue = int((t.rr.Add(1) - 1) % uint32(len(t.queues)))
-	}
+	p.key = m.ShardingKey
 	p.n = n
 	if m.ShardingKey != "" {
 		p.keys = append(p.keys, keyHash(m.Topic, m.ShardingKey))
@@ -619,6 +657,11 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 	b := s.pend
 	for i := range preps {
 		p := &preps[i]
+		if nq := p.t.writeQueues(); p.key != "" {
+			p.queue = core.QueueFor(p.key, nq)
+		} else {
+			p.queue = int((p.t.rr.Add(1) - 1) % uint32(nq))
+		}
 		n := int64(p.n)
 		newSeg := false
 		if s.nextOffset > s.activeBase && s.nextOffset-s.activeBase+n > s.opts.SegmentBytes {
@@ -873,7 +916,7 @@ func (s *Store) dispatch(reqs []dispatchReq) error {
 	s.touched = s.touched[:0]
 	for i := range reqs {
 		r := &reqs[i]
-		cq := r.t.queues[r.queue]
+		cq := r.t.slots()[r.queue]
 		if cq.mark != round {
 			cq.mark = round
 			touched = append(touched, cq)
@@ -949,7 +992,7 @@ func (s *Store) checkpoint() error {
 	d := s.confirmed.Load()
 	var errs []error
 	for _, t := range s.topicList() {
-		for _, cq := range t.queues {
+		for _, cq := range t.slots() {
 			if err := cq.sync(); err != nil {
 				errs = append(errs, err)
 			}
@@ -1021,7 +1064,7 @@ func (s *Store) Close() error {
 func (s *Store) closeFiles() error {
 	var errs []error
 	for _, t := range s.topicList() {
-		for _, cq := range t.queues {
+		for _, cq := range t.slots() {
 			errs = append(errs, cq.close())
 		}
 	}

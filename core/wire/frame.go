@@ -42,6 +42,7 @@ const (
 	OpTopicList   Op = 0x51 // JSON {} → JSON [topic info]
 	OpTopicGet    Op = 0x52 // JSON {name} → JSON topic info
 	OpTopicDelete Op = 0x53 // JSON {name} → empty
+	OpTopicResize Op = 0x54 // JSON {name, queues} → JSON topic info
 	OpGet         Op = 0x60 // 16-byte message ID → binary messages (one)
 	OpFindByKey   Op = 0x61 // JSON {topic, key, max, begin, end} → binary messages
 	OpCancelDelay Op = 0x62 // JSON {id} → JSON delayed message
@@ -148,7 +149,7 @@ var opNames = map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produc
 	OpHeartbeat: "heartbeat", OpGroupPull: "group-pull", OpCommit: "commit", OpRelease: "release",
 	OpLeave: "leave", OpSendBack: "send-back", OpDeadLetter: "dead-letter", OpPop: "pop", OpAck: "ack",
 	OpChangeInvis: "change-invisible", OpLag: "lag", OpReset: "reset", OpGroups: "groups",
-	OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpTopicDelete: "topic-delete", OpGet: "get",
+	OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpTopicDelete: "topic-delete", OpTopicResize: "topic-resize", OpGet: "get",
 	OpFindByKey: "find-by-key", OpCancelDelay: "cancel-delayed", OpListDelayed: "list-delayed", OpTrace: "trace", OpQuery: "query",
 	OpCheckTxn: "check-transaction", OpTxnHalf: "transaction-half", OpTxnEnd: "transaction-end",
 	OpTxnRegister: "transaction-register", OpTxnList: "transaction-list"}

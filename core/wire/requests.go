@@ -182,7 +182,8 @@ type MemberInfo struct {
 	Queues        []QueueRef `json:"queues"`
 }
 
-// TopicReq names a topic (OpTopicGet) or creates one (OpTopicCreate).
+// TopicReq names a topic (OpTopicGet), creates one (OpTopicCreate) or
+// changes its queue count (OpTopicResize).
 type TopicReq struct {
 	Name   string `json:"name"`
 	Queues int    `json:"queues,omitempty"`
@@ -190,10 +191,22 @@ type TopicReq struct {
 
 // TopicInfo describes a topic.
 type TopicInfo struct {
-	Name      string       `json:"name"`
-	Queues    int          `json:"queues"`
-	CreatedAt time.Time    `json:"created_at"`
-	Ranges    []QueueRange `json:"ranges"`
+	Name      string    `json:"name"`
+	Queues    int       `json:"queues"`
+	CreatedAt time.Time `json:"created_at"`
+	// Ranges has one entry per readable queue: the Queues producers write
+	// to, then those a resize retired that still hold messages.
+	Ranges []QueueRange `json:"ranges"`
+	// Epochs is the history of queue counts (core.Epoch), oldest first.
+	Epochs []Epoch `json:"epochs,omitempty"`
+}
+
+// Epoch is one queue count of a topic and, after the first, the offset
+// where it began in each queue.
+type Epoch struct {
+	Queues  int       `json:"queues"`
+	Begin   []int64   `json:"begin,omitempty"`
+	Started time.Time `json:"started,omitzero"`
 }
 
 // QueueRange is a queue's readable offsets [min, max) and how many

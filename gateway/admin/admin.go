@@ -146,6 +146,7 @@ func (a *api) endpoints() []endpoint {
 		{http.MethodPost, pathTopics, a.createTopic},
 		{http.MethodGet, pathTopic, a.getTopic},
 		{http.MethodDelete, pathTopic, a.deleteTopic},
+		{http.MethodPatch, pathTopic, a.resizeTopic},
 		{http.MethodGet, pathGroups, a.listGroups},
 		{http.MethodGet, pathGroup, a.getGroup},
 		{http.MethodPost, pathReset, a.resetGroup},

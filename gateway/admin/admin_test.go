@@ -56,6 +56,10 @@ type (
 		Queues   int         `json:"queues"`
 		Messages int64       `json:"messages"`
 		Ranges   []rangeJSON `json:"ranges"`
+		Epochs   []struct {
+			Queues int     `json:"queues"`
+			Begin  []int64 `json:"begin"`
+		} `json:"epochs"`
 	}
 	topicPageJSON struct {
 		Topics []topicJSON `json:"topics"`
@@ -289,10 +293,37 @@ func TestTopicCreateAndDescribe(t *testing.T) {
 	requireError(t, e.do(t, http.MethodDelete, "/api/v1/topics/orders", ""), http.StatusNotFound, admin.CodeTopicNotFound)
 	r = e.do(t, http.MethodPut, "/api/v1/topics/orders", "")
 	requireError(t, r, http.StatusMethodNotAllowed, admin.CodeMethodNotAllowed)
-	require.Equal(t, "GET, DELETE", r.header.Get("Allow"))
+	require.Equal(t, "GET, DELETE, PATCH", r.header.Get("Allow"))
 	r = e.do(t, http.MethodDelete, "/api/v1/topics", "")
 	requireError(t, r, http.StatusMethodNotAllowed, admin.CodeMethodNotAllowed)
 	require.Equal(t, "GET, POST", r.header.Get("Allow"))
+}
+
+// TestTopicResize: PATCH /api/v1/topics/{topic} resizes a topic in use;
+// the answer shows the new count, the retired queues still readable and the
+// epochs; bad counts, system and unknown topics get clear errors.
+func TestTopicResize(t *testing.T) {
+	e := start(t, nil)
+	r := e.do(t, http.MethodPost, "/api/v1/topics", `{"name":"orders","queues":4}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	for i := range 8 {
+		_, err := e.gw.Store.Produce(t.Context(), &core.Message{Topic: "orders", ShardingKey: fmt.Sprintf("car-%d", i), Body: []byte("x")})
+		require.NoError(t, err)
+	}
+	r = e.do(t, http.MethodPatch, "/api/v1/topics/orders", `{"queues":2}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	got := decode[topicJSON](t, r)
+	require.Equal(t, 2, got.Queues)
+	require.Len(t, got.Ranges, 4, "the retired queues stay readable")
+	require.EqualValues(t, 8, got.Messages)
+	require.Len(t, got.Epochs, 2)
+	require.Equal(t, []int{4, 2}, []int{got.Epochs[0].Queues, got.Epochs[1].Queues})
+
+	requireError(t, e.do(t, http.MethodPatch, "/api/v1/topics/orders", `{"queues":0}`), http.StatusBadRequest, admin.CodeBadRequest)
+	requireError(t, e.do(t, http.MethodPatch, "/api/v1/topics/orders", `{"queues":1025}`), http.StatusBadRequest, admin.CodeBadRequest)
+	requireError(t, e.do(t, http.MethodPatch, "/api/v1/topics/orders", `{"queues":"many"}`), http.StatusBadRequest, admin.CodeBadJSON)
+	requireError(t, e.do(t, http.MethodPatch, "/api/v1/topics/"+url.PathEscape(retry.ScheduleTopic), `{"queues":2}`), http.StatusBadRequest, admin.CodeInvalidTopic)
+	requireError(t, e.do(t, http.MethodPatch, "/api/v1/topics/nope", `{"queues":2}`), http.StatusNotFound, admin.CodeTopicNotFound)
 }
 
 func TestTopicList(t *testing.T) {

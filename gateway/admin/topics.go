@@ -18,6 +18,14 @@ type topicInfo struct {
 	CreatedAt time.Time    `json:"created_at,omitzero"`
 	Messages  int64        `json:"messages"`
 	Ranges    []queueRange `json:"ranges"`
+	Epochs    []epoch      `json:"epochs,omitempty"`
+}
+
+// epoch is one queue count in a topic's history (core.Epoch).
+type epoch struct {
+	Queues  int       `json:"queues"`
+	Begin   []int64   `json:"begin,omitempty"`
+	Started time.Time `json:"started,omitzero"`
 }
 
 // queueRange is the span of one queue: messages at offsets min ≤ o < max
@@ -43,6 +51,9 @@ func toTopic(ctx context.Context, b core.Broker, t core.TopicInfo) topicInfo {
 		}
 		out.Ranges[q] = queueRange{Queue: q, Min: r.Min, Max: r.Max, Messages: n}
 		out.Messages += n
+	}
+	for _, e := range t.Epochs {
+		out.Epochs = append(out.Epochs, epoch{Queues: e.Queues, Begin: e.Begin, Started: e.Started.UTC()})
 	}
 	return out
 }
@@ -205,5 +216,47 @@ func (a *api) deleteTopic(w http.ResponseWriter, r *http.Request) error {
 	}
 	a.audit(r).Str("topic", name).Msg("topic deleted")
 	a.writeJSON(w, r, http.StatusOK, topicDeleted{Name: name, Deleted: true})
+	return nil
+}
+
+// resizeTopicRequest is PATCH /api/v1/topics/{topic}'s body.
+type resizeTopicRequest struct {
+	Queues int `json:"queues"`
+}
+
+// resizeTopic serves PATCH /api/v1/topics/{topic} {"queues": N}: the topic
+// takes N queues from now on, every key keeping its order for every group
+// (core.Broker.ResizeTopic). 200 with the topic, its epochs included.
+func (a *api) resizeTopic(w http.ResponseWriter, r *http.Request) error {
+	b, err := a.broker()
+	if err != nil {
+		return err
+	}
+	name, err := pathTopicName(r)
+	if err != nil {
+		return err
+	}
+	var req resizeTopicRequest
+	if err := a.decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := core.ValidateTopic(name); err != nil {
+		return httperr.New(http.StatusBadRequest, CodeInvalidTopic, "%s: system topics cannot be resized", name)
+	}
+	if req.Queues < 1 || req.Queues > MaxQueues {
+		return httperr.BadRequest("queues %d: want 1 to %d", req.Queues, MaxQueues)
+	}
+	old, err := b.Topic(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	info, err := b.ResizeTopic(r.Context(), name, req.Queues)
+	if err != nil {
+		return err
+	}
+	if old.Queues != info.Queues {
+		a.audit(r).Str(fieldTopic, name).Int("from", old.Queues).Int("queues", info.Queues).Msg("topic resized")
+	}
+	a.writeJSON(w, r, http.StatusOK, toTopic(r.Context(), b, info))
 	return nil
 }
