@@ -469,3 +469,5 @@ func TestResizeConcurrent(t *testing.T) {
 		}
 	}
 }
+
+func republished(e *jetstream.Engine) int64 { return jetstream.Republished(e) }
