@@ -471,3 +471,44 @@ func TestResizeConcurrent(t *testing.T) {
 }
 
 func republished(e *jetstream.Engine) int64 { return jetstream.Republished(e) }
+
+// TestResizeRetiredQueuesLeaveWithTheirMessages: once retention has
+// removed every message of the epochs that wrote to the queues a shrink
+// retired, those queues leave Ranges; the epochs stay in the history.
+func TestResizeRetiredQueuesLeaveWithTheirMessages(t *testing.T) {
+	ctx := t.Context()
+	s := natstest.RunServer(t, natstest.SyncAlways())
+	e, err := jetstream.Open(ctx, jetstream.Options{URLs: []string{s.URL}, MaxBytes: 64 << 10, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close() })
+	_, err = e.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 8})
+	require.NoError(t, err)
+	body := make([]byte, 1<<10)
+	produce := func(n int) {
+		t.Helper()
+		for i := range n {
+			_, err := e.Produce(ctx, &core.Message{Topic: "t", ShardingKey: "k" + strconv.Itoa(i), Body: body})
+			require.NoError(t, err)
+		}
+	}
+	produce(16)
+	info, err := e.ResizeTopic(ctx, "t", 2)
+	require.NoError(t, err)
+	require.Len(t, info.Ranges, 8)
+	produce(16)
+	info, err = e.Topic(ctx, "t")
+	require.NoError(t, err)
+	require.Len(t, info.Ranges, 8, "the retired queues still hold messages")
+	produce(120) // twice the stream's bytes
+	info, err = e.Topic(ctx, "t")
+	require.NoError(t, err)
+	require.Len(t, info.Ranges, 2, "the retired queues are empty")
+	require.Len(t, info.Epochs, 2)
+	for q := range 2 {
+		res, err := e.Read(ctx, core.ReadRequest{Topic: "t", Queue: q, Offset: info.Ranges[q].Min, MaxCount: 1000})
+		require.NoError(t, err)
+		for _, m := range res.Messages {
+			require.GreaterOrEqual(t, m.QueueOffset, info.Epochs[1].Begin[q])
+		}
+	}
+}
