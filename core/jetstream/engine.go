@@ -122,6 +122,9 @@ type Engine struct {
 	// engine published again with the new epoch.
 	republished atomic.Int64
 
+	fenceMu   sync.Mutex
+	fenceSeen map[string]streamSubjects // the fence's view of streams, by name
+
 	mu      sync.RWMutex
 	topics  map[string]*topicState // by name
 	byHash  map[uint64]string      // topic hash (message IDs) → name
@@ -171,7 +174,8 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{opts: opts, log: opts.Logger.With().Str("component", "jetstream").Logger(),
 		topics: map[string]*topicState{}, byHash: map[uint64]string{}, loading: map[string]*load{},
 		acks: make(chan *pending, 1024), checked: make(chan *pending, 1024), closing: make(chan struct{}),
-		holder: opts.Name + "/" + randomID()}
+		fenceSeen: map[string]streamSubjects{},
+		holder:    opts.Name + "/" + randomID()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	nc := opts.Conn
 	if nc == nil {
@@ -213,7 +217,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e.idx = newIndexer(js, e.log)
-	e.fence = newFences(nc, e.log)
+	e.fence = newFences(nc, e.log, e.takes)
 	e.wg.Add(4)
 	go e.checker()
 	go e.acker()

@@ -135,8 +135,8 @@ func TestLayoutSegments(t *testing.T) {
 	end := int64(math.MaxInt64)
 	require.Equal(t, [][2]int64{{0, 10}, {1, 100}, {2, end}}, seg(0))
 	require.Equal(t, [][2]int64{{0, 13}, {1, 13}, {2, end}}, seg(3)) // nothing in epoch 1
-	require.Equal(t, [][2]int64{{0, 17}, {1, 107}}, seg(7))           // retired by epoch 2
-	require.Equal(t, [][2]int64{{1, 108}}, seg(8))                    // only epoch 1 wrote to it
+	require.Equal(t, [][2]int64{{0, 17}, {1, 107}}, seg(7))          // retired by epoch 2
+	require.Equal(t, [][2]int64{{1, 108}}, seg(8))                   // only epoch 1 wrote to it
 	require.Equal(t, [][2]int64{{1, 0}}, seg(12))
 	require.Empty(t, seg(16))
 
@@ -210,4 +210,24 @@ func FuzzDecodeEpochs(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSubjectMatch(t *testing.T) {
+	for _, c := range []struct {
+		pattern, subject string
+		want             bool
+	}{
+		{"fmq.t.>", "fmq.t.1", true},
+		{"fmq.t.>", "fmq.t.1.2", true},
+		{"fmq.t.>", "fmq.t", false},
+		{"fmq.t.*", "fmq.t.1", true},
+		{"fmq.t.*", "fmq.t.1.2", false},
+		{"fmq.t.*.2", "fmq.t.1.2", true},
+		{"fmq.t.*.2", "fmq.t.1.3", false},
+		{"fmq.t.*.2", "fmq.t.1", false},
+		{"fmqe.t.2", "fmqe.t.2", true},
+		{"fmq.u.>", "fmq.t.1", false},
+	} {
+		require.Equal(t, c.want, subjectMatch(c.pattern, c.subject), "%s ~ %s", c.pattern, c.subject)
+	}
 }

@@ -1,10 +1,15 @@
 package jetstream
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -30,10 +35,17 @@ import (
 // the stream took before the fence has been stored and acknowledged by
 // then, so a late answer of ours to a message the stream took is ignored
 // (the producer has its acknowledgement), never mistaken for a refusal.
+//
+// Any other publish is answered only once live says the topic's stream
+// does not take its subject now: a topic deleted and created again takes
+// the subjects of its predecessor's first epoch again, and a fence of the
+// predecessor still listening there must not answer what the new stream
+// stores (it lets go of such a subject instead).
 type fences struct {
-	nc  *nats.Conn
-	log zerolog.Logger
-	in  chan *nats.Msg
+	nc   *nats.Conn
+	log  zerolog.Logger
+	in   chan *nats.Msg
+	live func(subject string) (bool, error)
 
 	mu     sync.Mutex
 	subs   map[string]*fenceSub // by subject pattern
@@ -56,8 +68,8 @@ const fenceDescription = "ferrymq: epoch ended"
 // an error (nats.go hands it to the producer as a *jetstream.APIError).
 var fenceReply = []byte(`{"error":{"code":409,"err_code":0,"description":"` + fenceDescription + `"}}`)
 
-func newFences(nc *nats.Conn, log zerolog.Logger) *fences {
-	return &fences{nc: nc, log: log, in: make(chan *nats.Msg, 4096), subs: map[string]*fenceSub{}}
+func newFences(nc *nats.Conn, log zerolog.Logger, live func(subject string) (bool, error)) *fences {
+	return &fences{nc: nc, log: log, in: make(chan *nats.Msg, 4096), live: live, subs: map[string]*fenceSub{}}
 }
 
 // run answers fenced publishes until close (the engine's goroutine).
@@ -78,7 +90,17 @@ func (f *fences) run(done <-chan struct{}) {
 				continue
 			}
 			f.mu.Unlock()
-			_ = f.nc.Publish(m.Reply, fenceReply)
+			live, err := f.live(m.Subject)
+			switch {
+			case err != nil:
+				// Unknown: no answer is better than a false refusal.
+				f.log.Warn().Err(err).Str("subject", m.Subject).Msg("fenced publish not answered")
+			case live:
+				f.log.Info().Str("subject", m.Sub.Subject).Msg("fence let go: its stream takes the subjects again")
+				f.drop(m.Sub.Subject)
+			default:
+				_ = f.nc.Publish(m.Reply, fenceReply)
+			}
 		}
 	}
 }
@@ -164,5 +186,63 @@ func (f *fences) close() {
 	f.mu.Unlock()
 	for _, fs := range subs {
 		_ = fs.sub.Unsubscribe()
+	}
+}
+
+// subjectsTTL is how long the fence trusts what it read of a stream's
+// subjects: a stale node's whole pipeline is answered from one read.
+const subjectsTTL = 100 * time.Millisecond
+
+type streamSubjects struct {
+	subjects []string // nil: no such stream
+	at       time.Time
+}
+
+// takes reports whether the topic stream of a queue subject takes it now.
+func (e *Engine) takes(subject string) (bool, error) {
+	rest, _ := strings.CutPrefix(subject, subjectPrefix)
+	tok, _, _ := strings.Cut(rest, ".")
+	stream := streamPrefix + tok
+	e.fenceMu.Lock()
+	c, ok := e.fenceSeen[stream]
+	e.fenceMu.Unlock()
+	if !ok || time.Since(c.at) > subjectsTTL {
+		ctx, cancel := context.WithTimeout(e.ctx, e.opts.Timeout)
+		defer cancel()
+		c = streamSubjects{at: time.Now()}
+		s, err := e.js.Stream(ctx, stream)
+		switch {
+		case err == nil:
+			c.subjects = s.CachedInfo().Config.Subjects
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return false, fmt.Errorf("jetstream: subjects of stream %s: %w", stream, err)
+		}
+		e.fenceMu.Lock()
+		e.fenceSeen[stream] = c
+		e.fenceMu.Unlock()
+	}
+	for _, p := range c.subjects {
+		if subjectMatch(p, subject) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// subjectMatch reports whether a NATS subject matches a pattern ('*' one
+// token, '>' the rest).
+func subjectMatch(pattern, subject string) bool {
+	for {
+		p, prest, pmore := strings.Cut(pattern, ".")
+		s, srest, smore := strings.Cut(subject, ".")
+		switch {
+		case p == ">":
+			return s != ""
+		case p != "*" && p != s:
+			return false
+		case !pmore || !smore:
+			return pmore == smore
+		}
+		pattern, subject = prest, srest
 	}
 }

@@ -512,3 +512,34 @@ func TestResizeRetiredQueuesLeaveWithTheirMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestResizeThenDeleteAndCreateAgain: a topic resized, then deleted and
+// created again, takes its predecessor's first-epoch subjects again; the
+// fences both nodes keep for the predecessor's ended epoch must not answer
+// what the new stream stores: every produce succeeds, once.
+func TestResizeThenDeleteAndCreateAgain(t *testing.T) {
+	ctx := t.Context()
+	s := natstest.RunServer(t, natstest.SyncAlways())
+	a, b := openEngine(t, s.URL), openEngine(t, s.URL)
+	_, err := a.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 8})
+	require.NoError(t, err)
+	_, err = a.ResizeTopic(ctx, "t", 4)
+	require.NoError(t, err)
+	info, err := b.Topic(ctx, "t") // b learns the epochs, and fences epoch 0
+	require.NoError(t, err)
+	require.Len(t, info.Epochs, 2)
+	require.NoError(t, a.DeleteTopic(ctx, "t"))
+
+	for i := range 50 {
+		_, err := a.Produce(ctx, &core.Message{Topic: "t", ShardingKey: "k" + strconv.Itoa(i), Body: []byte(strconv.Itoa(i))})
+		require.NoError(t, err, "produce %d", i)
+	}
+	info, err = a.Topic(ctx, "t")
+	require.NoError(t, err)
+	require.Len(t, info.Epochs, 1)
+	require.Equal(t, 4, info.Queues, "created again with the default count")
+	msgs, err := readAllQueues(ctx, a, "t", 1)
+	require.NoError(t, err)
+	require.Len(t, msgs, 50, "every produce stored once")
+	require.Zero(t, republished(a))
+}
