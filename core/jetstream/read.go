@@ -376,6 +376,9 @@ func (e *Engine) Backlog(ctx context.Context, topic string, queue int, from int6
 	if err != nil {
 		return 0, err
 	}
+	if _, _, err := e.rangeOf(ctx, t, false); err != nil { // and the epochs, as Read
+		return 0, err
+	}
 	from = max(from, 0)
 	var n int64
 	for _, seg := range t.lay.Load().segments(t.tok, queue) {
