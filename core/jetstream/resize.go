@@ -111,9 +111,7 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 		return core.TopicInfo{}, err
 	}
 	defer lk.release()
-	t.hold()
-	defer t.unhold()
-	if info, lay, err = e.complete(ctx, t, lk, ""); err != nil {
+	if info, lay, err = e.complete(ctx, t, lk, "", nil, nil); err != nil {
 		return core.TopicInfo{}, err
 	}
 	if lay.queues() == queues {
@@ -123,18 +121,24 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 	if err := e.fence.hold(ended); err != nil {
 		return core.TopicInfo{}, err
 	}
+	// This node's produces wait from here to the commit rather than be
+	// refused by the fence and published again.
+	t.hold()
+	defer t.unhold()
 	if err := lk.renew(ctx); err != nil {
 		e.fence.drop(ended)
 		return core.TopicInfo{}, err
 	}
-	if _, err := e.updateStream(ctx, t, info, lay.withIntent(queues, time.Now())); err != nil {
+	intent := lay.withIntent(queues, time.Now())
+	if info, err = e.updateStream(ctx, t, info, intent); err != nil {
 		// The update may have been applied all the same.
 		if _, now, ierr := e.info(ctx, t); ierr != nil || now.intent == nil {
 			e.fence.drop(ended)
 			return core.TopicInfo{}, err
 		}
+		info, intent = nil, nil // complete reads them
 	}
-	if info, lay, err = e.complete(ctx, t, lk, ended); err != nil {
+	if info, lay, err = e.complete(ctx, t, lk, ended, info, intent); err != nil {
 		return core.TopicInfo{}, err
 	}
 	return topicInfo(t, info, lay), nil
@@ -142,14 +146,21 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 
 // complete finishes the epoch t's stream records as an intent, if any
 // (steps 2 to 4), holding lk; held is the fence pattern to release once
-// the marker is stored. It returns the stream's info and layout after.
-func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, held string) (*jetstream.StreamInfo, *layout, error) {
+// the marker is stored. info and lay are the stream as the caller just
+// wrote it, or nil: read it. It returns the stream's info and layout
+// after.
+func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, held string, info *jetstream.StreamInfo, lay *layout) (*jetstream.StreamInfo, *layout, error) {
 	if held != "" {
 		defer e.fence.release(held)
 	}
-	info, lay, err := e.info(ctx, t)
-	if err != nil || lay.intent == nil {
-		return info, lay, err
+	if info == nil || lay == nil {
+		var err error
+		if info, lay, err = e.info(ctx, t); err != nil {
+			return nil, nil, err
+		}
+	}
+	if lay.intent == nil {
+		return info, lay, nil
 	}
 	k := lay.cur() + 1
 	marker, err := e.publishMarker(ctx, t, k)
@@ -171,6 +182,7 @@ func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, he
 		return nil, nil, err
 	}
 	e.learn(t, done)
+	e.arrive.notify(t.tok) // wakes the nodes waiting for the epoch (resolve)
 	e.log.Info().Str("topic", t.name).Int("epoch", k).Int("queues", done.queues()).Uint64("marker", marker).
 		Msg("topic resized")
 	return info, done, nil
@@ -307,6 +319,7 @@ func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, 2*e.lockTTL()+e.graceOf())
 	defer cancel()
 	for {
+		woken := e.arrive.wait(t.tok) // a commit tells every node of the topic
 		_, lay, err := e.info(ctx, t)
 		switch {
 		case err == nil:
@@ -318,7 +331,7 @@ func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
 			}
 			if time.Since(time.Unix(0, lay.intent.Started)) > e.graceOf() {
 				if lk, lerr := e.lockResize(ctx, t, false); lerr == nil {
-					_, done, cerr := e.complete(ctx, t, lk, "")
+					_, done, cerr := e.complete(ctx, t, lk, "", nil, nil)
 					lk.release()
 					if cerr == nil && done.cur() > since.cur() {
 						return done, nil
@@ -333,6 +346,7 @@ func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
 			return nil, fmt.Errorf("%w: topic %s: no new epoch committed: %w", ErrUnavailable, t.name, ctx.Err())
 		case <-e.closing:
 			return nil, core.ErrClosed
+		case <-woken:
 		case <-time.After(pollEvery):
 		}
 	}
@@ -344,6 +358,7 @@ type resizeLock struct {
 	e   *Engine
 	key string
 	rev uint64
+	at  time.Time // when it was last written
 }
 
 func resizeKey(tok string) string { return "r." + tok }
@@ -354,9 +369,10 @@ func (e *Engine) lockResize(ctx context.Context, t *topicState, wait bool) (*res
 	key := resizeKey(t.tok)
 	for {
 		val := e.lockValue()
+		at := time.Now()
 		rev, err := e.meta.Create(ctx, key, val)
 		if err == nil {
-			return &resizeLock{e: e, key: key, rev: rev}, nil
+			return &resizeLock{e: e, key: key, rev: rev, at: at}, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, e.unavailable("resize lock of "+t.name, err)
@@ -366,7 +382,7 @@ func (e *Engine) lockResize(ctx context.Context, t *topicState, wait bool) (*res
 		case err == nil && lockExpired(ent.Value()):
 			if rev, uerr := e.meta.Update(ctx, key, val, ent.Revision()); uerr == nil {
 				e.log.Warn().Str("topic", t.name).Str("holder", string(ent.Value())).Msg("expired resize lock taken over")
-				return &resizeLock{e: e, key: key, rev: rev}, nil
+				return &resizeLock{e: e, key: key, rev: rev, at: at}, nil
 			}
 		case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
 			return nil, e.unavailable("resize lock of "+t.name, err)
@@ -394,13 +410,19 @@ func lockExpired(v []byte) bool {
 	return err != nil || time.Now().UnixNano() > ns
 }
 
-// renew extends the lock, failing if another holder took it over.
+// renew extends the lock, failing if another holder took it over. A lock
+// written less than a third of its life ago is left as it is: nobody may
+// take it yet.
 func (l *resizeLock) renew(ctx context.Context) error {
+	if time.Since(l.at) < l.e.lockTTL()/3 {
+		return nil
+	}
+	at := time.Now()
 	rev, err := l.e.meta.Update(ctx, l.key, l.e.lockValue(), l.rev)
 	if err != nil {
 		return fmt.Errorf("%w: resize lock %s lost: %w", ErrResizeBusy, l.key, err)
 	}
-	l.rev = rev
+	l.rev, l.at = rev, at
 	return nil
 }
 
