@@ -309,7 +309,7 @@ func (e *Engine) refusal(p *pending, i int, err error) error {
 		return e.unavailable("publish to "+t.name, err)
 	}
 	lay := t.newest()
-	if lay.cur() <= p.lays[i].cur() {
+	if lay.cur() <= p.lays[i].cur() || t.lay.Load().intent != nil {
 		var rerr error
 		if lay, rerr = e.resolve(t, p.lays[i]); rerr != nil {
 			if errors.Is(rerr, errNotFenced) {

@@ -323,12 +323,14 @@ func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
 		_, lay, err := e.info(ctx, t)
 		switch {
 		case err == nil:
-			if c := lay.committedOnly(); c.cur() > since.cur() {
-				return c, nil
-			}
 			if lay.intent == nil {
+				if lay.cur() > since.cur() {
+					return lay, nil
+				}
 				return nil, errNotFenced
 			}
+			// An epoch is being begun: wait for its commit, or finish it
+			// if its resizer seems gone.
 			if time.Since(time.Unix(0, lay.intent.Started)) > e.graceOf() {
 				if lk, lerr := e.lockResize(ctx, t, false); lerr == nil {
 					_, done, cerr := e.complete(ctx, t, lk, "", nil, nil)

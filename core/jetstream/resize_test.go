@@ -543,3 +543,29 @@ func TestResizeThenDeleteAndCreateAgain(t *testing.T) {
 	require.Len(t, msgs, 50, "every produce stored once")
 	require.Zero(t, republished(a))
 }
+
+// TestResizeToAndFromMaxQueues: the largest count and back to one; the
+// boundaries of 1,024 queues are read in chunks and fit the metadata.
+func TestResizeToAndFromMaxQueues(t *testing.T) {
+	ctx := t.Context()
+	s := natstest.RunServer(t)
+	e := openEngine(t, s.URL)
+	_, err := e.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 1})
+	require.NoError(t, err)
+	var last [2]core.SendResult
+	for i, n := range []int{core.MaxQueues, 1} {
+		for k := range 50 {
+			res, err := e.Produce(ctx, &core.Message{Topic: "t", ShardingKey: "k" + strconv.Itoa(k), Body: []byte("x")})
+			require.NoError(t, err)
+			last[i] = res
+		}
+		info, err := e.ResizeTopic(ctx, "t", n)
+		require.NoError(t, err)
+		require.Equal(t, n, info.Queues)
+		require.Len(t, info.Epochs[i+1].Begin, core.MaxQueues)
+		require.Equal(t, last[i].QueueOffset+1, info.Epochs[i+1].Begin[last[i].Queue])
+	}
+	info, err := e.Topic(ctx, "t")
+	require.NoError(t, err)
+	require.Len(t, info.Ranges, core.MaxQueues)
+}
