@@ -132,7 +132,8 @@ type Engine struct {
 
 	sendMu  sync.RWMutex  // held for reading while a produce enqueues; Close takes it to close acks
 	acks    chan *pending // produce → checker
-	checked chan *pending // checker → acker
+	checked chan *pending // checker → acker, while a call awaits a message published again
+	behind  atomic.Int64  // calls handed to the acker and not yet answered
 	closed  atomic.Bool
 	closing chan struct{} // closed when Close begins: waits for an epoch give up
 	ctx     context.Context

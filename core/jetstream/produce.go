@@ -282,11 +282,14 @@ func (e *Engine) learn(t *topicState, lay *layout) {
 // checker takes each produce call's first answers in order. A message the
 // fence of a resize refused is published again with the new epoch before
 // the checker looks at the next one — before anything published after
-// the layout change — and its answer is awaited by the acker.
+// the layout change — and its answer is awaited by the acker, which then
+// answers the call and every later one until it has caught up. Otherwise
+// the checker answers the call itself.
 func (e *Engine) checker() {
 	defer e.wg.Done()
 	defer close(e.checked)
 	for p := range e.acks {
+		again := false
 		for i, f := range p.futs {
 			select {
 			case ack := <-f.Ok():
@@ -294,8 +297,14 @@ func (e *Engine) checker() {
 			case err := <-f.Err():
 				p.errs[i] = e.refusal(p, i, err)
 			}
+			again = again || p.again[i]
 			p.ts[i].settle()
 		}
+		if !again && e.behind.Load() == 0 {
+			e.finish(p)
+			continue
+		}
+		e.behind.Add(1)
 		e.checked <- p
 	}
 }
@@ -346,28 +355,35 @@ func fenced(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
-// acker awaits what the checker published again, then answers each
-// produce call in order, publishes the index keys of its messages and
-// tells the other nodes of the arrivals.
+// acker awaits what the checker published again and answers the calls the
+// checker handed it, in order.
 func (e *Engine) acker() {
 	defer e.wg.Done()
 	defer close(e.idx.q)
 	for p := range e.checked {
-		res, err := e.await(p)
-		if err != nil {
-			p.done(nil, err)
-			continue
-		}
-		e.idx.add(p, res)
-		seen := ""
-		for _, t := range p.ts {
-			if t.tok != seen {
-				e.arrive.notify(t.tok)
-				seen = t.tok
-			}
-		}
-		p.done(res, nil)
+		e.finish(p)
+		e.behind.Add(-1)
 	}
+}
+
+// finish answers a produce call, publishes the index keys of its messages
+// and tells the other nodes of the arrivals. Calls are finished in call
+// order, by the checker or, while it is behind, by the acker.
+func (e *Engine) finish(p *pending) {
+	res, err := e.await(p)
+	if err != nil {
+		p.done(nil, err)
+		return
+	}
+	e.idx.add(p, res)
+	seen := ""
+	for _, t := range p.ts {
+		if t.tok != seen {
+			e.arrive.notify(t.tok)
+			seen = t.tok
+		}
+	}
+	p.done(res, nil)
 }
 
 func (e *Engine) await(p *pending) ([]core.SendResult, error) {
