@@ -113,6 +113,7 @@ var cases = []struct {
 	{"Restart", testRestart},
 	{"DeleteTopic", testDeleteTopic},
 	{"Close", testClose},
+	{"MaxBody", testMaxBody},
 }
 
 // wait bounds every wait of the suite: long enough for a loaded CI machine,
