@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -203,4 +204,31 @@ func TestDefaultMessageLimitEdges(t *testing.T) {
 	all := readAll(t, s2, "t", 0)
 	require.Len(t, all, 2, "the refused message left nothing")
 	require.Equal(t, "after", string(all[1].Body))
+}
+
+// TestIdleWriterKeepsNoLargeBuffer: a 4 MiB record gets a chunk buffer of
+// its own; once the writer has nothing more to write, neither of its
+// batches keeps a buffer larger than chunkBytes.
+func TestIdleWriterKeepsNoLargeBuffer(t *testing.T) {
+	s := openT(t, "", Options{DefaultQueues: 1})
+	for range 3 {
+		_, err := s.Produce(t.Context(), &core.Message{Topic: "t", Body: make([]byte, core.MaxBodyBytes)})
+		require.NoError(t, err)
+	}
+	largest := func() int {
+		s.appendMu.Lock()
+		defer s.appendMu.Unlock()
+		n := 0
+		for _, b := range []*batch{s.pend, s.spare} {
+			if b == nil {
+				continue
+			}
+			for _, c := range b.chunks[:cap(b.chunks)] {
+				n = max(n, cap(c.buf))
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return largest() <= chunkBytes }, 5*time.Second, time.Millisecond,
+		"a buffer of %d bytes kept", largest())
 }

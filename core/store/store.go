@@ -163,7 +163,8 @@ type chunk struct {
 }
 
 // chunkBytes bounds a batch's chunks; a new chunk starts at chunkStart
-// and grows up to it (a lone record larger than it has a chunk of its own).
+// and grows up to it (a lone record larger than it has a chunk of its own,
+// let go when the writer goes idle: batch.dropLarge).
 const (
 	chunkBytes = 256 << 10
 	chunkStart = 16 << 10
@@ -200,6 +201,19 @@ func (b *batch) reset() {
 	b.disp = b.disp[:0]
 	clear(b.waiters)
 	b.waiters = b.waiters[:0]
+}
+
+// dropLarge lets go of the chunk buffers larger than chunkBytes (a large
+// record's own), used or kept for later cycles: the writer calls it when it
+// goes idle, so that a burst of 4 MiB messages does not hold megabytes for
+// good while a stream of them still reuses its buffers.
+func (b *batch) dropLarge() {
+	cs := b.chunks[:cap(b.chunks)]
+	for i := range cs {
+		if cap(cs[i].buf) > chunkBytes {
+			cs[i].buf = nil
+		}
+	}
 }
 
 // Names in the data directory.
@@ -633,6 +647,9 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 				b.chunks = b.chunks[:k+1] // reuse the buffer of an earlier cycle
 				b.chunks[k].off, b.chunks[k].newSeg = off, newSeg
 				b.chunks[k].buf = b.chunks[k].buf[:0]
+				if cap(b.chunks[k].buf) == 0 {
+					b.chunks[k].buf = make([]byte, 0, max(chunkStart, p.n))
+				}
 			} else {
 				b.chunks = append(b.chunks, chunk{off: off, newSeg: newSeg, buf: make([]byte, 0, max(chunkStart, p.n))})
 			}
@@ -739,6 +756,10 @@ func (s *Store) cycle(forceSync bool) {
 	defer func() {
 		b.reset()
 		s.appendMu.Lock()
+		if len(s.pend.chunks) == 0 { // nothing appended meanwhile: the writer goes idle
+			b.dropLarge()
+			s.pend.dropLarge()
+		}
 		s.spare = b
 		s.appendMu.Unlock()
 	}()
