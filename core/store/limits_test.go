@@ -207,10 +207,11 @@ func TestDefaultMessageLimitEdges(t *testing.T) {
 }
 
 // TestIdleWriterKeepsNoLargeBuffer: a 4 MiB record gets a chunk buffer of
-// its own; once the writer has nothing more to write, neither of its
-// batches keeps a buffer larger than chunkBytes.
+// its own, kept while such records keep coming; once none came for a
+// checkpoint interval, neither of the writer's batches keeps a buffer
+// larger than chunkBytes.
 func TestIdleWriterKeepsNoLargeBuffer(t *testing.T) {
-	s := openT(t, "", Options{DefaultQueues: 1})
+	s := openT(t, "", Options{DefaultQueues: 1, CheckpointInterval: 20 * time.Millisecond})
 	for range 3 {
 		_, err := s.Produce(t.Context(), &core.Message{Topic: "t", Body: make([]byte, core.MaxBodyBytes)})
 		require.NoError(t, err)

@@ -50,6 +50,7 @@ type Store struct {
 	lastStored int64 // store time of the last record, unix ns
 	pend       *batch
 	spare      *batch
+	largeUsed  bool  // a record over chunkBytes was appended since the last trimLarge
 	failErr    error // sticky: set once a write or fsync failed
 	closing    bool
 
@@ -164,7 +165,7 @@ type chunk struct {
 
 // chunkBytes bounds a batch's chunks; a new chunk starts at chunkStart
 // and grows up to it (a lone record larger than it has a chunk of its own,
-// let go when the writer goes idle: batch.dropLarge).
+// let go once no such record came for a checkpoint interval: trimLarge).
 const (
 	chunkBytes = 256 << 10
 	chunkStart = 16 << 10
@@ -203,12 +204,10 @@ func (b *batch) reset() {
 	b.waiters = b.waiters[:0]
 }
 
-// dropLarge lets go of the chunk buffers larger than chunkBytes (a large
-// record's own), used or kept for later cycles: the writer calls it when it
-// goes idle, so that a burst of 4 MiB messages does not hold megabytes for
-// good while a stream of them still reuses its buffers.
+// dropLarge lets go of the buffers larger than chunkBytes (a large
+// record's own) that b keeps for later cycles, past the chunks in use.
 func (b *batch) dropLarge() {
-	cs := b.chunks[:cap(b.chunks)]
+	cs := b.chunks[len(b.chunks):cap(b.chunks)]
 	for i := range cs {
 		if cap(cs[i].buf) > chunkBytes {
 			cs[i].buf = nil
@@ -642,6 +641,9 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 		off := s.nextOffset
 		qoff := p.t.next[p.queue]
 		p.t.next[p.queue]++
+		if p.n > chunkBytes {
+			s.largeUsed = true
+		}
 		if k := len(b.chunks); k == 0 || newSeg || len(b.chunks[k-1].buf)+p.n > chunkBytes {
 			if k < cap(b.chunks) {
 				b.chunks = b.chunks[:k+1] // reuse the buffer of an earlier cycle
@@ -756,10 +758,6 @@ func (s *Store) cycle(forceSync bool) {
 	defer func() {
 		b.reset()
 		s.appendMu.Lock()
-		if len(s.pend.chunks) == 0 { // nothing appended meanwhile: the writer goes idle
-			b.dropLarge()
-			s.pend.dropLarge()
-		}
 		s.spare = b
 		s.appendMu.Unlock()
 	}()
@@ -948,6 +946,25 @@ func (s *Store) Arrivals(topic string) <-chan struct{} {
 	return ch
 }
 
+// trimLarge lets go of the buffers the writer's batches keep for large
+// records once none was appended for a whole checkpoint interval: a stream
+// of 4 MiB messages reuses them, a burst does not hold megabytes for good.
+// The batch being written (neither pend nor spare) is left for the next
+// time.
+func (s *Store) trimLarge() {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if s.largeUsed {
+		s.largeUsed = false
+		return
+	}
+	for _, b := range []*batch{s.pend, s.spare} {
+		if b != nil {
+			b.dropLarge()
+		}
+	}
+}
+
 func (s *Store) checkpointLoop(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.opts.CheckpointInterval)
@@ -958,6 +975,7 @@ func (s *Store) checkpointLoop(ctx context.Context) {
 			if err := s.checkpoint(); err != nil {
 				s.log.Error().Err(err).Msg("checkpoint")
 			}
+			s.trimLarge()
 		case <-ctx.Done():
 			return
 		}
