@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
 )
@@ -304,4 +305,36 @@ func downlinkCount(t testing.TB, env *gatewaytest.Env, outcome string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestFourMiBQueuedInTheSessionBucket: with sessions in a NATS key-value
+// bucket (a real nats-server with the max_payload ferrymq documents), a
+// 4 MiB message queued for an offline device on node A is written to the
+// bucket whole, and the device gets it whole from node B.
+func TestFourMiBQueuedInTheSessionBucket(t *testing.T) {
+	ns := natstest.RunServer(t)
+	a := kvNode(t, ns.URL, "gw-a", kvFast)
+	b := kvNode(t, ns.URL, "gw-b", kvFast)
+	dev := dialV3(t, a.TCP, "car1", persistent3)
+	subscribe3(t, dev, "cars/car1/cmd", 1, nil)
+	dev.Disconnect(100)
+	require.Eventually(t, func() bool { _, p := holds(a, "car1"); return p }, 10*time.Second, 10*time.Millisecond, "parked on A")
+
+	tok := dialV3(t, a.TCP, "backend-a").Publish("cars/car1/cmd", 1, false, bigBody(core.MaxBodyBytes, 4))
+	require.True(t, tok.WaitTimeout(30*time.Second))
+	require.NoError(t, tok.Error())
+	require.Eventually(t, func() bool { return queued(a, "car1") == 1 && a.Sessions.Stats().Backlog == 0 },
+		10*time.Second, 10*time.Millisecond, "queued on A, in the bucket")
+	require.Empty(t, a.Sessions.Stats().WriteErrors, "no write refused")
+
+	got := make(chan []byte, 1)
+	dialV3(t, b.TCP, "car1", persistent3, func(o *paho3.ClientOptions) {
+		o.SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got <- m.Payload() })
+	})
+	select {
+	case p := <-got:
+		require.True(t, bytes.Equal(bigBody(core.MaxBodyBytes, 4), p), "the message whole (%d bytes)", len(p))
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the 4 MiB message queued in the bucket did not arrive")
+	}
 }
