@@ -61,19 +61,17 @@ func TestPopOfLargeMessagesStaysWithinMaxBytes(t *testing.T) {
 		_, err := e.b.Produce(ctx, &core.Message{Topic: "ord", ShardingKey: "k", Body: body(i)})
 		require.NoError(t, err)
 	}
-	req := Request{Group: "o", Topic: "ord", Max: 32, Orderly: true, Invisible: 20 * time.Millisecond}
-	first := pop1(t, e.s, req)
+	first := pop1(t, e.s, Request{Group: "o", Topic: "ord", Max: 32, Orderly: true, Invisible: 20 * time.Millisecond})
 	require.Equal(t, byte('a'), first.Message.Body[0])
-	require.Eventually(t, func() bool {
-		got, err := e.s.Pop(ctx, req)
-		if err != nil || len(got) == 0 {
-			return false
-		}
-		require.Len(t, got, 1, "the redelivered message alone: the next would exceed the bytes")
-		require.Equal(t, byte('a'), got[0].Message.Body[0], "the failed message again, first")
-		require.NoError(t, e.s.Ack(ctx, got[0].Handle))
-		return true
+	var again []Popped
+	require.Eventually(t, func() bool { // once its invisible time passed: not acknowledged
+		var err error
+		again, err = e.s.Pop(ctx, Request{Group: "o", Topic: "ord", Max: 32, Orderly: true, Invisible: time.Minute})
+		return err == nil && len(again) > 0
 	}, waitFor, 10*time.Millisecond)
+	require.Len(t, again, 1, "the redelivered message alone: the next would exceed the bytes")
+	require.Equal(t, byte('a'), again[0].Message.Body[0], "the failed message again, first")
+	require.NoError(t, e.s.Ack(ctx, again[0].Handle))
 	second := pop1(t, e.s, Request{Group: "o", Topic: "ord", Max: 32, Orderly: true})
 	require.Equal(t, byte('b'), second.Message.Body[0])
 }
