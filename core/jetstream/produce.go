@@ -115,7 +115,8 @@ func (e *Engine) prepare(ctx context.Context, m *core.Message) (*nats.Msg, *topi
 		return nil, nil, 0, err
 	}
 	if len(data) > e.maxMsg {
-		return nil, nil, 0, fmt.Errorf("%w: %d bytes stored, limit %d (NATS max_payload)", core.ErrMessageTooLarge, len(data), e.maxMsg)
+		return nil, nil, 0, fmt.Errorf("%w: %d bytes stored, limit %d (store.max_message_bytes, at most the NATS server's max_payload)",
+			core.ErrMessageTooLarge, len(data), e.maxMsg)
 	}
 	t, err := e.topic(ctx, m.Topic, !e.opts.DisableAutoCreate)
 	if err != nil {
@@ -171,6 +172,14 @@ func (e *Engine) await(p *pending) ([]core.SendResult, error) {
 		case err := <-f.Err():
 			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
 				e.forget(p.ts[i]) // the stream may be gone: look again next time
+			}
+			if errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
+				// The stream was created with a smaller max_msg_size (by an
+				// older limit, or a node configured with one): the message is
+				// refused, not the service.
+				first = cmpErr(first, fmt.Errorf("%w: %d bytes stored, over the max_msg_size of stream %s: %w",
+					core.ErrMessageTooLarge, len(p.futs[i].Msg().Data), p.ts[i].stream, err))
+				continue
 			}
 			first = cmpErr(first, e.unavailable("publish to "+p.ts[i].name, err))
 		}
