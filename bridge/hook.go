@@ -25,6 +25,12 @@ const (
 	DefaultEventsTopic     = "device-events"
 	DefaultMaxInflight     = 256
 	DefaultHoldUnknown     = time.Hour
+	// DefaultOfflineMaxMessages and DefaultOfflineMaxBytes bound an
+	// offline session's downlink queue: 1,000 messages and 16 MiB of
+	// payload, four commands of the largest body (core.MaxBodyBytes). With
+	// a session store the payloads wait there, not in memory.
+	DefaultOfflineMaxMessages = 1000
+	DefaultOfflineMaxBytes    = 4 * core.MaxBodyBytes
 	// DefaultMaxDelay bounds the delay of a "$delayed/{seconds}/{topic}"
 	// publish: the core's default longest delay, 40 days.
 	DefaultMaxDelay = 40 * 24 * time.Hour
@@ -59,7 +65,8 @@ type Options struct {
 	// queued for one offline persistent session (counting those sent and
 	// not yet acknowledged); a command past either bound is refused with a
 	// "dropped" receipt, so the backend knows at once. QoS 0 is never
-	// queued for an offline device. Defaults 1,000 and 1 MiB.
+	// queued for an offline device. Defaults DefaultOfflineMaxMessages
+	// (1,000) and DefaultOfflineMaxBytes (16 MiB).
 	OfflineMaxMessages int
 	OfflineMaxBytes    int
 	// HoldUnknown is how long a point-to-point command for a client ID with
@@ -163,10 +170,10 @@ func New(o Options) (*Hook, error) {
 		return nil, err
 	}
 	if o.OfflineMaxMessages <= 0 {
-		o.OfflineMaxMessages = 1000
+		o.OfflineMaxMessages = DefaultOfflineMaxMessages
 	}
 	if o.OfflineMaxBytes <= 0 {
-		o.OfflineMaxBytes = 1 << 20
+		o.OfflineMaxBytes = DefaultOfflineMaxBytes
 	}
 	if o.HoldUnknown == 0 {
 		o.HoldUnknown = DefaultHoldUnknown

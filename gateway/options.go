@@ -42,10 +42,14 @@ type Options struct {
 	// drained and its metrics registered once.
 	Hooks engine.Hooks
 
-	// MaxPacketBytes bounds every MQTT packet both ways, checked from the
-	// fixed header before anything is allocated; MQTT 5 clients are told it
-	// in CONNACK (Maximum Packet Size) [MQTT-3.2.2-15] and get DISCONNECT
-	// 0x95 past it. Default 1 MiB.
+	// MaxPacketBytes bounds every MQTT packet a client sends, checked from
+	// the fixed header before anything is allocated; MQTT 5 clients are
+	// told it in CONNACK (Maximum Packet Size) [MQTT-3.2.2-15] and get
+	// DISCONNECT 0x95 past it, MQTT 3.1.1 clients are disconnected. (What
+	// is sent to a client is bounded by its own Maximum Packet Size and by
+	// the core's message limit.) Default engine.DefaultMaxPacketBytes (4 MiB + 256 KiB,
+	// core.DefaultMaxMessageBytes): a PUBLISH of a 4 MiB payload
+	// (core.MaxBodyBytes) with its topic and properties.
 	MaxPacketBytes int
 	// ConnectTimeout closes a socket that has not sent a complete CONNECT
 	// (and, for TLS, finished its handshake) in time. Default 10 s.
@@ -75,7 +79,7 @@ type Options struct {
 	MaxInflight int
 	// MaxQueued and MaxQueuedBytes bound the outbound QoS 1/2 messages an
 	// offline session holds (bridge.offline_max_messages, …_bytes).
-	// Defaults 1,000 and 1 MiB of payload.
+	// Defaults 1,000 and 16 MiB of payload.
 	MaxQueued, MaxQueuedBytes int
 	// MaxQueuedOnline and MaxQueuedOnlineBytes bound what a connected
 	// session holds beyond its inflight window (mqtt.max_queued_messages,
@@ -114,7 +118,7 @@ func (o *Options) withDefaults() {
 		}
 	}
 	if o.MaxPacketBytes == 0 {
-		o.MaxPacketBytes = 1 << 20
+		o.MaxPacketBytes = engine.DefaultMaxPacketBytes
 	}
 	if o.ConnectTimeout == 0 {
 		o.ConnectTimeout = 10 * time.Second

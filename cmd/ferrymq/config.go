@@ -26,15 +26,15 @@ import (
 //	  segment_bytes: 1073741824
 //	  retention: 72h
 //	  max_disk_bytes: 0        # 0: no ceiling
-//	  max_message_bytes: 4194304
+//	  max_message_bytes: 4456448 # a 4 MiB body and 256 KiB of metadata
 //	  default_queues: 8
 //	  auto_create_topics: true
 //	delay: {max_delay: 960h, max_hold: 18h12m16s}
 //	trace: {all: false, topics: [telemetry], node: gw-1, sample: 1.0}
 //	retry: {schedule: [10s, 30s, 1m, …], max_attempts: 16}
 //	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
-//	core: {addr: ":10911", token: ""}
-//	http: {addr: ":18083"}
+//	core: {addr: ":10911", token: "", max_frame_bytes: 8388608}
+//	http: {addr: ":18083", max_body_bytes: 8388608}
 //	mqtt: {addr: ":1883", ws: {addr: ":8083", path: /mqtt}, tls: [...], max_queued_messages: 262144, limits…}
 //	bridge: {uplink: [{filter, topic, key, tag}], events_topic: device-events}
 type fileConfig struct {
@@ -77,9 +77,13 @@ type fileConfig struct {
 	Core struct {
 		Addr  string `yaml:"addr"`
 		Token string `yaml:"token"`
+		// MaxFrameBytes bounds a wire frame on the core port (0: 8 MiB).
+		MaxFrameBytes int `yaml:"max_frame_bytes"`
 	} `yaml:"core"`
 	HTTP struct {
 		Addr string `yaml:"addr"`
+		// MaxBodyBytes bounds an HTTP API request body (0: 8 MiB).
+		MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	} `yaml:"http"`
 	MQTT   mqttConfig   `yaml:"mqtt"`
 	Bridge bridgeConfig `yaml:"bridge"`
@@ -419,6 +423,9 @@ func parseConfig(b []byte) (fileConfig, error) {
 	}
 	if cfg.Store.SegmentBytes < 0 || cfg.Store.MaxDiskBytes < 0 || cfg.Store.MaxMessageBytes < 0 || cfg.Store.DefaultQueues < 0 {
 		return fileConfig{}, errors.New("store sizes and counts must not be negative")
+	}
+	if cfg.Core.MaxFrameBytes < 0 || cfg.HTTP.MaxBodyBytes < 0 {
+		return fileConfig{}, errors.New("core.max_frame_bytes and http.max_body_bytes must not be negative")
 	}
 	if cfg.MQTT.MaxQueuedMessages < 0 || cfg.MQTT.MaxQueuedMessagesBytes < 0 {
 		return fileConfig{}, errors.New("mqtt.max_queued_messages and mqtt.max_queued_messages_bytes must not be negative")

@@ -14,11 +14,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/delay"
+	"github.com/ferrymq/ferrymq/core/httpapi"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/txn"
+	"github.com/ferrymq/ferrymq/core/wire"
 	"github.com/ferrymq/ferrymq/gateway/alarm"
+	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/gateway/node"
 )
 
@@ -135,7 +140,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"store.group_commit_delay", cfg.Store.GroupCommitDelay, ptr(d("200us"))},
 		{"store.retention", cfg.Store.Retention, d("72h")},
 		{"store.max_disk_bytes", cfg.Store.MaxDiskBytes, int64(0)},
-		{"store.max_message_bytes", cfg.Store.MaxMessageBytes, 4 << 20},
+		{"store.max_message_bytes", cfg.Store.MaxMessageBytes, core.DefaultMaxMessageBytes},
 		{"store.default_queues", cfg.Store.DefaultQueues, 8},
 
 		{"delay.max_delay", cfg.Delay.MaxDelay, d("960h")},
@@ -169,7 +174,9 @@ func TestSampleConfigParses(t *testing.T) {
 
 		{"core.addr", cfg.Core.Addr, ":10911"},
 		{"core.token", cfg.Core.Token, ""},
+		{"core.max_frame_bytes", cfg.Core.MaxFrameBytes, wire.DefaultMaxFrame},
 		{"http.addr", cfg.HTTP.Addr, ":18083"},
+		{"http.max_body_bytes", cfg.HTTP.MaxBodyBytes, int64(httpapi.DefaultMaxBodyBytes)},
 
 		{"mqtt.addr", m.Addr, ptr(":1883")},
 		{"mqtt.ws.addr", m.WS.Addr, ptr(":8083")},
@@ -181,7 +188,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"mqtt.tls[0].key", m.TLS[0].Key, "testdata/tls/server-key.pem"},
 		{"mqtt.tls[0].client_ca", m.TLS[0].ClientCA, ""},
 		{"mqtt.tls[0].path", m.TLS[0].Path, ""},
-		{"mqtt.max_packet_bytes", m.MaxPacketBytes, 1 << 20},
+		{"mqtt.max_packet_bytes", m.MaxPacketBytes, engine.DefaultMaxPacketBytes},
 		{"mqtt.connect_timeout", m.ConnectTimeout, d("10s")},
 		{"mqtt.max_keepalive", m.MaxKeepalive, uint16(1200)},
 		{"mqtt.write_timeout", m.WriteTimeout, d("15s")},
@@ -214,7 +221,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"bridge.disable_receipts", b.DisableReceipts, false},
 		{"bridge.node", b.Node, ""},
 		{"bridge.offline_max_messages", b.OfflineMaxMessages, 1000},
-		{"bridge.offline_max_bytes", b.OfflineMaxBytes, 1 << 20},
+		{"bridge.offline_max_bytes", b.OfflineMaxBytes, bridge.DefaultOfflineMaxBytes},
 		{"bridge.hold_unknown", b.HoldUnknown, ptr(d("1h"))},
 		{"bridge.dead_letter_topic", b.DeadLetterTopic, "downlink-dlq"},
 
@@ -247,7 +254,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"auth.quotas.publish_rate", q.PublishRate, 100.0},
 		{"auth.quotas.publish_burst", q.PublishBurst, 200},
 		{"auth.quotas.byte_rate", q.ByteRate, float64(1 << 20)},
-		{"auth.quotas.byte_burst", q.ByteBurst, 2 << 20},
+		{"auth.quotas.byte_burst", q.ByteBurst, core.DefaultMaxMessageBytes},
 		{"auth.quotas.max_subscriptions", q.MaxSubscriptions, 100},
 		{"auth.quotas.max_topic_levels", q.MaxTopicLevels, 32},
 		{"auth.quotas.max_topic_length", q.MaxTopicLength, 1024},

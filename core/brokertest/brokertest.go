@@ -118,6 +118,7 @@ var cases = []struct {
 	{"DeleteTopic", testDeleteTopic},
 	{"ResizeTopic", testResizeTopic},
 	{"Close", testClose},
+	{"MaxBody", testMaxBody},
 }
 
 // wait bounds every wait of the suite: long enough for a loaded CI machine,

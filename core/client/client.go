@@ -48,6 +48,8 @@ type Options struct {
 	// MaxBackoff caps the pause between reconnection attempts; default 5 s.
 	MaxBackoff time.Duration
 	// MaxFrame bounds frames from the server; default wire.DefaultMaxFrame.
+	// (A request larger than the server's own limit, announced in its
+	// hello reply, is refused here with wire.ErrFrameTooLarge, unsent.)
 	MaxFrame int
 	// MaxInflight bounds unanswered requests; further calls wait. Default
 	// 256 (the server's default).
@@ -295,6 +297,12 @@ func (c *Client) send(ctx context.Context, op wire.Op, payload []byte, flags byt
 		<-c.slot
 		return nil, 0, err
 	}
+	if n := wire.HeaderLen - 4 + len(payload); s.maxFrame > 0 && n > s.maxFrame {
+		// The server would skip it and answer an error: say so without
+		// sending megabytes for nothing.
+		<-c.slot
+		return nil, 0, fmt.Errorf("%w: a %s request of %d bytes, the server's limit %d", wire.ErrFrameTooLarge, op, n, s.maxFrame)
+	}
 	id := c.nextID.Add(1)
 	if flags&wire.FlagNoReply == 0 {
 		if !s.register(id, &call{done: release, more: more}) {
@@ -352,6 +360,8 @@ type session struct {
 	out  chan wire.Frame
 	done chan struct{}
 	err  error
+	// maxFrame is the server's frame limit (its hello reply); 0: unknown.
+	maxFrame int
 
 	mu      sync.Mutex
 	pending map[uint64]*call
@@ -408,7 +418,8 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("hello reply: %w", err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	s := &session{c: c, nc: nc, out: make(chan wire.Frame, c.opts.MaxInflight), done: make(chan struct{}), pending: map[uint64]*call{}}
+	s := &session{c: c, nc: nc, out: make(chan wire.Frame, c.opts.MaxInflight), done: make(chan struct{}), pending: map[uint64]*call{},
+		maxFrame: reply.MaxFrame}
 	keepalive := time.Duration(reply.KeepaliveMS) * time.Millisecond
 	if keepalive <= 0 {
 		keepalive = 30 * time.Second

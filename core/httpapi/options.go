@@ -15,8 +15,11 @@ import (
 
 // Defaults.
 const (
-	// DefaultMaxBodyBytes is Options.MaxBodyBytes's default.
-	DefaultMaxBodyBytes = 4 << 20
+	// DefaultMaxBodyBytes is Options.MaxBodyBytes's default: 8 MiB, a
+	// request that carries a core.MaxBodyBytes (4 MiB) body raw or as JSON
+	// body_base64 (5.3 MiB) with its metadata. The message itself is
+	// bounded by the broker (413 message_too_large).
+	DefaultMaxBodyBytes = 8 << 20
 	// DefaultMaxWait is Options.MaxWait's default.
 	DefaultMaxWait = 30 * time.Second
 	// DefaultMaxBatch is Options.MaxBatch's default.
@@ -39,7 +42,8 @@ type Options struct {
 	// Logger receives one line per failed request; default: discard.
 	Logger *zerolog.Logger
 	// MaxBodyBytes bounds a request body; larger ones are answered 413
-	// body_too_large without being read further. Default 4 MiB.
+	// body_too_large without being read further. Default
+	// DefaultMaxBodyBytes (8 MiB).
 	MaxBodyBytes int64
 	// MaxWait caps the ?wait= of a long poll; longer waits are cut to it.
 	// Default 30 s. The server's WriteTimeout must be longer.

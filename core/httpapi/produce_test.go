@@ -127,9 +127,12 @@ func TestProduceBatch(t *testing.T) {
 	})
 }
 
+// TestBodyTooLarge: a request body one byte over the default limit, raw or
+// JSON, announced or chunked, gets 413 body_too_large naming the limit;
+// the server goes on.
 func TestBodyTooLarge(t *testing.T) {
 	e := newEnv(t, envConfig{})
-	big := bytes.Repeat([]byte{'x'}, 5<<20)
+	big := bytes.Repeat([]byte{'x'}, DefaultMaxBodyBytes+1)
 	for _, tc := range []struct {
 		name string
 		body func() io.Reader
@@ -143,7 +146,8 @@ func TestBodyTooLarge(t *testing.T) {
 			for _, ct := range []string{"application/octet-stream", "application/json"} {
 				resp, b := e.do(t, req{method: http.MethodPost, path: "/api/v1/topics/big/messages", contentType: ct, body: tc.body()})
 				require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
-				require.Equal(t, CodeBodyTooLarge, decode[errorJSON](t, b).Code)
+				require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+				require.Equal(t, errorJSON{Code: CodeBodyTooLarge, Error: "request body larger than 8388608 bytes"}, decode[errorJSON](t, b))
 
 				// The server is unharmed.
 				b = e.postJSON(t, "/api/v1/topics/big/messages", `{"body":"small"}`, http.StatusCreated)

@@ -80,9 +80,11 @@
 // SendResult.StoredAt is this process's clock at the acknowledgement and
 // store times never decrease per topic, not across topics; the key index is
 // written after the acknowledgement, read-your-writes on this node only,
-// and an entry lost in a crash is not rebuilt; a message is at most the
-// server's max_payload (1 MiB by default); a deleted topic's stream is gone
-// at once.
+// and an entry lost in a crash is not rebuilt; a message is at most
+// Options.MaxMessageBytes (core.DefaultMaxMessageBytes, as the embedded
+// engine's) and never more than the server's max_payload, whose default
+// (1 MB) the servers must raise (8MB) to carry a 4 MiB body; a deleted
+// topic's stream is gone at once.
 //
 // # Crash
 //

@@ -49,8 +49,14 @@ type Options struct {
 	// MaxBytes bounds each topic's stream (oldest messages go first);
 	// default unlimited.
 	MaxBytes int64
-	// MaxMessageBytes bounds one stored message; default and ceiling: the
-	// server's max_payload (1 MiB unless configured).
+	// MaxMessageBytes bounds one stored message (its record: body,
+	// metadata and the record's header); default
+	// core.DefaultMaxMessageBytes (4 MiB + 256 KiB, as the embedded
+	// engine's). The server's max_payload caps it: nats-server's default
+	// of 1 MB is too small for a core.MaxBodyBytes body, so the servers
+	// must set max_payload (8MB in testdata/nats; docs/engines.md), and
+	// Open logs a warning when they do not. A topic's stream is created
+	// with this as its max_msg_size.
 	MaxMessageBytes int
 	// Timeout bounds one request to JetStream (publish acknowledgement,
 	// stream API call); default 5 s.
@@ -92,6 +98,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.MaxPending == 0 {
 		o.MaxPending = 4096
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = core.DefaultMaxMessageBytes
+	}
+	if o.MaxMessageBytes < 0 {
+		return fmt.Errorf("jetstream: max message bytes %d, want a positive size", o.MaxMessageBytes)
 	}
 	if o.Bucket == "" {
 		o.Bucket = "ferrymq_core"
@@ -203,9 +215,11 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	e.js = js
-	e.maxMsg = int(nc.MaxPayload())
-	if opts.MaxMessageBytes > 0 && opts.MaxMessageBytes < e.maxMsg {
-		e.maxMsg = opts.MaxMessageBytes
+	e.maxMsg = opts.MaxMessageBytes
+	if payload := int(nc.MaxPayload()); payload < e.maxMsg {
+		e.log.Warn().Int("max_payload", payload).Int("max_message_bytes", e.maxMsg).
+			Msg("the NATS server's max_payload is below the message limit: larger messages are refused; set max_payload: 8MB on every server")
+		e.maxMsg = payload
 	}
 	if err := e.setup(ctx); err != nil {
 		return nil, err

@@ -136,7 +136,8 @@ func (e *Engine) prepare(ctx context.Context, m *core.Message) (*nats.Msg, *topi
 		return nil, nil, err
 	}
 	if len(data) > e.maxMsg {
-		return nil, nil, fmt.Errorf("%w: %d bytes stored, limit %d (NATS max_payload)", core.ErrMessageTooLarge, len(data), e.maxMsg)
+		return nil, nil, fmt.Errorf("%w: %d bytes stored, limit %d (store.max_message_bytes, at most the NATS server's max_payload)",
+			core.ErrMessageTooLarge, len(data), e.maxMsg)
 	}
 	t, err := e.topic(ctx, m.Topic, !e.opts.DisableAutoCreate)
 	if err != nil {
@@ -314,6 +315,13 @@ func (e *Engine) checker() {
 // otherwise.
 func (e *Engine) refusal(p *pending, i int, err error) error {
 	t := p.ts[i]
+	if errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
+		// The stream was created with a smaller max_msg_size (by an older
+		// limit, or a node configured with one): the message is refused,
+		// not the service.
+		return fmt.Errorf("%w: %d bytes stored, over the max_msg_size of stream %s: %w",
+			core.ErrMessageTooLarge, len(p.out[i].Data), t.stream, err)
+	}
 	if !fenced(err) {
 		return e.unavailable("publish to "+t.name, err)
 	}

@@ -23,19 +23,25 @@ const (
 // message (another writer on our subjects, or damage).
 var ErrBadRecord = errors.New("jetstream: malformed stored message")
 
+// encodeRecord encodes m in one allocation (a body of megabytes is copied
+// once).
 func encodeRecord(m *core.Message, bornAt time.Time) ([]byte, error) {
-	body, err := wire.EncodeProduce([]*core.Message{m})
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, recordHeaderLen, recordHeaderLen+len(body))
-	b[0] = recordVersion
-	binary.BigEndian.PutUint64(b[1:9], uint64(bornAt.UnixNano()))
 	if m.ReconsumeCount < 0 {
 		return nil, fmt.Errorf("%w: negative reconsume count", core.ErrInvalidMessage)
 	}
+	size := recordHeaderLen + 4 + 32 + len(m.Topic) + len(m.ShardingKey) + len(m.Tag) + len(m.Body)
+	for _, k := range m.Keys {
+		size += 2 + len(k)
+	}
+	for k, v := range m.Properties {
+		size += 4 + len(k) + len(v)
+	}
+	b := make([]byte, recordHeaderLen, size)
+	b[0] = recordVersion
+	binary.BigEndian.PutUint64(b[1:9], uint64(bornAt.UnixNano()))
 	binary.BigEndian.PutUint32(b[9:13], uint32(m.ReconsumeCount))
-	return append(b, body...), nil
+	b = binary.BigEndian.AppendUint32(b, 1) // a produce request of one message
+	return wire.AppendMessage(b, m)
 }
 
 // decodeRecord parses a stored payload. The body aliases p.

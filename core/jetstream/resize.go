@@ -64,8 +64,9 @@ import (
 const pollEvery = 10 * time.Millisecond
 
 // boundaryChunk is how many queues one direct get of last messages asks
-// for (each answer carries a whole message, up to 1 MiB).
-const boundaryChunk = 16
+// for: each answer carries a whole message (up to 4 MiB + 256 KiB), and
+// the server stops a batch past 64 MiB unless told otherwise.
+const boundaryChunk = 8
 
 // lockTTL is how long a resize lock lives without renewal.
 func (e *Engine) lockTTL() time.Duration { return 3 * e.opts.Timeout }

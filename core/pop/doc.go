@@ -6,7 +6,10 @@
 // Pop(group, topic, max, invisible) hands out up to max messages, walking
 // the topic's queues from a rotating start and also the group's retry topic
 // (retry.RetryTopic), so messages redelivered after a failure come back to
-// poppers. Each message comes with a receipt handle and stays invisible to
+// poppers. Together they are at most Request.MaxBytes (4 MiB, as a core
+// read) of stored size, except that the first comes whatever its size: an
+// answer of several 4 MiB messages fits a wire frame, and a message that
+// could not be answered is never handed out. Each message comes with a receipt handle and stays invisible to
 // other poppers of the group for the invisible time (default 60 s, at least
 // 10 s, at most 12 h). Ack(handle) marks it consumed; ChangeInvisibleTime
 // moves its deadline and replaces the handle. A message not acknowledged in

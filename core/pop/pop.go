@@ -53,7 +53,17 @@ type Request struct {
 	// Tags, when non-empty, hands out only messages with one of these tags;
 	// the others count as consumed by the group.
 	Tags []string
+	// MaxBytes bounds the stored size (core.StoredMessage.Size) of the
+	// messages returned together; 0 means DefaultMaxBytes. The first
+	// message is handed out whatever its size, so one of the largest
+	// messages still comes, alone.
+	MaxBytes int
 }
+
+// DefaultMaxBytes is Request.MaxBytes's default: 4 MiB, as a core read's
+// (core.ReadRequest), so that an answer of several messages of up to 4 MiB
+// (core.MaxBodyBytes) still fits one wire frame (wire.DefaultMaxFrame).
+const DefaultMaxBytes = 4 << 20
 
 // Popped is one message handed out.
 type Popped struct {
@@ -258,13 +268,17 @@ func (s *Service) popOnce(ctx context.Context, req Request, n int, invisible tim
 	start := int(s.rr.Add(1) % uint32(len(srcs)))
 	var out []Popped
 	var firstErr error
+	room := req.MaxBytes
+	if room <= 0 {
+		room = DefaultMaxBytes
+	}
 	for i := range srcs {
-		if len(out) >= n {
+		if len(out) >= n || len(out) > 0 && room <= 0 {
 			break
 		}
 		src := srcs[(start+i)%len(srcs)]
 		q := s.queue(queueKey{group: req.Group, topic: src.topic, queue: src.queue})
-		got, err := s.take(ctx, q, req, n-len(out), invisible, src.max)
+		got, err := s.take(ctx, q, req, n-len(out), invisible, src.max, &room, len(out) == 0)
 		out = append(out, got...)
 		if err != nil {
 			if errors.Is(err, core.ErrClosed) || ctx.Err() != nil {

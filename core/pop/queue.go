@@ -85,8 +85,11 @@ func (s *Service) loadLocked(ctx context.Context, q *queueState) error {
 	return nil
 }
 
-// take hands out up to n messages of q.
-func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, invisible time.Duration, rangeMax int64) ([]Popped, error) {
+// take hands out up to n messages of q, of at most *bytesLeft bytes together
+// (stored sizes), which it lowers by what it hands out; when first (no
+// message of this Pop yet) the first one is handed out whatever its size.
+func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, invisible time.Duration, rangeMax int64,
+	bytesLeft *int, first bool) ([]Popped, error) {
 	// The barrier is looked at before q is locked: it reads the group's
 	// offsets of other queues, and of q itself.
 	until, err := s.gate.Until(ctx, q.key.group, q.key.topic, q.key.queue, nil)
@@ -107,7 +110,7 @@ func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, i
 		}
 		if q.ready > 0 {
 			var err error
-			out, err = s.redeliverLocked(ctx, q, n, deadline)
+			out, err = s.redeliverLocked(ctx, q, n, deadline, bytesLeft, first)
 			if err != nil || q.ready > 0 {
 				return out, err
 			}
@@ -127,7 +130,8 @@ func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, i
 		return out, nil // held at an epoch barrier (core.Gate): older queues first
 	}
 	res, err := s.b.Read(ctx, core.ReadRequest{
-		Topic: q.key.topic, Queue: q.key.queue, Offset: q.cursor, MaxCount: min(n, room), Tags: req.Tags, Until: max(until, 0),
+		Topic: q.key.topic, Queue: q.key.queue, Offset: q.cursor, MaxCount: min(n, room), Tags: req.Tags,
+		MaxBytes: max(*bytesLeft, 1), Until: max(until, 0),
 	})
 	if err != nil {
 		var ce *core.CorruptError
@@ -147,10 +151,16 @@ func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, i
 		s.log.Warn().Str(fieldGroup, q.key.group).Str(fieldTopic, q.key.topic).Int(fieldQueue, q.key.queue).
 			Int64(fieldOffset, q.cursor).Int64(fieldMin, res.Range.Min).Msg("messages removed by retention before consumption")
 	}
+	next := res.NextOffset
 	for _, m := range res.Messages {
 		if _, dup := q.inflight[m.QueueOffset]; dup {
 			continue // only after the queue shrank (lost data): keep the one in flight
 		}
+		if !(first && len(out) == 0) && m.Size > *bytesLeft {
+			next = m.QueueOffset // over the Pop's bytes: the next one starts here
+			break
+		}
+		*bytesLeft -= m.Size
 		e := &entry{q: q, offset: m.QueueOffset, id: m.ID, orderly: req.Orderly, attempt: m.ReconsumeCount + 1}
 		q.inflight[e.offset] = e
 		q.order = append(q.order, e.offset)
@@ -160,14 +170,14 @@ func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, i
 		}
 		out = append(out, s.handOutLocked(e, m, deadline))
 	}
-	q.cursor = res.NextOffset
+	q.cursor = next
 	s.advanceLocked(ctx, q)
 	return out, nil
 }
 
 // redeliverLocked hands out an orderly queue's ready messages again, in
-// offset order.
-func (s *Service) redeliverLocked(ctx context.Context, q *queueState, n int, deadline time.Time) ([]Popped, error) {
+// offset order, within *bytesLeft as take.
+func (s *Service) redeliverLocked(ctx context.Context, q *queueState, n int, deadline time.Time, bytesLeft *int, first bool) ([]Popped, error) {
 	var out []Popped
 	var err error
 	for _, off := range q.order[q.head:] {
@@ -189,6 +199,10 @@ func (s *Service) redeliverLocked(ctx context.Context, q *queueState, n int, dea
 			err = fmt.Errorf("redeliver %s/%d at %d: %w", q.key.topic, q.key.queue, off, gerr)
 			break
 		}
+		if !(first && len(out) == 0) && m.Size > *bytesLeft {
+			break // over the Pop's bytes: it stays ready, first next time
+		}
+		*bytesLeft -= m.Size
 		e.state = stateInvisible
 		q.ready--
 		q.invisible++

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -100,7 +101,19 @@ func (c *conn) serve() {
 			deadlineSet = now
 		}
 		f, err := wire.ReadFrame(r, c.s.opts.MaxFrame)
-		if err != nil {
+		var large *wire.LargeFrameError
+		if errors.As(err, &large) {
+			// The frame's length is known: skip its payload and answer the
+			// request, and the connection goes on.
+			if err := large.Skip(r); err != nil {
+				c.readFailed(err)
+				return
+			}
+			c.log.Debug().Int("bytes", large.Len).Int("limit", large.Max).Str("op", f.Op.String()).Msg("frame over the limit skipped")
+			if f.Flags&(wire.FlagResponse|wire.FlagNoReply) != 0 {
+				continue
+			}
+		} else if err != nil {
 			c.readFailed(err)
 			return
 		}
@@ -111,6 +124,10 @@ func (c *conn) serve() {
 		case c.inflight <- struct{}{}:
 		case <-c.ctx.Done():
 			return
+		}
+		if large != nil {
+			c.fail(f, fmt.Errorf("%w; the request was skipped (core.max_frame_bytes)", large))
+			continue
 		}
 		if c.draining.Load() {
 			c.fail(f, &wire.Error{Code: wire.CodeShuttingDown, Message: "server shutting down"})
@@ -201,7 +218,23 @@ func (c *conn) reply(f wire.Frame, payload []byte) {
 		<-c.inflight
 		return
 	}
+	if err := c.fits(payload); err != nil {
+		c.fail(f, err)
+		return
+	}
 	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse, ID: f.ID, Payload: payload}, release: true}
+}
+
+// fits refuses an answer larger than the frame limit the server announced
+// (the client would drop the connection for it): the request gets an error
+// naming the sizes instead. Answers that carry messages are bounded below
+// it (a read, a pop: 4 MiB unless one message is larger), so this takes
+// a lookup by key or a query of many large messages.
+func (c *conn) fits(payload []byte) error {
+	if n := wire.HeaderLen - 4 + len(payload); n > c.s.opts.MaxFrame {
+		return fmt.Errorf("%w: an answer of %d bytes, limit %d (core.max_frame_bytes); ask for fewer messages", wire.ErrFrameTooLarge, n, c.s.opts.MaxFrame)
+	}
+	return nil
 }
 
 // reserve takes an in-flight slot for a further answer to a streaming
@@ -219,6 +252,10 @@ func (c *conn) reserve() bool {
 // replyMore queues an answer to request f that more answers follow, in the
 // slot reserve took.
 func (c *conn) replyMore(f wire.Frame, payload []byte) {
+	if err := c.fits(payload); err != nil {
+		c.fail(f, err) // ends the stream for the client
+		return
+	}
 	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse | wire.FlagMore, ID: f.ID, Payload: payload}, release: true}
 }
 

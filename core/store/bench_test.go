@@ -85,6 +85,7 @@ func BenchmarkProduce(b *testing.B) {
 		{"sync/producers=1/size=1KiB", FlushSync, 1, 1024, 1},
 		{"sync/producers=64/size=1KiB", FlushSync, 64, 1024, 1},
 		{"sync/producers=256/size=1KiB", FlushSync, 256, 1024, 1},
+		{"async/producers=1/size=4MiB", FlushAsync, 1, 4 << 20, 1},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

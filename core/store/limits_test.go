@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -164,4 +165,71 @@ func TestRecordLargerThanTheRecoveryWindow(t *testing.T) {
 	require.Equal(t, "before", string(got[0].Body))
 	require.Equal(t, big, got[1].Body)
 	require.Equal(t, "after", string(got[2].Body))
+}
+
+// TestDefaultMessageLimitEdges: with the default options a record of
+// exactly core.DefaultMaxMessageBytes is stored and one byte more is
+// refused with core.ErrMessageTooLarge naming both sizes and the setting;
+// the store goes on, and a reopen (real files) serves what was stored.
+func TestDefaultMessageLimitEdges(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{DefaultQueues: 1})
+	require.NoError(t, err)
+	sized := func(record int, fill byte) *core.Message {
+		m := &core.Message{Topic: "t", ShardingKey: "car-42", Properties: map[string]string{"mqtt.topic": "cars/42/cmd"}}
+		n, err := encodedLen(m, 0xFFFF)
+		require.NoError(t, err)
+		m.Body = bytes.Repeat([]byte{fill}, record-n)
+		return m
+	}
+	atLimit := sized(core.DefaultMaxMessageBytes, 'a')
+	require.Greater(t, len(atLimit.Body), core.MaxBodyBytes)
+	r, err := s.Produce(ctx, atLimit)
+	require.NoError(t, err)
+
+	_, err = s.Produce(ctx, sized(core.DefaultMaxMessageBytes+1, 'b'))
+	require.ErrorIs(t, err, core.ErrMessageTooLarge)
+	require.EqualError(t, err, "core: message too large: 4456449 bytes stored, limit 4456448 (store.max_message_bytes)")
+
+	_, err = s.Produce(ctx, &core.Message{Topic: "t", ShardingKey: "car-42", Body: []byte("after")})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	s2 := openT(t, dir, Options{DefaultQueues: 1})
+	got, err := s2.Get(ctx, r.ID)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(atLimit.Body, got.Body))
+	require.Equal(t, core.DefaultMaxMessageBytes, got.Size)
+	all := readAll(t, s2, "t", 0)
+	require.Len(t, all, 2, "the refused message left nothing")
+	require.Equal(t, "after", string(all[1].Body))
+}
+
+// TestIdleWriterKeepsNoLargeBuffer: a 4 MiB record gets a chunk buffer of
+// its own, kept while such records keep coming; once none came for a
+// checkpoint interval, neither of the writer's batches keeps a buffer
+// larger than chunkBytes.
+func TestIdleWriterKeepsNoLargeBuffer(t *testing.T) {
+	s := openT(t, "", Options{DefaultQueues: 1, CheckpointInterval: 20 * time.Millisecond})
+	for range 3 {
+		_, err := s.Produce(t.Context(), &core.Message{Topic: "t", Body: make([]byte, core.MaxBodyBytes)})
+		require.NoError(t, err)
+	}
+	largest := func() int {
+		s.appendMu.Lock()
+		defer s.appendMu.Unlock()
+		n := 0
+		for _, b := range []*batch{s.pend, s.spare} {
+			if b == nil {
+				continue
+			}
+			for _, c := range b.chunks[:cap(b.chunks)] {
+				n = max(n, cap(c.buf))
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return largest() <= chunkBytes }, 5*time.Second, time.Millisecond,
+		"a buffer of %d bytes kept", largest())
 }

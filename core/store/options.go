@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/store/vfs"
 )
 
@@ -52,10 +53,13 @@ type Options struct {
 	// 4 KiB. A record never spans segments, so it must also hold the
 	// largest record.
 	SegmentBytes int64
-	// MaxMessageBytes bounds the whole record of a new produce; default
-	// 4 MiB, at most 1 GiB (the format's limit). It is checked at produce
-	// only: records already stored are read and recovered whatever it is
-	// now, so it may be lowered or raised between runs.
+	// MaxMessageBytes bounds the whole record of a new produce (body,
+	// topic, keys, tag, properties and the record's header); default
+	// core.DefaultMaxMessageBytes (4 MiB + 256 KiB: a core.MaxBodyBytes
+	// body with any metadata the format allows), at most 1 GiB (the
+	// format's limit). It is checked at produce only: records already
+	// stored are read and recovered whatever it is now, so it may be
+	// lowered or raised between runs.
 	MaxMessageBytes int
 	// MaxPropertiesBytes bounds properties plus index keys of a message;
 	// default 32 KiB, at most 64 KiB.
@@ -114,7 +118,7 @@ func (o Options) withDefaults() Options {
 		o.SegmentBytes = 1 << 30
 	}
 	if o.MaxMessageBytes == 0 {
-		o.MaxMessageBytes = 4 << 20
+		o.MaxMessageBytes = core.DefaultMaxMessageBytes
 	}
 	if o.MaxPropertiesBytes == 0 {
 		o.MaxPropertiesBytes = 32 << 10

@@ -51,6 +51,7 @@ type Store struct {
 	lastStored int64 // store time of the last record, unix ns
 	pend       *batch
 	spare      *batch
+	largeUsed  bool  // a record over chunkBytes was appended since the last trimLarge
 	failErr    error // sticky: set once a write or fsync failed
 	closing    bool
 
@@ -170,7 +171,8 @@ type chunk struct {
 }
 
 // chunkBytes bounds a batch's chunks; a new chunk starts at chunkStart
-// and grows up to it (a lone record larger than it has a chunk of its own).
+// and grows up to it (a lone record larger than it has a chunk of its own,
+// let go once no such record came for a checkpoint interval: trimLarge).
 const (
 	chunkBytes = 256 << 10
 	chunkStart = 16 << 10
@@ -207,6 +209,17 @@ func (b *batch) reset() {
 	b.disp = b.disp[:0]
 	clear(b.waiters)
 	b.waiters = b.waiters[:0]
+}
+
+// dropLarge lets go of the buffers larger than chunkBytes (a large
+// record's own) that b keeps for later cycles, past the chunks in use.
+func (b *batch) dropLarge() {
+	cs := b.chunks[len(b.chunks):cap(b.chunks)]
+	for i := range cs {
+		if cap(cs[i].buf) > chunkBytes {
+			cs[i].buf = nil
+		}
+	}
 }
 
 // Names in the data directory.
@@ -671,11 +684,17 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 		off := s.nextOffset
 		qoff := p.t.next[p.queue]
 		p.t.next[p.queue]++
+		if p.n > chunkBytes {
+			s.largeUsed = true
+		}
 		if k := len(b.chunks); k == 0 || newSeg || len(b.chunks[k-1].buf)+p.n > chunkBytes {
 			if k < cap(b.chunks) {
 				b.chunks = b.chunks[:k+1] // reuse the buffer of an earlier cycle
 				b.chunks[k].off, b.chunks[k].newSeg = off, newSeg
 				b.chunks[k].buf = b.chunks[k].buf[:0]
+				if cap(b.chunks[k].buf) == 0 {
+					b.chunks[k].buf = make([]byte, 0, max(chunkStart, p.n))
+				}
 			} else {
 				b.chunks = append(b.chunks, chunk{off: off, newSeg: newSeg, buf: make([]byte, 0, max(chunkStart, p.n))})
 			}
@@ -970,6 +989,25 @@ func (s *Store) Arrivals(topic string) <-chan struct{} {
 	return ch
 }
 
+// trimLarge lets go of the buffers the writer's batches keep for large
+// records once none was appended for a whole checkpoint interval: a stream
+// of 4 MiB messages reuses them, a burst does not hold megabytes for good.
+// The batch being written (neither pend nor spare) is left for the next
+// time.
+func (s *Store) trimLarge() {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if s.largeUsed {
+		s.largeUsed = false
+		return
+	}
+	for _, b := range []*batch{s.pend, s.spare} {
+		if b != nil {
+			b.dropLarge()
+		}
+	}
+}
+
 func (s *Store) checkpointLoop(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.opts.CheckpointInterval)
@@ -980,6 +1018,7 @@ func (s *Store) checkpointLoop(ctx context.Context) {
 			if err := s.checkpoint(); err != nil {
 				s.log.Error().Err(err).Msg("checkpoint")
 			}
+			s.trimLarge()
 		case <-ctx.Done():
 			return
 		}

@@ -24,7 +24,7 @@ const (
 	CodeVersion       Code = 2 // unsupported protocol version; closed
 	CodeUnauthorized  Code = 3 // bad or missing token; closed
 	CodeUnknownOp     Code = 4 // op not known to this server
-	CodeFrameTooLarge Code = 5 // frame over the limit; closed
+	CodeFrameTooLarge Code = 5 // frame over the limit: skipped (closed if its header is not sound), or an answer that would be
 	CodeBadRequest    Code = 6 // the payload does not decode or a field is invalid
 	CodeHandshake     Code = 7 // a request before hello; closed
 

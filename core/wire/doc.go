@@ -15,6 +15,10 @@
 //	8    8     request ID: chosen by the requester, echoed in the response; 0 in pushes
 //	16   N-12  payload
 //
+// A frame over the limit is refused from its header (LargeFrameError): a
+// server skips its payload and answers the request with CodeFrameTooLarge,
+// and the connection goes on.
+//
 // A connection starts with OpHello from the client (version, token, client
 // ID); anything else first, a wrong version or a bad token gets an error
 // frame and the connection is closed. After that requests may be pipelined:

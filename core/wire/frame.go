@@ -13,7 +13,10 @@ const Version = 1
 // HeaderLen is the size of a frame header, length field included.
 const HeaderLen = 16
 
-// DefaultMaxFrame bounds a frame unless the peers agree otherwise.
+// DefaultMaxFrame bounds a frame unless the peers agree otherwise: 8 MiB,
+// room for a produce or an answer of one message of the engines' default
+// limit (core.DefaultMaxMessageBytes, a 4 MiB body and its envelope) twice
+// over. A server announces its limit in the hello reply (max_frame).
 const DefaultMaxFrame = 8 << 20
 
 // Op is an operation code. These values are part of the protocol.
@@ -77,8 +80,10 @@ type Frame struct {
 
 // Errors of the frame codec.
 var (
-	// ErrFrameTooLarge is returned when a frame's length exceeds the limit;
-	// the connection cannot be resynchronised and must be closed.
+	// ErrFrameTooLarge is returned when a frame's length exceeds the limit
+	// (by ReadFrame, then as a *LargeFrameError when the frame's header is
+	// sound, whose payload the reader may skip), or by a client for a
+	// request larger than the server's limit.
 	ErrFrameTooLarge = errors.New("wire: frame too large")
 	// ErrBadFrame is returned for a frame whose header is malformed.
 	ErrBadFrame = errors.New("wire: malformed frame")
@@ -106,8 +111,39 @@ func AppendHeader(dst []byte, f Frame, payloadLen int) []byte {
 	return append(dst, h[:]...)
 }
 
+// LargeFrameError is ReadFrame's error for a frame longer than its limit
+// whose header is sound (reserved bytes zero, a known op): its payload has
+// not been read, and Skip discards it, after which the stream is at the
+// next frame. It unwraps to ErrFrameTooLarge.
+type LargeFrameError struct {
+	// Frame is the frame's header (no payload).
+	Frame Frame
+	// Len is the frame's length field (12 + payload), Max the limit.
+	Len, Max int
+}
+
+func (e *LargeFrameError) Error() string {
+	return fmt.Sprintf("%s: %d bytes, limit %d", ErrFrameTooLarge, e.Len, e.Max)
+}
+
+// Unwrap makes errors.Is(err, ErrFrameTooLarge) hold.
+func (e *LargeFrameError) Unwrap() error { return ErrFrameTooLarge }
+
+// Skip reads and discards the frame's payload from r, the reader ReadFrame
+// read its header from, without buffering it.
+func (e *LargeFrameError) Skip(r io.Reader) error {
+	n := int64(e.Len - (HeaderLen - 4))
+	if m, err := io.CopyN(io.Discard, r, n); err != nil {
+		return fmt.Errorf("skip %d of a %d-byte payload: %w", m, n, unexpected(err))
+	}
+	return nil
+}
+
 // ReadFrame reads one frame from r, refusing frames longer than max before
-// allocating anything. The payload is freshly allocated (the caller owns it).
+// allocating anything: then the error is a *LargeFrameError if the frame's
+// header is sound (the payload is left unread, for LargeFrameError.Skip),
+// else it wraps ErrBadFrame or ErrFrameTooLarge and the stream cannot be
+// resynchronised. The payload is freshly allocated (the caller owns it).
 func ReadFrame(r io.Reader, max int) (Frame, error) {
 	var h [HeaderLen]byte
 	if _, err := io.ReadFull(r, h[:4]); err != nil {
@@ -117,16 +153,22 @@ func ReadFrame(r io.Reader, max int) (Frame, error) {
 	if n < HeaderLen-4 {
 		return Frame{}, fmt.Errorf("%w: length %d shorter than a header", ErrBadFrame, n)
 	}
-	if n > max {
-		return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, max)
-	}
 	if _, err := io.ReadFull(r, h[4:]); err != nil {
+		if n > max {
+			return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, max)
+		}
 		return Frame{}, unexpected(err)
 	}
 	if h[6] != 0 || h[7] != 0 {
 		return Frame{}, fmt.Errorf("%w: reserved bytes set", ErrBadFrame)
 	}
 	f := Frame{Op: Op(h[4]), Flags: h[5], ID: binary.BigEndian.Uint64(h[8:])}
+	if n > max {
+		if !f.Op.Known() {
+			return Frame{}, fmt.Errorf("%w: %d bytes, limit %d, of an unknown op", ErrFrameTooLarge, n, max)
+		}
+		return f, &LargeFrameError{Frame: f, Len: n, Max: max}
+	}
 	if p := n - (HeaderLen - 4); p > 0 {
 		f.Payload = make([]byte, p)
 		if _, err := io.ReadFull(r, f.Payload); err != nil {

@@ -35,8 +35,16 @@ type Options struct {
 	Listeners []Listener
 	Hooks     Hooks
 
-	// MaxPacketBytes bounds every packet both ways; MQTT 5 clients are told
-	// it in CONNACK [MQTT-3.2.2-15]. Default 1 MiB.
+	// MaxPacketBytes bounds every packet a client sends, checked from the
+	// fixed header before the body is read; MQTT 5 clients are told it in
+	// CONNACK [MQTT-3.2.2-15]. Default DefaultMaxPacketBytes: a PUBLISH of
+	// a 4 MiB payload (core.MaxBodyBytes) with its topic and properties.
+	// What the engine sends is bounded by the client's own Maximum Packet
+	// Size (MQTT 5) and by its sources: publishes (bounded here) and what
+	// hooks publish (the bridge's commands, bounded by the core's message
+	// limit), not by this. A packet is buffered whole only while
+	// it arrives and while it is written, so the bound costs an idle
+	// connection nothing.
 	MaxPacketBytes int
 	// ConnectTimeout closes a socket that has not sent a whole CONNECT (and
 	// finished its TLS handshake) in time. Default 10 s.
@@ -69,7 +77,9 @@ type Options struct {
 	// offline session holds (also those in flight when it went): an
 	// offline device's backlog, kept by the session store. A message past
 	// the bound is dropped for that session (the Delivery hook hears it).
-	// Defaults 1,000 and 1 MiB of payload.
+	// Defaults 1,000 and 16 MiB of payload (four 4 MiB messages; with a
+	// Sessions hook the payloads wait in the session store, not in
+	// memory).
 	MaxQueued      int
 	MaxQueuedBytes int
 	// MaxQueuedOnline and MaxQueuedOnlineBytes bound what a connected
@@ -104,7 +114,10 @@ type Options struct {
 
 // Defaults.
 const (
-	DefaultMaxPacketBytes       = 1 << 20
+	// DefaultMaxPacketBytes is 4 MiB + 256 KiB, core.DefaultMaxMessageBytes
+	// (the engine does not import core; gateway's tests check they agree):
+	// a 4 MiB payload with up to 256 KiB of topic and properties.
+	DefaultMaxPacketBytes       = 4<<20 + 256<<10
 	DefaultConnectTimeout       = 10 * time.Second
 	DefaultMaxKeepalive         = 1200
 	DefaultWriteTimeout         = 15 * time.Second
@@ -113,7 +126,7 @@ const (
 	DefaultReceiveMaximum       = 256
 	DefaultMaxInflight          = 1024
 	DefaultMaxQueued            = 1000
-	DefaultMaxQueuedBytes       = 1 << 20
+	DefaultMaxQueuedBytes       = 16 << 20
 	DefaultMaxQueuedOnline      = 1 << 18
 	DefaultMaxQueuedOnlineBytes = 64 << 20
 	DefaultTopicAliasMaximum    = 64

@@ -60,6 +60,7 @@ type wsTransport struct {
 	open     atomic.Bool // the upgrade was answered (writes come from other goroutines too)
 	closing  atomic.Bool // a close frame was sent
 	pending  []byte      // an incomplete request or frame (nil when none)
+	want     int         // the whole length of the incomplete frame frame last saw, when known
 }
 
 func newWSTransport(inner transport, path string, maxPacket int) *wsTransport {
@@ -118,10 +119,16 @@ func (t *wsTransport) decode(raw []byte) ([]byte, error) {
 		pos += n
 	}
 	rest := b[pos:]
-	if len(rest) == 0 {
+	switch {
+	case len(rest) == 0:
 		t.pending = nil
-	} else {
-		t.pending = append(make([]byte, 0, len(rest)), rest...)
+	case pos == 0 && t.pending != nil && &b[0] == &t.pending[0] && cap(t.pending) >= t.want:
+		// A frame still arriving, in the buffer it grows in: a copy per
+		// read would cost a 4 MiB frame its size squared.
+	default:
+		// Room for the whole frame once its length is known (at most
+		// maxFrame and its header), as conn.consume does for packets.
+		t.pending = append(make([]byte, 0, max(len(rest), t.want)), rest...)
 	}
 	return b[:w], nil
 }
@@ -137,8 +144,10 @@ func (t *wsTransport) keep(b []byte) {
 }
 
 // frame parses one frame at the start of b: its length (0 while
-// incomplete), its unmasked payload and opcode.
+// incomplete, with t.want its whole length once the header says it), its
+// unmasked payload and opcode.
 func (t *wsTransport) frame(b []byte) (n int, payload []byte, op byte, err error) {
+	t.want = 0
 	if len(b) < 2 {
 		return 0, nil, 0, nil
 	}
@@ -182,6 +191,7 @@ func (t *wsTransport) frame(b []byte) (n int, payload []byte, op byte, err error
 		return 0, nil, 0, t.fail(wsCloseBig, fmt.Sprintf("frame of %d bytes", l))
 	}
 	if len(b) < h+4+l {
+		t.want = h + 4 + l
 		return 0, nil, 0, nil
 	}
 	mask := b[h : h+4]

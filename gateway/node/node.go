@@ -260,7 +260,8 @@ func traceNode(t *trace.Options) string {
 
 // newHTTPAPI is the HTTP produce/consume/query API over the core services.
 func (n *Node) newHTTPAPI() (http.Handler, error) {
-	return httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: n.log, MaxWait: httpAPIMaxWait})
+	return httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: n.log, MaxWait: httpAPIMaxWait,
+		MaxBodyBytes: n.opts.HTTPMaxBodyBytes})
 }
 
 // startCore starts the core services over n.base: transactions, consumer
@@ -301,7 +302,7 @@ func (n *Node) startCore() error {
 		return fmt.Errorf("pop: %w", err)
 	}
 	n.pop.Start()
-	n.core, err = server.New(server.Options{Addr: co.Addr, Broker: n.broker, Groups: n.groups, Retry: n.retry, Pop: n.pop,
+	n.core, err = server.New(server.Options{Addr: co.Addr, MaxFrame: co.MaxFrameBytes, Broker: n.broker, Groups: n.groups, Retry: n.retry, Pop: n.pop,
 		Delay: n.delay, Txn: n.txn, Trace: n.trace,
 		Token: n.token, Version: n.version(), Logger: n.log})
 	if err != nil {

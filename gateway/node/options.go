@@ -88,6 +88,10 @@ type Options struct {
 	// HTTPAddr serves the HTTP API, the admin API, the dashboard and
 	// /metrics /stats /healthz /readyz. Empty: no HTTP server.
 	HTTPAddr string
+	// HTTPMaxBodyBytes bounds a request body of the HTTP API
+	// (httpapi.Options.MaxBodyBytes); 0: httpapi.DefaultMaxBodyBytes
+	// (8 MiB).
+	HTTPMaxBodyBytes int64
 	// OnCore, if set, is called with the core port's address each time the
 	// core services start on this node (once with the embedded engine; at
 	// each term as the core lease holder with EngineNATS), from the
@@ -138,6 +142,9 @@ type Options struct {
 type CoreOptions struct {
 	// Addr is the core wire protocol's TCP address. Required.
 	Addr string
+	// MaxFrameBytes bounds a frame on the core port both ways (announced
+	// to clients); 0: wire.DefaultMaxFrame (8 MiB).
+	MaxFrameBytes int
 	// Retry and Transactions configure those services (their Logger and
 	// Trace default to the node's).
 	Retry        retry.Options

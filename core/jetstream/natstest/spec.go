@@ -51,6 +51,7 @@ func (sp nodeSpec) options() *server.Options {
 		JetStreamMaxStore:  sp.MaxStore,
 		SyncAlways:         sp.SyncAlways,
 		SyncInterval:       sp.SyncInterval,
+		MaxPayload:         MaxPayload,
 		NoLog:              sp.LogFile == "",
 		LogFile:            sp.LogFile,
 		Logtime:            true,
