@@ -64,8 +64,9 @@ import (
 const pollEvery = 10 * time.Millisecond
 
 // boundaryChunk is how many queues one direct get of last messages asks
-// for: each answer carries a whole message (up to 4 MiB + 256 KiB), and
-// the server stops a batch past 64 MiB unless told otherwise.
+// for: each answer carries a whole message (up to the message limit), and
+// the server stops a batch past its max_bytes (64 MiB unless the request
+// says more, which it does: a batch cut short would lack the marker).
 const boundaryChunk = 8
 
 // lockTTL is how long a resize lock lives without renewal.
@@ -252,7 +253,8 @@ func (e *Engine) boundaries(ctx context.Context, t *topicState, lay *layout, mar
 // lastSeqs asks for the last message of each subject; ok is false when the
 // replica that answered does not have the marker yet.
 func (e *Engine) lastSeqs(ctx context.Context, t *topicState, subjects []string, mark string, marker uint64) (map[int]int64, bool, error) {
-	raws, err := e.get.do(ctx, t.stream, directReq{MultiLast: subjects, Batch: len(subjects)})
+	raws, err := e.get.do(ctx, t.stream, directReq{MultiLast: subjects, Batch: len(subjects),
+		MaxBytes: len(subjects) * (e.maxMsg + 1<<10)})
 	if err != nil {
 		return nil, false, err
 	}

@@ -117,3 +117,28 @@ func TestMarkerIsNoMessage(t *testing.T) {
 	_, err = e.Get(ctx, newID("t", marker))
 	require.ErrorIs(t, err, core.ErrMessageNotFound)
 }
+
+// TestResizeWithLargeMessages: the boundaries are read as the last message
+// of each queue, whole: 20 queues whose last messages are at the message
+// limit are read in batches the server does not cut short.
+func TestResizeWithLargeMessages(t *testing.T) {
+	ctx := t.Context()
+	e := openSized(t, natstest.RunServer(t).URL, Options{})
+	_, err := e.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 20})
+	require.NoError(t, err)
+	want := make([]int64, 20)
+	for q := range 20 {
+		m := sizedMessage(t, core.DefaultMaxMessageBytes, byte('a'+q))
+		for k := 0; ; k++ { // a key of queue q
+			if m.ShardingKey = "car-" + strconv.Itoa(k); core.QueueFor(m.ShardingKey, 20) == q {
+				break
+			}
+		}
+		res, err := e.Produce(ctx, m)
+		require.NoError(t, err)
+		want[q] = res.QueueOffset + 1
+	}
+	info, err := e.ResizeTopic(ctx, "t", 3)
+	require.NoError(t, err)
+	require.Equal(t, want, info.Epochs[1].Begin)
+}
