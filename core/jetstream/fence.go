@@ -147,9 +147,12 @@ func (f *fences) add(pattern string, hold bool) (*fenceSub, error) {
 	return fs, nil
 }
 
-// release answers the publishes held on pattern and answers the next ones
-// at once.
-func (f *fences) release(pattern string) {
+// release stops holding the answers on pattern: the next publishes are
+// answered as on any fence. answer says whether the held ones are answered
+// now (the marker is stored: the stream took none of them that it has not
+// acknowledged) or dropped (the resize failed before: an answer might beat
+// an acknowledgement still on its way).
+func (f *fences) release(pattern string, answer bool) {
 	f.mu.Lock()
 	fs := f.subs[pattern]
 	if fs == nil {
@@ -159,6 +162,9 @@ func (f *fences) release(pattern string) {
 	held := fs.held
 	fs.hold, fs.held = false, nil
 	f.mu.Unlock()
+	if !answer {
+		return
+	}
 	for _, r := range held {
 		_ = f.nc.Publish(r, fenceReply)
 	}

@@ -153,7 +153,7 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 // after.
 func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, held string, info *jetstream.StreamInfo, lay *layout) (*jetstream.StreamInfo, *layout, error) {
 	if held != "" {
-		defer e.fence.release(held)
+		defer e.fence.release(held, false) // when not released below
 	}
 	if info == nil || lay == nil {
 		var err error
@@ -170,7 +170,7 @@ func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, he
 		return nil, nil, err
 	}
 	if held != "" {
-		e.fence.release(held)
+		e.fence.release(held, true)
 	}
 	begin, err := e.boundaries(ctx, t, lay, marker)
 	if err != nil {
