@@ -15,7 +15,8 @@ import (
 )
 
 // Stream metadata keys: the topic's real name (tokens may be hashes), its
-// queue count and creation time.
+// queue count in force and creation time; a resized topic's epochs are
+// metaEpochs (epochs.go).
 const (
 	metaTopic   = "ferrymq.topic"
 	metaQueues  = "ferrymq.queues"
