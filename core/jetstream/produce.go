@@ -157,7 +157,12 @@ func (e *Engine) claim(ctx context.Context, p *pending) error {
 			topics = append(topics, t)
 		}
 	}
-	slices.SortFunc(topics, func(a, b *topicState) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(topics, func(a, b *topicState) int { // one lock order for every call
+		if c := strings.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return a.created.Compare(b.created) // a topic deleted and created again meanwhile
+	})
 	for {
 		var wait chan struct{}
 		locked := 0
