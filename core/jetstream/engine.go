@@ -175,6 +175,7 @@ type topicState struct {
 	waiters  int
 	inflight int
 	ready    chan struct{}
+	drained  chan struct{} // closed when inflight reaches 0 (idle)
 }
 
 // Open connects to NATS and prepares the engine's bucket and index stream.

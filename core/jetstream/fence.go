@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -55,7 +56,11 @@ type fences struct {
 type fenceSub struct {
 	sub  *nats.Subscription
 	hold bool
-	held []string // reply subjects awaiting an answer while hold is set
+	held []*nats.Msg // publishes awaiting an answer while hold is set
+	// stored holds the payload hashes of the messages the stream took on
+	// these subjects while a resize swapped them: copies of those are
+	// never answered.
+	stored map[uint64]bool
 }
 
 // fenceQueue is the queue group of every engine's fence subscriptions.
@@ -85,11 +90,15 @@ func (f *fences) run(done <-chan struct{}) {
 			f.mu.Lock()
 			fs := f.subs[m.Sub.Subject]
 			if fs != nil && fs.hold {
-				fs.held = append(fs.held, m.Reply)
+				fs.held = append(fs.held, m)
 				f.mu.Unlock()
 				continue
 			}
+			stored := fs != nil && fs.stored[payloadHash(m.Data)]
 			f.mu.Unlock()
+			if stored {
+				continue // the stream took it: its acknowledgement answers
+			}
 			live, err := f.live(m.Subject)
 			switch {
 			case err != nil:
@@ -148,26 +157,38 @@ func (f *fences) add(pattern string, hold bool) (*fenceSub, error) {
 }
 
 // release stops holding the answers on pattern: the next publishes are
-// answered as on any fence. answer says whether the held ones are answered
-// now (the marker is stored: the stream took none of them that it has not
-// acknowledged) or dropped (the resize failed before: an answer might beat
-// an acknowledgement still on its way).
-func (f *fences) release(pattern string, answer bool) {
+// answered as on any fence, except copies of the messages in stored (the
+// payload hashes of what the stream took on these subjects during the
+// swap). answer says whether the held ones are answered now, but those
+// in stored (the marker is stored: every message the stream took is
+// below it), or dropped (the resize failed before its marker: an answer
+// might beat an acknowledgement still on its way).
+func (f *fences) release(pattern string, answer bool, stored map[uint64]bool) {
 	f.mu.Lock()
 	fs := f.subs[pattern]
-	if fs == nil {
+	if fs == nil || !fs.hold {
 		f.mu.Unlock()
 		return
 	}
 	held := fs.held
-	fs.hold, fs.held = false, nil
+	fs.hold, fs.held, fs.stored = false, nil, stored
 	f.mu.Unlock()
 	if !answer {
 		return
 	}
-	for _, r := range held {
-		_ = f.nc.Publish(r, fenceReply)
+	for _, m := range held {
+		if !stored[payloadHash(m.Data)] {
+			_ = f.nc.Publish(m.Reply, fenceReply)
+		}
 	}
+}
+
+// payloadHash identifies a stored record: records carry their producer's
+// nanosecond clock, so two messages rarely share one.
+func payloadHash(b []byte) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return h.Sum64()
 }
 
 // drop stops listening to pattern: a resize that did not happen (the

@@ -226,10 +226,37 @@ func (t *topicState) settle() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.inflight--
-	if t.inflight == 0 && t.next != nil {
-		t.pub, t.next = t.next, nil
+	if t.inflight == 0 {
+		if t.next != nil {
+			t.pub, t.next = t.next, nil
+		}
+		if t.drained != nil {
+			close(t.drained)
+			t.drained = nil
+		}
 	}
 	t.goLocked()
+}
+
+// idle waits until no message of t is in flight (the caller holds t).
+func (t *topicState) idle(ctx context.Context) error {
+	for {
+		t.mu.Lock()
+		if t.inflight == 0 {
+			t.mu.Unlock()
+			return nil
+		}
+		if t.drained == nil {
+			t.drained = make(chan struct{})
+		}
+		ch := t.drained
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("jetstream: %s: waiting for produces in flight: %w", t.name, ctx.Err())
+		}
+	}
 }
 
 // hold makes produces to t wait until unhold.

@@ -113,20 +113,27 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 		return core.TopicInfo{}, err
 	}
 	defer lk.release()
-	if info, lay, err = e.complete(ctx, t, lk, "", nil, nil); err != nil {
+	if info, lay, err = e.complete(ctx, t, lk, nil, nil, nil); err != nil {
 		return core.TopicInfo{}, err
 	}
 	if lay.queues() == queues {
 		return topicInfo(t, info, lay), nil
 	}
+	// This node's produces wait from here to the commit rather than be
+	// refused by the fence and published again; those in flight are
+	// answered first: one the servers matched before the fence listened
+	// and handed the stream's leader only after the swap would be dropped
+	// unanswered.
+	t.hold()
+	defer t.unhold()
+	if err := t.idle(ctx); err != nil {
+		return core.TopicInfo{}, err
+	}
 	ended := epochPattern(t.tok, lay.cur())
+	since := info.State.LastSeq // nothing the fence will hold is stored at or below it
 	if err := e.fence.hold(ended); err != nil {
 		return core.TopicInfo{}, err
 	}
-	// This node's produces wait from here to the commit rather than be
-	// refused by the fence and published again.
-	t.hold()
-	defer t.unhold()
 	if err := lk.renew(ctx); err != nil {
 		e.fence.drop(ended)
 		return core.TopicInfo{}, err
@@ -140,20 +147,27 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 		}
 		info, intent = nil, nil // complete reads them
 	}
-	if info, lay, err = e.complete(ctx, t, lk, ended, info, intent); err != nil {
+	if info, lay, err = e.complete(ctx, t, lk, &heldFence{pattern: ended, since: since}, info, intent); err != nil {
 		return core.TopicInfo{}, err
 	}
 	return topicInfo(t, info, lay), nil
 }
 
+// heldFence is the fence a resize holds on the epoch it ends, and the
+// stream's last sequence before it listened.
+type heldFence struct {
+	pattern string
+	since   uint64
+}
+
 // complete finishes the epoch t's stream records as an intent, if any
-// (steps 2 to 4), holding lk; held is the fence pattern to release once
-// the marker is stored. info and lay are the stream as the caller just
-// wrote it, or nil: read it. It returns the stream's info and layout
+// (steps 2 to 4), holding lk; held, if not nil, is the fence to release
+// once the marker is stored. info and lay are the stream as the caller
+// just wrote it, or nil: read it. It returns the stream's info and layout
 // after.
-func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, held string, info *jetstream.StreamInfo, lay *layout) (*jetstream.StreamInfo, *layout, error) {
-	if held != "" {
-		defer e.fence.release(held, false) // when not released below
+func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, held *heldFence, info *jetstream.StreamInfo, lay *layout) (*jetstream.StreamInfo, *layout, error) {
+	if held != nil {
+		defer e.fence.release(held.pattern, false, nil) // when not released below
 	}
 	if info == nil || lay == nil {
 		var err error
@@ -169,8 +183,8 @@ func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, he
 	if err != nil {
 		return nil, nil, err
 	}
-	if held != "" {
-		e.fence.release(held, true)
+	if held != nil {
+		e.releaseFence(ctx, t, held, marker)
 	}
 	begin, err := e.boundaries(ctx, t, lay, marker)
 	if err != nil {
@@ -188,6 +202,52 @@ func (e *Engine) complete(ctx context.Context, t *topicState, lk *resizeLock, he
 	e.log.Info().Str("topic", t.name).Int("epoch", k).Int("queues", done.queues()).Uint64("marker", marker).
 		Msg("topic resized")
 	return info, done, nil
+}
+
+// releaseFence releases the fence a resize held once its marker is
+// stored. Of what it held, the messages the stream took before the swap
+// are stored below the marker, but their acknowledgements may still be on
+// their way — on a loaded cluster, behind the fence's answer, which would
+// then make the producer send them again: every message stored on the
+// ended subjects between the fence's start and the marker is read, and
+// the fence does not answer copies of those, now or later.
+func (e *Engine) releaseFence(ctx context.Context, t *topicState, held *heldFence, marker uint64) {
+	stored := map[uint64]bool{}
+	// Everything from the fence's start to the marker, on any subject: a
+	// replica that answers with the marker has all of it.
+	for seq := held.since + 1; seq <= marker; {
+		raws, err := e.get.do(ctx, t.stream, directReq{Seq: seq, Batch: 256, MaxBytes: 64 << 20})
+		if err != nil {
+			// Unproven: answer all, at worst a message is stored twice
+			// (at least once), rather than leave a producer to time out.
+			e.log.Warn().Err(err).Str("topic", t.name).Msg("fenced publishes answered without checking what the stream stored")
+			stored = nil
+			break
+		}
+		if len(raws) == 0 { // a replica behind the marker
+			select {
+			case <-ctx.Done():
+				stored = nil
+			case <-time.After(pollEvery):
+			}
+			if stored == nil {
+				break
+			}
+			continue
+		}
+		for _, nm := range raws {
+			r, err := parseDirect(nm)
+			if err != nil || r.seq >= marker {
+				seq = marker + 1
+				break
+			}
+			if subjectMatch(held.pattern, r.subject) {
+				stored[payloadHash(r.data)] = true
+			}
+			seq = r.seq + 1
+		}
+	}
+	e.fence.release(held.pattern, true, stored)
 }
 
 // publishMarker stores a marker of epoch k and returns its sequence. Right
@@ -336,7 +396,7 @@ func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
 			// if its resizer seems gone.
 			if time.Since(time.Unix(0, lay.intent.Started)) > e.graceOf() {
 				if lk, lerr := e.lockResize(ctx, t, false); lerr == nil {
-					_, done, cerr := e.complete(ctx, t, lk, "", nil, nil)
+					_, done, cerr := e.complete(ctx, t, lk, nil, nil, nil)
 					lk.release()
 					if cerr == nil && done.cur() > since.cur() {
 						return done, nil
