@@ -31,11 +31,15 @@ import (
 // the new epoch and publishes the message again.
 //
 // The resizing engine starts listening to the epoch it ends before the
-// stream stops taking it, so that no forwarded publish goes unanswered,
-// and holds its answers until the epoch's marker is stored: everything
-// the stream took before the fence has been stored and acknowledged by
-// then, so a late answer of ours to a message the stream took is ignored
-// (the producer has its acknowledgement), never mistaken for a refusal.
+// stream stops taking it (after its own publishes in flight were
+// answered), so that no forwarded publish goes unanswered, and holds its
+// answers until the epoch's marker is stored: everything the stream took
+// before the swap is stored below the marker by then. It reads what was
+// stored on those subjects from its start to the marker, and never
+// answers a copy of one of those messages: on a loaded cluster the
+// stream's acknowledgement may reach the producer after the fence's
+// answer, which the producer would take for a refusal and send the
+// message again.
 //
 // Any other publish is answered only once live says the topic's stream
 // does not take its subject now: a topic deleted and created again takes
