@@ -25,7 +25,9 @@ import (
 // it), it reads the stream's metadata and publishes again with the new
 // count. JetStream enforces this, not the nodes' good behaviour.
 //
-// A resize, under the topic's resize lock (a key in the engine's bucket):
+// A resize, under the topic's resize lock (a key in the engine's bucket),
+// once this node's own publishes in flight are answered and its fence
+// listens to the epoch that ends (fence.go):
 //
 //  1. Intent. One stream update swaps the subjects to the new epoch's
 //     (and its marker subject fmqe.<tok>.<e>) and records the epoch,
@@ -35,8 +37,9 @@ import (
 //     the order it takes messages in, and it took the marker after the
 //     update, so every old-count message it had taken is stored by then —
 //     even those a cluster's stream leader had taken but not yet committed
-//     when the update was answered (measured: up to 70 with two producers;
-//     the stream's last sequence in the update's answer misses them).
+//     when the update was answered (measured: up to 69 on the 3-node
+//     cluster; the stream's last sequence in the update's answer misses
+//     them). The fence answers what it held, but what the stream stored.
 //  3. Boundaries. For each queue q of the ended epoch, the sequence of its
 //     last message (one batched direct get of the last message per
 //     subject, from a replica that has the marker): Begin[q], the queue's
@@ -49,9 +52,9 @@ import (
 // finishes steps 2 to 4 (a second marker changes nothing), so a resize
 // whose caller died is completed by the next producer; until then
 // producers wait, readers see the epochs committed. The lock expires after
-// lockTTL unless renewed (before each step): a holder stalled longer than
-// that may write after the node that took over. Leases fence time, not
-// writes, as in lease.go.
+// lockTTL unless renewed (before the updates): a holder stalled longer
+// than that may write after the node that took over. Leases fence time,
+// not writes, as in lease.go.
 //
 // What JetStream does not close: a publish the stream's server had matched
 // to the old subjects just before step 1 but handed to the stream only
