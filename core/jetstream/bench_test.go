@@ -3,12 +3,16 @@ package jetstream_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/jetstream"
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 )
 
@@ -71,5 +75,87 @@ func BenchmarkReadQueue(b *testing.B) {
 				off = res.NextOffset
 			}
 		}
+	}
+}
+
+// BenchmarkResizeTopic: what a resize costs producers. Two nodes (engines
+// on their own connections) each run two sync producers of 1 KiB keyed
+// messages while one node resizes the topic 8 ↔ 16 every 200 ms; the other
+// node learns each resize from the fence. Against the same run without
+// resizes; on one in-process server and on a 3-node in-process cluster
+// (R3, the other node on another server), sync_interval: always
+// (docs/BENCHMARKS.md).
+func BenchmarkResizeTopic(b *testing.B) {
+	for _, servers := range []int{1, 3} {
+		for _, resize := range []bool{false, true} {
+			b.Run(fmt.Sprintf("servers=%d/resizes=%v", servers, map[bool]string{false: "no", true: "yes"}[resize]), func(b *testing.B) {
+				benchResize(b, servers, resize)
+			})
+		}
+	}
+}
+
+func benchResize(b *testing.B, servers int, resize bool) {
+	var urls []string
+	if servers == 1 {
+		urls = []string{natstest.RunServer(b, natstest.SyncAlways()).URL}
+	} else {
+		urls = strings.Split(natstest.RunCluster(b, servers, natstest.SyncAlways()).URLs(), ",")
+	}
+	var nodes []*jetstream.Engine
+	for i := range 2 {
+		u := urls[i%len(urls)]
+		e, err := jetstream.Open(b.Context(), jetstream.Options{URLs: []string{u}, Replicas: servers, Timeout: 5 * time.Second})
+		require.NoError(b, err)
+		b.Cleanup(func() { _ = e.Close() })
+		nodes = append(nodes, e)
+	}
+	ctx := context.Background()
+	_, err := nodes[0].CreateTopic(ctx, core.TopicConfig{Name: "bench", Queues: 8})
+	require.NoError(b, err)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lat []time.Duration
+	body := make([]byte, 1024)
+	for p := range 4 {
+		wg.Go(func() {
+			var mine []time.Duration
+			defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				t0 := time.Now()
+				if _, err := nodes[p%2].Produce(ctx, &core.Message{Topic: "bench", ShardingKey: fmt.Sprintf("dev-%d-%d", p, i%64), Body: body}); err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+		})
+	}
+	var took time.Duration
+	for i := 0; b.Loop(); i++ {
+		time.Sleep(200 * time.Millisecond) // the producers' steady state between two resizes
+		if resize {
+			t0 := time.Now()
+			if _, err := nodes[0].ResizeTopic(ctx, "bench", 8+8*(i%2^1)); err != nil {
+				b.Fatal(err)
+			}
+			took += time.Since(t0)
+		}
+	}
+	b.ReportMetric(float64(took.Microseconds())/float64(b.N), "resize-µs")
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "produce-max-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "produce-p99-µs")
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "produce-p50-µs")
 	}
 }

@@ -58,7 +58,6 @@ func runConformance(t *testing.T, opts jetstream.Options) {
 		},
 		NoAutoCreate:  opts.DisableAutoCreate,
 		SparseOffsets: true,
-		NoResize:      true, // until the JetStream engine has epochs (issue #21)
 		StoredAtSkew:  time.Second,
 	})
 }

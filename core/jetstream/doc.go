@@ -11,11 +11,26 @@
 // is the literal subject fmq.<tok(T)>.<q> (names.go has the encoding). A
 // sharding key picks its queue with core.QueueFor, as on the embedded
 // engine. A message ID is kind 2, a 56-bit hash of the topic and the
-// stream sequence (IDKindJetStream). Committed offsets and deleted-topic
-// fences live in the bucket Options.Bucket (default ferrymq_core), index
-// keys in the stream FMQ__KEYS, arrival notices on core-NATS subjects
-// fmqa.<tok(T)> (not stored), leases in ferrymq_leases and delayed-message
-// cancellations in ferrymq_delay_cancels.
+// stream sequence (IDKindJetStream). Committed offsets, deleted-topic
+// fences and resize locks (r.<tok(T)>) live in the bucket Options.Bucket
+// (default ferrymq_core), index keys in the stream FMQ__KEYS, arrival
+// notices on core-NATS subjects fmqa.<tok(T)> (not stored), leases in
+// ferrymq_leases and delayed-message cancellations in
+// ferrymq_delay_cancels.
+//
+// A resized topic (ResizeTopic, resize.go) has epochs, one per queue
+// count, kept in its stream's metadata ("ferrymq.epochs", epochs.go has
+// the format). Epoch 0 keeps the subjects above; in epoch e ≥ 1 queue q is
+// fmq.<tok(T)>.<q>.<e>, and the stream takes only the current epoch's
+// subjects (fmq.<tok(T)>.*.<e>) and its marker subject fmqe.<tok(T)>.<e>:
+// a node that publishes with the queue count of an ended epoch is refused
+// by the stream, not by the nodes' good will, learns the new count from
+// the metadata and publishes again, in order. An epoch's Begin[q] is the
+// sequence of queue q's last message before it (the queue's next offset).
+// A queue is read epoch by epoch, each on its literal subject, up to that
+// boundary; the queues a shrink retired stay readable until retention
+// takes their messages. Engines that know a topic was resized listen to
+// its ended epochs' subjects (fence.go) to answer stale publishes at once.
 //
 // # Guarantees
 //
@@ -34,8 +49,16 @@
 //     connection in call order, so its produces to one queue (one key) are
 //     stored in call order while publishes succeed; when one fails (a
 //     leader election) and a later one already in flight succeeds, the
-//     caller's retry of the failed one lands after it. Produces of
+//     caller's retry of the failed one lands after it. A publish a
+//     resize's fence refused is not a failure: the engine publishes it
+//     again with the new count — and the later ones refused too, in call
+//     order — before anything it publishes afterwards. Produces of
 //     different engines (nodes) have no order between them.
+//   - Epochs are exact: every message of a queue below an epoch's Begin was
+//     routed with an older count, every one at or above it with that
+//     epoch's (or a later one's), however many nodes produce with whatever
+//     count they cached (resize.go says how, and names the one race of the
+//     server that could store an old-count message late, logged if seen).
 //   - Offsets are stream sequences: a message's queue offset is its stream
 //     sequence − 1 and its ID carries the sequence. They increase within a
 //     queue but are dense only for a one-queue topic: a topic's queues
@@ -71,7 +94,12 @@
 // acknowledged just before are lost (those messages are still read,
 // consumed and found by ID, not by key); arrival notices are not stored
 // (consumers fall back on polling). What a crash of the servers loses is
-// the sync_interval above.
+// the sync_interval above. A resize is two stream updates: a node that
+// dies between them leaves an intent (the old subjects already refused,
+// the new epoch not yet recorded); producers of the topic wait, and once
+// its resize lock expired (3 × Options.Timeout) the first of them to find
+// it finishes it — no message is stored under either count meanwhile, and
+// the history is the one a whole resize writes.
 //
 // # Record format
 //
@@ -106,8 +134,9 @@
 //     streams; memory storage would have no hash.
 //   - The subject names the format, so a magic number would repeat it: only
 //     the engine publishes on fmq.>, and Read checks that the subject is a
-//     queue of the topic and the decoded topic is the stream's
-//     (core.ErrCorrupt). decodeRecord checks the version first, then every
+//     queue of one of the topic's epochs and the decoded topic is the
+//     stream's (core.ErrCorrupt). Epoch markers (fmqe.>) are empty and
+//     never read as messages. decodeRecord checks the version first, then every
 //     length before slicing, refuses trailing bytes and more or fewer than
 //     one message, and never panics (FuzzDecodeRecord, seeds in
 //     testdata/fuzz); a refused record is a *core.CorruptError wrapping
@@ -123,7 +152,9 @@
 // # Concurrency
 //
 // An Engine is safe for concurrent use. Open starts its goroutines (the
-// acknowledgement waiter, the index writer, the arrivals listener); Close
-// takes no new produce, waits for those in flight to be answered, stops
-// them and closes the connection if it dialled it. It is idempotent.
+// checker of first answers, which publishes again what a resize's fence
+// refused; the acknowledgement waiter; the index writer; the arrivals
+// listener; the fence); Close takes no new produce, waits for those in
+// flight to be answered, stops them and closes the connection if it
+// dialled it. It is idempotent.
 package jetstream

@@ -2,7 +2,9 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -124,19 +126,31 @@ type Engine struct {
 	get    *getter
 	arrive *arrivals
 	idx    *indexer
+	fence  *fences
 	maxMsg int
+	holder string // this engine in resize locks
+
+	// republished counts publishes a resize's fence refused that the
+	// engine published again with the new epoch.
+	republished atomic.Int64
+
+	fenceMu   sync.Mutex
+	fenceSeen map[string]streamSubjects // the fence's view of streams, by name
 
 	mu      sync.RWMutex
 	topics  map[string]*topicState // by name
 	byHash  map[uint64]string      // topic hash (message IDs) → name
 	loading map[string]*load       // topic lookups in flight
 
-	sendMu sync.RWMutex // held for reading while a produce enqueues; Close takes it to close acks
-	acks   chan *pending
-	closed atomic.Bool
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	sendMu  sync.RWMutex  // held for reading while a produce enqueues; Close takes it to close acks
+	acks    chan *pending // produce → checker
+	checked chan *pending // checker → acker, while a call awaits a message published again
+	behind  atomic.Int64  // calls handed to the acker and not yet answered
+	closed  atomic.Bool
+	closing chan struct{} // closed when Close begins: waits for an epoch give up
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // topicState is what the engine caches of one topic's stream.
@@ -144,10 +158,24 @@ type topicState struct {
 	name    string
 	tok     string
 	stream  string
-	queues  int
 	created time.Time
 	rr      atomic.Uint32
 	rng     atomic.Pointer[cachedRange] // Read's view of the stream's range
+	lay     atomic.Pointer[layout]      // the newest epochs known (reads, decoding)
+
+	// Publishing (produce.go). Produces publish with pub; a newer layout
+	// waits in next until every message published with pub has been
+	// checked by the checker (inflight 0), so that what the fence refused
+	// is published again before anything newer. While waiters > 0 (a
+	// resize or the checker waiting for an epoch to be committed) produces
+	// wait too. ready is closed when they may go on.
+	mu       sync.Mutex
+	pub      *layout
+	next     *layout
+	waiters  int
+	inflight int
+	ready    chan struct{}
+	drained  chan struct{} // closed when inflight reaches 0 (idle)
 }
 
 // Open connects to NATS and prepares the engine's bucket and index stream.
@@ -158,7 +186,10 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{opts: opts, log: opts.Logger.With().Str("component", "jetstream").Logger(),
-		topics: map[string]*topicState{}, byHash: map[uint64]string{}, loading: map[string]*load{}, acks: make(chan *pending, 1024)}
+		topics: map[string]*topicState{}, byHash: map[uint64]string{}, loading: map[string]*load{},
+		acks: make(chan *pending, 1024), checked: make(chan *pending, 1024), closing: make(chan struct{}),
+		fenceSeen: map[string]streamSubjects{},
+		holder:    opts.Name + "/" + randomID()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	nc := opts.Conn
 	if nc == nil {
@@ -202,11 +233,17 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e.idx = newIndexer(js, e.log)
-	e.wg.Add(2)
+	e.fence = newFences(nc, e.log, e.takes)
+	e.wg.Add(4)
+	go e.checker()
 	go e.acker()
 	go func() {
 		defer e.wg.Done()
 		e.idx.run()
+	}()
+	go func() {
+		defer e.wg.Done()
+		e.fence.run(e.ctx.Done())
 	}()
 	ok = true
 	e.log.Info().Str("servers", strings.Join(nc.Servers(), ",")).Int("replicas", opts.Replicas).Msg("jetstream engine open")
@@ -319,9 +356,11 @@ func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	close(e.closing)
 	e.sendMu.Lock()
 	close(e.acks)
 	e.sendMu.Unlock()
+	e.fence.close()
 	e.cancel()
 	e.wg.Wait()
 	e.get.close()
@@ -330,6 +369,13 @@ func (e *Engine) Close() error {
 	}
 	e.log.Info().Msg("jetstream engine closed")
 	return nil
+}
+
+// randomID names this engine among others with the same Name.
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 var _ core.Broker = (*Engine)(nil)

@@ -42,6 +42,8 @@ type directReq struct {
 	Batch    int        `json:"batch,omitempty"`
 	MaxBytes int        `json:"max_bytes,omitempty"`
 	Start    *time.Time `json:"start_time,omitempty"`
+	// MultiLast asks for the last message of each subject (resize.go).
+	MultiLast []string `json:"multi_last,omitempty"`
 }
 
 func newGetter(nc *nats.Conn, timeout time.Duration) (*getter, error) {
@@ -149,7 +151,7 @@ func parseDirect(m *nats.Msg) (rawMsg, error) {
 	if np := m.Header.Get("Nats-Num-Pending"); np != "" {
 		r.pending, _ = strconv.ParseUint(np, 10, 64)
 	}
-	if !strings.HasPrefix(r.subject, subjectPrefix) && !strings.HasPrefix(r.subject, keysPrefix) {
+	if !strings.HasPrefix(r.subject, subjectPrefix) && !strings.HasPrefix(r.subject, keysPrefix) && !strings.HasPrefix(r.subject, markerPrefix) {
 		return r, fmt.Errorf("%w: subject %q", ErrBadRecord, r.subject)
 	}
 	return r, nil

@@ -12,13 +12,16 @@ import (
 // Names on the NATS side. A core topic T with N queues is one stream
 // "FMQ_<tok(T)>" holding subjects "fmq.<tok(T)>.<queue>": a queue is one
 // literal subject, so reading it uses the server's per-subject index and
-// costs the same however many devices write to it. Index keys (the
-// sharding key and Keys) go to the index stream FMQ__KEYS, one small entry
-// per key and message under "fmqk.<tok(T)>.<keytok>"; arrivals to the core
-// subjects "fmqa.<tok(T)>".
+// costs the same however many devices write to it. After a resize
+// (epochs.go) queue q of epoch e ≥ 1 is "fmq.<tok(T)>.<q>.<e>", and the
+// stream takes only the current epoch's subjects and its marker subject
+// "fmqe.<tok(T)>.<e>". Index keys (the sharding key and Keys) go to the
+// index stream FMQ__KEYS, one small entry per key and message under
+// "fmqk.<tok(T)>.<keytok>"; arrivals to the core subjects "fmqa.<tok(T)>".
 const (
 	streamPrefix  = "FMQ_"
 	subjectPrefix = "fmq."
+	markerPrefix  = "fmqe."
 	keysStream    = "FMQ__KEYS"
 	keysPrefix    = "fmqk."
 	arrivalPrefix = "fmqa."
@@ -55,8 +58,35 @@ func token(name string) string {
 
 func streamName(topic string) string { return streamPrefix + token(topic) }
 
-func queueSubject(tok string, queue int) string {
-	return subjectPrefix + tok + "." + strconv.Itoa(queue)
+// queueSubject is queue's subject in an epoch: epoch 0 keeps the layout of
+// topics never resized, later epochs add the epoch as a fourth token.
+func queueSubject(tok string, queue, epoch int) string {
+	if epoch == 0 {
+		return subjectPrefix + tok + "." + strconv.Itoa(queue)
+	}
+	return subjectPrefix + tok + "." + strconv.Itoa(queue) + "." + strconv.Itoa(epoch)
+}
+
+// epochSubjects are the subjects a topic's stream takes in an epoch: its
+// queues' and, from epoch 1 on, its marker's.
+func epochSubjects(tok string, epoch int) []string {
+	if epoch == 0 {
+		return []string{topicSubjects(tok)}
+	}
+	return []string{epochPattern(tok, epoch), markerSubject(tok, epoch)}
+}
+
+// epochPattern matches exactly the queue subjects of one epoch.
+func epochPattern(tok string, epoch int) string {
+	if epoch == 0 {
+		return subjectPrefix + tok + ".*"
+	}
+	return subjectPrefix + tok + ".*." + strconv.Itoa(epoch)
+}
+
+// markerSubject is where an epoch's markers are stored (epochs.go).
+func markerSubject(tok string, epoch int) string {
+	return markerPrefix + tok + "." + strconv.Itoa(epoch)
 }
 
 func keySubject(tok, key string) string { return keysPrefix + tok + "." + keyToken(key) }
@@ -76,14 +106,41 @@ func keyToken(key string) string {
 	return string(b[:])
 }
 
-// queueOf parses the queue from a message subject "fmq.<tok>.<queue>".
-func queueOf(subject string) (int, bool) {
-	parts := strings.Split(subject, ".")
-	if len(parts) != 3 {
+// queueOf parses the queue and the epoch from a message subject of topic
+// token tok: "fmq.<tok>.<queue>" (epoch 0) or "fmq.<tok>.<queue>.<epoch>"
+// (epoch ≥ 1). Numbers are canonical decimals, so one (queue, epoch) has
+// one subject.
+func queueOf(tok, subject string) (queue, epoch int, ok bool) {
+	rest, found := strings.CutPrefix(subject, subjectPrefix+tok+".")
+	if !found {
+		return 0, 0, false
+	}
+	qs, es, four := strings.Cut(rest, ".")
+	if queue, ok = decimal(qs); !ok {
+		return 0, 0, false
+	}
+	if !four {
+		return queue, 0, true
+	}
+	if epoch, ok = decimal(es); !ok || epoch == 0 {
+		return 0, 0, false
+	}
+	return queue, epoch, true
+}
+
+// decimal parses a canonical non-negative decimal below 2^31.
+func decimal(s string) (int, bool) {
+	if s == "" || len(s) > 10 || (len(s) > 1 && s[0] == '0') {
 		return 0, false
 	}
-	q, err := strconv.Atoi(parts[2])
-	return q, err == nil && q >= 0
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, n < 1<<31
 }
 
 // topicHash is the 56-bit hash of a topic name kept in message IDs.

@@ -86,13 +86,21 @@ func parseOffset(v []byte) (created, off int64, err error) {
 	return created, off, nil
 }
 
+// queueTopic returns the topic of a queue that can hold messages: one the
+// current epoch writes to, or one an earlier epoch wrote to whose messages
+// are not all gone (as far as the cached range tells).
 func (e *Engine) queueTopic(ctx context.Context, topic string, queue int) (*topicState, error) {
 	t, err := e.topic(ctx, topic, false)
 	if err != nil {
 		return nil, err
 	}
-	if queue < 0 || queue >= t.queues {
-		return nil, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrQueueNotFound, topic, t.queues, queue)
+	lay := t.lay.Load()
+	n := lay.maxQueues()
+	if c := t.rng.Load(); c != nil {
+		n = lay.liveQueues(uint64(c.r.Min) + 1)
+	}
+	if queue < 0 || queue >= n {
+		return nil, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrQueueNotFound, topic, n, queue)
 	}
 	return t, nil
 }

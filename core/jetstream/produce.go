@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,13 +14,20 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 )
 
-// pending is one ProduceAsync call awaiting its acknowledgements. The acker
-// goroutine takes them in call order, so done callbacks run in call order.
+// pending is one produce call awaiting its acknowledgements. The checker
+// takes them in call order and publishes again, with the new epoch, what a
+// fence refused; the acker then awaits what is left and answers, also in
+// call order, so done callbacks run in call order.
 type pending struct {
 	msgs   []*core.Message
+	out    []*nats.Msg
 	ts     []*topicState
+	lays   []*layout // the layout each message was (last) published with
 	queues []int
 	futs   []jetstream.PubAckFuture
+	acks   []*jetstream.PubAck // first answers that were acknowledgements
+	errs   []error             // first answers that were errors
+	again  []bool              // published again by the checker: await futs[i]
 	done   func([]core.SendResult, error)
 }
 
@@ -55,7 +64,8 @@ func (e *Engine) ProduceBatch(ctx context.Context, msgs []*core.Message) ([]core
 // ProduceAsync implements core.Broker. Publishes leave in call order on the
 // engine's one connection, so pipelined calls keep per-key order — unless
 // a publish fails (e.g. during a leader election) while a later one
-// succeeds: the failed one is reported and a retry lands after it.
+// succeeds: the failed one is reported and a retry lands after it. A
+// publish a resize fenced off is published again by the engine, in order.
 func (e *Engine) ProduceAsync(msgs []*core.Message, done func([]core.SendResult, error)) {
 	e.produce(context.Background(), msgs, done)
 }
@@ -71,24 +81,33 @@ func (e *Engine) produce(ctx context.Context, msgs []*core.Message, done func([]
 		done(nil, nil)
 		return
 	}
-	p := &pending{msgs: msgs, ts: make([]*topicState, len(msgs)), queues: make([]int, len(msgs)),
-		futs: make([]jetstream.PubAckFuture, 0, len(msgs)), done: done}
-	out := make([]*nats.Msg, len(msgs))
+	n := len(msgs)
+	p := &pending{msgs: msgs, out: make([]*nats.Msg, n), ts: make([]*topicState, n), lays: make([]*layout, n),
+		queues: make([]int, n), futs: make([]jetstream.PubAckFuture, 0, n), acks: make([]*jetstream.PubAck, n),
+		errs: make([]error, n), again: make([]bool, n), done: done}
 	for i, m := range msgs {
-		nm, t, q, err := e.prepare(ctx, m)
+		nm, t, err := e.prepare(ctx, m)
 		if err != nil {
 			done(nil, err)
 			return
 		}
-		out[i], p.ts[i], p.queues[i] = nm, t, q
+		p.out[i], p.ts[i] = nm, t
 	}
-	for _, nm := range out {
+	if err := e.claim(ctx, p); err != nil {
+		done(nil, err)
+		return
+	}
+	for i, nm := range p.out {
 		f, err := e.js.PublishMsgAsync(nm)
 		if err != nil {
 			// Those already sent are awaited so their results are not lost
 			// to the acker's order; the call fails.
+			for _, t := range p.ts[i:] {
+				t.settle()
+			}
 			p.done = func([]core.SendResult, error) {}
 			if len(p.futs) > 0 {
+				p.msgs = p.msgs[:len(p.futs)]
 				e.acks <- p
 			}
 			done(nil, e.unavailable("publish", err))
@@ -99,12 +118,14 @@ func (e *Engine) produce(ctx context.Context, msgs []*core.Message, done func([]
 	e.acks <- p
 }
 
-func (e *Engine) prepare(ctx context.Context, m *core.Message) (*nats.Msg, *topicState, int, error) {
+// prepare checks and encodes a message and finds its topic; claim picks
+// its queue and subject.
+func (e *Engine) prepare(ctx context.Context, m *core.Message) (*nats.Msg, *topicState, error) {
 	if m == nil {
-		return nil, nil, 0, fmt.Errorf("%w: nil message", core.ErrInvalidMessage)
+		return nil, nil, fmt.Errorf("%w: nil message", core.ErrInvalidMessage)
 	}
 	if err := e.checkName(m.Topic); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
 	born := m.BornAt
 	if born.IsZero() {
@@ -112,77 +133,322 @@ func (e *Engine) prepare(ctx context.Context, m *core.Message) (*nats.Msg, *topi
 	}
 	data, err := encodeRecord(m, born)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
 	if len(data) > e.maxMsg {
-		return nil, nil, 0, fmt.Errorf("%w: %d bytes stored, limit %d (store.max_message_bytes, at most the NATS server's max_payload)",
+		return nil, nil, fmt.Errorf("%w: %d bytes stored, limit %d (store.max_message_bytes, at most the NATS server's max_payload)",
 			core.ErrMessageTooLarge, len(data), e.maxMsg)
 	}
 	t, err := e.topic(ctx, m.Topic, !e.opts.DisableAutoCreate)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
-	q := 0
-	if m.ShardingKey != "" {
-		q = core.QueueFor(m.ShardingKey, t.queues)
-	} else {
-		q = int((t.rr.Add(1) - 1) % uint32(t.queues))
-	}
-	return &nats.Msg{Subject: queueSubject(t.tok, q), Data: data}, t, q, nil
+	return &nats.Msg{Data: data}, t, nil
 }
 
-// acker waits for each pending call's acknowledgements in call order,
-// publishes the index keys of its messages, and tells the caller.
+// claim takes, for every message of p, its topic's publishing layout and
+// counts the message in flight, for all of p's topics at once: a call
+// never waits for a layout change that its own messages hold up. It waits
+// while a topic's layout is changing.
+func (e *Engine) claim(ctx context.Context, p *pending) error {
+	var topics []*topicState
+	for _, t := range p.ts {
+		if !slices.Contains(topics, t) {
+			topics = append(topics, t)
+		}
+	}
+	slices.SortFunc(topics, func(a, b *topicState) int { // one lock order for every call
+		if c := strings.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return a.created.Compare(b.created) // a topic deleted and created again meanwhile
+	})
+	for {
+		var wait chan struct{}
+		locked := 0
+		for _, t := range topics {
+			t.mu.Lock()
+			locked++
+			if t.next != nil || t.waiters > 0 {
+				wait = t.readyLocked()
+				break
+			}
+		}
+		if wait == nil {
+			for i, t := range p.ts {
+				lay := t.pub
+				t.inflight++
+				q := 0
+				if m := p.msgs[i]; m.ShardingKey != "" {
+					q = core.QueueFor(m.ShardingKey, lay.queues())
+				} else {
+					q = int((t.rr.Add(1) - 1) % uint32(lay.queues()))
+				}
+				p.lays[i], p.queues[i] = lay, q
+				p.out[i].Subject = queueSubject(t.tok, q, lay.cur())
+			}
+		}
+		for _, t := range topics[:locked] {
+			t.mu.Unlock()
+		}
+		if wait == nil {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.closing:
+			return core.ErrClosed
+		}
+	}
+}
+
+// readyLocked returns the channel closed when produces may go on.
+func (t *topicState) readyLocked() chan struct{} {
+	if t.ready == nil {
+		t.ready = make(chan struct{})
+	}
+	return t.ready
+}
+
+// goLocked lets waiting produces go on if nothing holds them any more.
+func (t *topicState) goLocked() {
+	if t.next == nil && t.waiters == 0 && t.ready != nil {
+		close(t.ready)
+		t.ready = nil
+	}
+}
+
+// settle counts a message of t as checked (acknowledged, refused and
+// published again, or failed); the last one lets a newer layout take over.
+func (t *topicState) settle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.inflight--
+	if t.inflight == 0 {
+		if t.next != nil {
+			t.pub, t.next = t.next, nil
+		}
+		if t.drained != nil {
+			close(t.drained)
+			t.drained = nil
+		}
+	}
+	t.goLocked()
+}
+
+// idle waits until no message of t is in flight (the caller holds t).
+func (t *topicState) idle(ctx context.Context) error {
+	for {
+		t.mu.Lock()
+		if t.inflight == 0 {
+			t.mu.Unlock()
+			return nil
+		}
+		if t.drained == nil {
+			t.drained = make(chan struct{})
+		}
+		ch := t.drained
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("jetstream: %s: waiting for produces in flight: %w", t.name, ctx.Err())
+		}
+	}
+}
+
+// hold makes produces to t wait until unhold.
+func (t *topicState) hold() {
+	t.mu.Lock()
+	t.waiters++
+	t.mu.Unlock()
+}
+
+func (t *topicState) unhold() {
+	t.mu.Lock()
+	t.waiters--
+	t.goLocked()
+	t.mu.Unlock()
+}
+
+// newest is the newest committed layout t publishes with or will.
+func (t *topicState) newest() *layout {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.next != nil {
+		return t.next
+	}
+	return t.pub
+}
+
+// learn takes a layout read from t's stream: readers use it at once;
+// publishing switches to its committed epochs once what was published
+// before has been checked; the subjects of ended epochs are fenced.
+func (e *Engine) learn(t *topicState, lay *layout) {
+	t.mu.Lock()
+	if lay.newer(t.lay.Load()) {
+		t.lay.Store(lay)
+	}
+	committed := lay.committedOnly()
+	if committed.cur() > t.pub.cur() && (t.next == nil || committed.cur() > t.next.cur()) {
+		if t.inflight == 0 {
+			t.pub, t.next = committed, nil
+		} else {
+			t.next = committed
+		}
+	}
+	t.goLocked()
+	t.mu.Unlock()
+	ended := lay.cur()
+	if lay.intent != nil {
+		ended++
+	}
+	for k := 0; k < ended; k++ {
+		if err := e.fence.ensure(epochPattern(t.tok, k)); err != nil && !e.closed.Load() {
+			e.log.Warn().Err(err).Str("topic", t.name).Msg("ended epoch not fenced")
+		}
+	}
+}
+
+// checker takes each produce call's first answers in order. A message the
+// fence of a resize refused is published again with the new epoch before
+// the checker looks at the next one — before anything published after
+// the layout change — and its answer is awaited by the acker, which then
+// answers the call and every later one until it has caught up. Otherwise
+// the checker answers the call itself.
+func (e *Engine) checker() {
+	defer e.wg.Done()
+	defer close(e.checked)
+	for p := range e.acks {
+		again := false
+		for i, f := range p.futs {
+			select {
+			case ack := <-f.Ok():
+				p.acks[i] = ack
+			case err := <-f.Err():
+				p.errs[i] = e.refusal(p, i, err)
+			}
+			again = again || p.again[i]
+			p.ts[i].settle()
+		}
+		if !again && e.behind.Load() == 0 {
+			e.finish(p)
+			continue
+		}
+		e.behind.Add(1)
+		e.checked <- p
+	}
+}
+
+// refusal handles a publish that was not acknowledged: one a fence refused
+// is published again (p.futs[i] replaced); it returns the error to report
+// otherwise.
+func (e *Engine) refusal(p *pending, i int, err error) error {
+	t := p.ts[i]
+	if errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
+		// The stream was created with a smaller max_msg_size (by an older
+		// limit, or a node configured with one): the message is refused,
+		// not the service.
+		return fmt.Errorf("%w: %d bytes stored, over the max_msg_size of stream %s: %w",
+			core.ErrMessageTooLarge, len(p.out[i].Data), t.stream, err)
+	}
+	if !fenced(err) {
+		return e.unavailable("publish to "+t.name, err)
+	}
+	lay := t.newest()
+	if lay.cur() <= p.lays[i].cur() || t.lay.Load().intent != nil {
+		var rerr error
+		if lay, rerr = e.resolve(t, p.lays[i]); rerr != nil {
+			if errors.Is(rerr, errNotFenced) {
+				e.forget(t) // the stream may be gone: look again next time
+				return e.unavailable("publish to "+t.name, err)
+			}
+			return rerr
+		}
+	}
+	q := 0
+	if m := p.msgs[i]; m.ShardingKey != "" {
+		q = core.QueueFor(m.ShardingKey, lay.queues())
+	} else {
+		q = int((t.rr.Add(1) - 1) % uint32(lay.queues()))
+	}
+	nm := &nats.Msg{Subject: queueSubject(t.tok, q, lay.cur()), Data: p.out[i].Data}
+	f, perr := e.js.PublishMsgAsync(nm)
+	if perr != nil {
+		return e.unavailable("publish to "+t.name, perr)
+	}
+	p.futs[i], p.lays[i], p.queues[i], p.again[i] = f, lay, q, true
+	e.republished.Add(1)
+	return nil
+}
+
+// fenced reports whether a publish failed because no stream takes its
+// subject: a fence answered, or the servers found no stream (nats.go
+// retried that twice already).
+func fenced(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.Description == fenceDescription {
+		return true
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// acker awaits what the checker published again and answers the calls the
+// checker handed it, in order.
 func (e *Engine) acker() {
 	defer e.wg.Done()
 	defer close(e.idx.q)
-	for p := range e.acks {
-		res, err := e.await(p)
-		if err == nil {
-			e.idx.add(p, res)
-		}
-		if err != nil {
-			p.done(nil, err)
-			continue
-		}
-		seen := ""
-		for _, t := range p.ts {
-			if t.tok != seen {
-				e.arrive.notify(t.tok)
-				seen = t.tok
-			}
-		}
-		p.done(res, nil)
+	for p := range e.checked {
+		e.finish(p)
+		e.behind.Add(-1)
 	}
+}
+
+// finish answers a produce call, publishes the index keys of its messages
+// and tells the other nodes of the arrivals. Calls are finished in call
+// order, by the checker or, while it is behind, by the acker.
+func (e *Engine) finish(p *pending) {
+	res, err := e.await(p)
+	if err != nil {
+		p.done(nil, err)
+		return
+	}
+	e.idx.add(p, res)
+	seen := ""
+	for _, t := range p.ts {
+		if t.tok != seen {
+			e.arrive.notify(t.tok)
+			seen = t.tok
+		}
+	}
+	p.done(res, nil)
 }
 
 func (e *Engine) await(p *pending) ([]core.SendResult, error) {
 	res := make([]core.SendResult, len(p.futs))
 	var first error
 	for i, f := range p.futs {
-		select {
-		case ack := <-f.Ok():
-			t := p.ts[i]
-			if ack.Stream != t.stream {
-				first = cmpErr(first, fmt.Errorf("%w: publish to %s stored in stream %s", core.ErrStoreFailed, t.name, ack.Stream))
-				continue
+		ack, err := p.acks[i], p.errs[i]
+		if p.again[i] {
+			select {
+			case ack = <-f.Ok():
+			case rerr := <-f.Err():
+				err = e.unavailable("publish to "+p.ts[i].name+" after a resize", rerr)
 			}
-			res[i] = core.SendResult{ID: newID(t.name, ack.Sequence), Topic: t.name, Queue: p.queues[i],
-				QueueOffset: int64(ack.Sequence) - 1, CommitLogOffset: int64(ack.Sequence), StoredAt: time.Now()}
-		case err := <-f.Err():
-			if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
-				e.forget(p.ts[i]) // the stream may be gone: look again next time
-			}
-			if errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
-				// The stream was created with a smaller max_msg_size (by an
-				// older limit, or a node configured with one): the message is
-				// refused, not the service.
-				first = cmpErr(first, fmt.Errorf("%w: %d bytes stored, over the max_msg_size of stream %s: %w",
-					core.ErrMessageTooLarge, len(p.futs[i].Msg().Data), p.ts[i].stream, err))
-				continue
-			}
-			first = cmpErr(first, e.unavailable("publish to "+p.ts[i].name, err))
 		}
+		if err != nil {
+			first = cmpErr(first, err)
+			continue
+		}
+		t := p.ts[i]
+		if ack.Stream != t.stream {
+			first = cmpErr(first, fmt.Errorf("%w: publish to %s stored in stream %s", core.ErrStoreFailed, t.name, ack.Stream))
+			continue
+		}
+		res[i] = core.SendResult{ID: newID(t.name, ack.Sequence), Topic: t.name, Queue: p.queues[i],
+			QueueOffset: int64(ack.Sequence) - 1, CommitLogOffset: int64(ack.Sequence), StoredAt: time.Now()}
 	}
 	return res, first
 }

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,9 +12,10 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 )
 
-// Read implements core.Broker with one batched direct get filtered on the
-// queue's subjects. A queue's offsets are its messages' stream sequences
-// minus one: increasing, with gaps where other queues' messages are.
+// Read implements core.Broker with batched direct gets filtered on the
+// queue's subject of each epoch that wrote to it, oldest first. A queue's
+// offsets are its messages' stream sequences minus one: increasing, with
+// gaps where other queues' messages are.
 func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult, error) {
 	if e.closed.Load() {
 		return core.ReadResult{}, core.ErrClosed
@@ -33,7 +35,8 @@ func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResul
 			return core.ReadResult{}, err
 		}
 	}
-	res := core.ReadResult{Range: rg, NextOffset: req.Offset}
+	lay := t.lay.Load()
+	res := core.ReadResult{Range: rg, NextOffset: req.Offset, Epochs: len(lay.epochs)}
 	off := req.Offset
 	if off < rg.Min {
 		off, res.Clamped = rg.Min, true
@@ -41,7 +44,7 @@ func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResul
 		off, res.Clamped = rg.Max, true
 	}
 	res.NextOffset = off
-	if off >= rg.Max && fresh {
+	if (off >= rg.Max && fresh) || (req.Until > 0 && off >= req.Until) {
 		return res, nil
 	}
 	n := req.MaxCount
@@ -52,36 +55,79 @@ func (e *Engine) Read(ctx context.Context, req core.ReadRequest) (core.ReadResul
 	if maxBytes <= 0 {
 		maxBytes = 4 << 20
 	}
-	raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(off) + 1, NextFor: queueSubject(t.tok, req.Queue), Batch: n, MaxBytes: maxBytes})
-	if err != nil {
-		return res, e.readErr(t, err)
-	}
 	size := 0
-	for _, nm := range raws {
-		r, err := parseDirect(nm)
-		if err != nil {
-			return res, fmt.Errorf("%w: read %s/%d: %w", core.ErrCorrupt, t.name, req.Queue, err)
-		}
-		// The server stops after the message that crosses max_bytes (and
-		// counts subjects and headers); the contract bounds stored sizes,
-		// with at least one message.
-		if size += len(r.data); size > maxBytes && res.NextOffset > off {
-			break
-		}
-		sm, err := e.decode(t, r)
-		if err != nil {
-			return res, err
-		}
-		res.NextOffset = sm.QueueOffset + 1
-		if res.NextOffset > res.Range.Max { // newer than the cached range
-			res.Range.Max = res.NextOffset
-		}
-		if len(req.Tags) > 0 && !slices.Contains(req.Tags, sm.Tag) {
+	for _, seg := range lay.segments(t.tok, req.Queue) {
+		if off >= seg.end {
 			continue
 		}
-		res.Messages = append(res.Messages, sm)
+		raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(off) + 1, NextFor: seg.subject, Batch: n, MaxBytes: max(maxBytes-size, 1)})
+		if err != nil {
+			return res, e.readErr(t, err)
+		}
+		n -= len(raws)
+		done := true // this segment has more, or the read is over
+		for _, nm := range raws {
+			r, err := parseDirect(nm)
+			if err != nil {
+				return res, fmt.Errorf("%w: read %s/%d: %w", core.ErrCorrupt, t.name, req.Queue, err)
+			}
+			o := int64(r.seq) - 1
+			if o >= seg.end {
+				// A message of an ended epoch stored after the epoch's
+				// boundary was recorded (resize.go): every message of the
+				// segment before it was seen.
+				e.straggler(t, req.Queue, seg.epoch, r.seq)
+				done = false
+				break
+			}
+			if req.Until > 0 && o >= req.Until {
+				res.NextOffset = req.Until
+				return res, nil
+			}
+			// The server stops after the message that crosses max_bytes (and
+			// counts subjects and headers); the contract bounds stored sizes,
+			// with at least one message.
+			if size += len(r.data); size > maxBytes && res.NextOffset > off {
+				return res, nil
+			}
+			sm, err := e.decode(t, lay, r)
+			if err != nil {
+				return res, err
+			}
+			res.NextOffset = sm.QueueOffset + 1
+			if res.NextOffset > res.Range.Max { // newer than the cached range
+				res.Range.Max = res.NextOffset
+			}
+			if res.NextOffset == seg.end {
+				done = false
+			}
+			if len(req.Tags) > 0 && !slices.Contains(req.Tags, sm.Tag) {
+				continue
+			}
+			res.Messages = append(res.Messages, sm)
+		}
+		if done || n <= 0 {
+			break
+		}
+		// Every message of the queue in this epoch was read: go on with
+		// the next epoch that wrote to it.
+		off = seg.end
+		res.NextOffset = max(res.NextOffset, seg.end)
+		if req.Until > 0 && res.NextOffset >= req.Until {
+			res.NextOffset = req.Until
+			break
+		}
 	}
 	return res, nil
+}
+
+// straggler logs a message stored under an ended epoch's queue count after
+// the boundary recorded for it: only a publish the server had already
+// matched to the old subjects, but handed to the stream a long while later,
+// can be one (resize.go). Reads stop before it.
+func (e *Engine) straggler(t *topicState, queue, epoch int, seq uint64) {
+	e.log.Error().Str("topic", t.name).Int("queue", queue).Int("epoch", epoch).Uint64("seq", seq).
+		Msg("message of an ended epoch stored after the epoch's boundary: not read")
 }
 
 // rangeTTL is how long Read trusts a topic's cached range: a read costs
@@ -97,7 +143,7 @@ func (e *Engine) rangeOf(ctx context.Context, t *topicState, refresh bool) (rg c
 	if c := t.rng.Load(); c != nil && !refresh && time.Since(c.at) < rangeTTL {
 		return c.r, false, nil
 	}
-	info, err := e.info(ctx, t)
+	info, _, err := e.info(ctx, t)
 	if err != nil {
 		return rg, false, err
 	}
@@ -112,7 +158,7 @@ type cachedRange struct {
 }
 
 func (e *Engine) readErr(t *topicState, err error) error {
-	if _, ierr := e.info(context.Background(), t); ierr != nil && ierr != err {
+	if _, _, ierr := e.info(context.Background(), t); ierr != nil && ierr != err {
 		if strings.Contains(ierr.Error(), core.ErrTopicNotFound.Error()) {
 			return ierr
 		}
@@ -120,10 +166,18 @@ func (e *Engine) readErr(t *topicState, err error) error {
 	return err
 }
 
-// decode turns a direct get answer into a stored message of topic t.
-func (e *Engine) decode(t *topicState, r rawMsg) (*core.StoredMessage, error) {
-	q, ok := queueOf(r.subject)
-	if !ok || !strings.HasPrefix(r.subject, subjectPrefix+t.tok+".") || q >= t.queues {
+// errStaleLayout is decode's answer for a message of an epoch the engine
+// does not know yet: its caller learns the topic's epochs and tries again.
+var errStaleLayout = errors.New("jetstream: message of an unknown epoch")
+
+// decode turns a direct get answer into a stored message of topic t, whose
+// epochs are lay.
+func (e *Engine) decode(t *topicState, lay *layout, r rawMsg) (*core.StoredMessage, error) {
+	q, ep, ok := queueOf(t.tok, r.subject)
+	if ok && ep > lay.cur() {
+		return nil, errStaleLayout
+	}
+	if !ok || q >= lay.epochs[ep].Queues {
 		return nil, fmt.Errorf("%w: %s sequence %d has subject %q", core.ErrCorrupt, t.name, r.seq, r.subject)
 	}
 	m, err := decodeRecord(r.data)
@@ -174,10 +228,21 @@ func (e *Engine) getSeq(ctx context.Context, t *topicState, seq uint64, id core.
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
 	}
-	if r.seq != seq {
-		return nil, fmt.Errorf("%w: %s", core.ErrMessageNotFound, id) // deleted; the next one answered
+	if r.seq != seq || strings.HasPrefix(r.subject, markerPrefix) {
+		// Deleted, the next one answered; or an epoch marker, no message.
+		return nil, fmt.Errorf("%w: %s", core.ErrMessageNotFound, id)
 	}
-	return e.decode(t, r)
+	sm, err := e.decode(t, t.lay.Load(), r)
+	if errors.Is(err, errStaleLayout) {
+		var lay *layout
+		if _, lay, err = e.info(ctx, t); err != nil {
+			return nil, err
+		}
+		if sm, err = e.decode(t, lay, r); errors.Is(err, errStaleLayout) {
+			err = fmt.Errorf("%w: %s sequence %d has subject %q of no epoch of the topic", core.ErrCorrupt, t.name, r.seq, r.subject)
+		}
+	}
+	return sm, err
 }
 
 func (e *Engine) topicByHash(h uint64) (string, bool) {
@@ -263,7 +328,9 @@ func (e *Engine) FindByKey(ctx context.Context, topic, key string, q core.KeyQue
 // maxKeyScan bounds the index entries one FindByKey looks at.
 const maxKeyScan = 10_000
 
-// OffsetAt implements core.Broker.
+// OffsetAt implements core.Broker: the first message of the queue stored
+// at or after at, looked for in each epoch that wrote to the queue, oldest
+// first.
 func (e *Engine) OffsetAt(ctx context.Context, topic string, queue int, at time.Time) (int64, error) {
 	if e.closed.Load() {
 		return 0, core.ErrClosed
@@ -272,7 +339,7 @@ func (e *Engine) OffsetAt(ctx context.Context, topic string, queue int, at time.
 	if err != nil {
 		return 0, err
 	}
-	info, err := e.info(ctx, t)
+	info, lay, err := e.info(ctx, t)
 	if err != nil {
 		return 0, err
 	}
@@ -281,22 +348,26 @@ func (e *Engine) OffsetAt(ctx context.Context, topic string, queue int, at time.
 		return rg.Max, nil
 	}
 	at = at.UTC()
-	raws, err := e.get.do(ctx, t.stream, directReq{Start: &at, NextFor: queueSubject(t.tok, queue), Batch: 1})
-	if err != nil {
-		return 0, err
+	for _, seg := range lay.segments(t.tok, queue) {
+		raws, err := e.get.do(ctx, t.stream, directReq{Start: &at, NextFor: seg.subject, Batch: 1})
+		if err != nil {
+			return 0, err
+		}
+		if len(raws) == 0 {
+			continue
+		}
+		r, err := parseDirect(raws[0])
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
+		}
+		return int64(r.seq) - 1, nil
 	}
-	if len(raws) == 0 {
-		return rg.Max, nil
-	}
-	r, err := parseDirect(raws[0])
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
-	}
-	return int64(r.seq) - 1, nil
+	return rg.Max, nil
 }
 
-// Backlog counts the messages of one queue at offsets ≥ from: the number
-// the server reports pending after the first of them, plus that one.
+// Backlog counts the messages of one queue at offsets ≥ from: in each
+// epoch that wrote to the queue, the number the server reports pending
+// after the first of them, plus that one.
 func (e *Engine) Backlog(ctx context.Context, topic string, queue int, from int64) (int64, error) {
 	if e.closed.Load() {
 		return 0, core.ErrClosed
@@ -305,15 +376,29 @@ func (e *Engine) Backlog(ctx context.Context, topic string, queue int, from int6
 	if err != nil {
 		return 0, err
 	}
-	raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(max(from, 0)) + 1, NextFor: queueSubject(t.tok, queue), Batch: 1, MaxBytes: 1})
-	if err != nil || len(raws) == 0 {
+	if _, _, err := e.rangeOf(ctx, t, false); err != nil { // and the epochs, as Read
 		return 0, err
 	}
-	r, err := parseDirect(raws[0])
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
+	from = max(from, 0)
+	var n int64
+	for _, seg := range t.lay.Load().segments(t.tok, queue) {
+		if from >= seg.end {
+			continue
+		}
+		raws, err := e.get.do(ctx, t.stream, directReq{Seq: uint64(from) + 1, NextFor: seg.subject, Batch: 1, MaxBytes: 1})
+		if err != nil {
+			return 0, err
+		}
+		if len(raws) == 0 {
+			continue
+		}
+		r, err := parseDirect(raws[0])
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", core.ErrCorrupt, err)
+		}
+		n += int64(r.pending) + 1
 	}
-	return int64(r.pending) + 1, nil
+	return n, nil
 }
 
 // Arrivals implements core.Broker.

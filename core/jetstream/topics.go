@@ -15,7 +15,8 @@ import (
 )
 
 // Stream metadata keys: the topic's real name (tokens may be hashes), its
-// queue count and creation time.
+// queue count in force and creation time; a resized topic's epochs are
+// metaEpochs (epochs.go).
 const (
 	metaTopic   = "ferrymq.topic"
 	metaQueues  = "ferrymq.queues"
@@ -148,18 +149,37 @@ func (e *Engine) streamInfo(ctx context.Context, name string) (*jetstream.Stream
 	return s.CachedInfo(), nil
 }
 
-// info reads a topic's stream state afresh (first and last sequence).
-func (e *Engine) info(ctx context.Context, t *topicState) (*jetstream.StreamInfo, error) {
+// info reads a topic's stream state afresh (first and last sequence) and
+// learns its epochs; the layout returned is the stream's.
+func (e *Engine) info(ctx context.Context, t *topicState) (*jetstream.StreamInfo, *layout, error) {
 	info, err := e.streamInfo(ctx, t.name)
 	if errors.Is(err, core.ErrTopicNotFound) {
 		e.forget(t)
-		return nil, err
+		return nil, nil, err
 	}
-	if err == nil && !sameIncarnation(t, info) {
+	if err != nil {
+		return nil, nil, err
+	}
+	if !sameIncarnation(t, info) {
 		e.forget(t)
-		return nil, fmt.Errorf("%w: %s was deleted", core.ErrTopicNotFound, t.name)
+		return nil, nil, fmt.Errorf("%w: %s was deleted", core.ErrTopicNotFound, t.name)
 	}
-	return info, err
+	lay, err := e.parseLayout(info)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.learn(t, lay)
+	return info, lay, nil
+}
+
+// parseLayout reads the epochs in a topic stream's metadata.
+func (e *Engine) parseLayout(info *jetstream.StreamInfo) (*layout, error) {
+	created, _ := time.Parse(time.RFC3339Nano, info.Config.Metadata[metaCreated])
+	lay, err := parseLayout(info.Config.Metadata, created)
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream %s: %w", core.ErrCorrupt, info.Config.Name, err)
+	}
+	return lay, nil
 }
 
 func sameIncarnation(t *topicState, info *jetstream.StreamInfo) bool {
@@ -172,23 +192,27 @@ func (e *Engine) cache(name string, info *jetstream.StreamInfo) (*topicState, er
 	if md[metaTopic] != name {
 		return nil, fmt.Errorf("%w: stream %s holds topic %q, not %q", core.ErrCorrupt, info.Config.Name, md[metaTopic], name)
 	}
-	n, err := strconv.Atoi(md[metaQueues])
-	if err != nil || n < 1 {
-		return nil, fmt.Errorf("%w: stream %s: queue count %q", core.ErrCorrupt, info.Config.Name, md[metaQueues])
-	}
 	created, err := time.Parse(time.RFC3339Nano, md[metaCreated])
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream %s: created %q", core.ErrCorrupt, info.Config.Name, md[metaCreated])
 	}
-	t := &topicState{name: name, tok: token(name), stream: info.Config.Name, queues: n, created: created}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if old := e.topics[name]; old != nil && old.created.Equal(created) {
-		return old, nil
+	lay, err := e.parseLayout(info)
+	if err != nil {
+		return nil, err
 	}
-	e.topics[name] = t
-	e.byHash[topicHash(name)] = name
-	return t, nil
+	t := &topicState{name: name, tok: token(name), stream: info.Config.Name, created: created}
+	t.lay.Store(lay)
+	t.pub = lay.committedOnly()
+	e.mu.Lock()
+	old := e.topics[name]
+	if old == nil || !old.created.Equal(created) {
+		e.topics[name] = t
+		e.byHash[topicHash(name)] = name
+		old = t
+	}
+	e.mu.Unlock()
+	e.learn(old, lay)
+	return old, nil
 }
 
 func (e *Engine) forget(t *topicState) {
@@ -281,8 +305,8 @@ func (e *Engine) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.To
 	if n == 0 {
 		n = e.opts.DefaultQueues
 	}
-	if n < 1 || n > 1024 {
-		return core.TopicInfo{}, fmt.Errorf("%w: %d queues, want 1 to 1024", core.ErrInvalidTopic, n)
+	if err := core.ValidateQueueCount(n); err != nil {
+		return core.TopicInfo{}, err
 	}
 	t, err := e.topic(ctx, cfg.Name, false)
 	if errors.Is(err, core.ErrTopicNotFound) {
@@ -291,10 +315,14 @@ func (e *Engine) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.To
 	if err != nil {
 		return core.TopicInfo{}, err
 	}
-	if t.queues != n {
-		return core.TopicInfo{}, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrTopicExists, t.name, t.queues, n)
+	info, err := e.Topic(ctx, t.name)
+	if err != nil {
+		return core.TopicInfo{}, err
 	}
-	return e.Topic(ctx, cfg.Name)
+	if info.Queues != n {
+		return core.TopicInfo{}, fmt.Errorf("%w: %s has %d queues, not %d", core.ErrTopicExists, t.name, info.Queues, n)
+	}
+	return info, nil
 }
 
 // Topic implements core.Broker. Offsets are stream sequences (minus one),
@@ -308,20 +336,34 @@ func (e *Engine) Topic(ctx context.Context, name string) (core.TopicInfo, error)
 	if err != nil {
 		return core.TopicInfo{}, err
 	}
-	info, err := e.info(ctx, t)
+	info, lay, err := e.info(ctx, t)
 	if err != nil {
 		return core.TopicInfo{}, err
 	}
-	return topicInfo(t, info), nil
+	return topicInfo(t, info, lay), nil
 }
 
-func topicInfo(t *topicState, info *jetstream.StreamInfo) core.TopicInfo {
+// topicInfo describes t as its stream's info and layout show it: every
+// queue slot that can still hold a message has the stream's range (the
+// queues share its sequence); epochs are the committed ones.
+func topicInfo(t *topicState, info *jetstream.StreamInfo, lay *layout) core.TopicInfo {
 	r := streamRange(info)
-	out := core.TopicInfo{Name: t.name, Queues: t.queues, CreatedAt: t.created, Ranges: make([]core.QueueRange, t.queues)}
+	n := lay.liveQueues(firstSeq(info))
+	out := core.TopicInfo{Name: t.name, Queues: lay.queues(), CreatedAt: t.created, Ranges: make([]core.QueueRange, n),
+		Epochs: lay.coreEpochs()}
 	for q := range out.Ranges {
 		out.Ranges[q] = r
 	}
 	return out
+}
+
+// firstSeq is the sequence of a stream's oldest message, or the next
+// sequence when it holds none.
+func firstSeq(info *jetstream.StreamInfo) uint64 {
+	if info.State.Msgs == 0 {
+		return max(info.State.LastSeq+1, info.Config.FirstSeq, info.State.FirstSeq)
+	}
+	return info.State.FirstSeq
 }
 
 // streamRange is the offsets a stream holds: message offset = sequence − 1.
@@ -356,7 +398,8 @@ func (e *Engine) Topics(ctx context.Context) ([]core.TopicInfo, error) {
 			e.log.Warn().Err(err).Str("stream", info.Config.Name).Msg("stream skipped")
 			continue
 		}
-		out = append(out, topicInfo(t, info))
+		lay, _ := e.parseLayout(info) // cache parsed it
+		out = append(out, topicInfo(t, info, lay))
 	}
 	if err := l.Err(); err != nil {
 		return nil, e.unavailable("list topics", err)
@@ -379,7 +422,7 @@ func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	info, err := e.info(ctx, t)
+	info, _, err := e.info(ctx, t)
 	if err != nil {
 		return err
 	}
@@ -421,10 +464,4 @@ func (e *Engine) unavailable(what string, err error) error {
 		return fmt.Errorf("jetstream: %s: %w", what, err)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
-}
-
-// ResizeTopic implements core.Broker. Not yet: the epoch layout of the
-// JetStream engine (issue #21) is work in progress.
-func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core.TopicInfo, error) {
-	return core.TopicInfo{}, fmt.Errorf("jetstream: resize topic %s: %w", name, errors.ErrUnsupported)
 }

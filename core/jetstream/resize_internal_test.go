@@ -1,0 +1,144 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
+)
+
+// TestResizeLeftHalfDoneIsFinished: the node resizing a topic dies after
+// one of the resize's steps — after the intent (the stream already refuses
+// the old subjects), after the marker, after the commit — still holding
+// the resize lock. Another node that still has the old queue count
+// produces: it is refused, finds the resize unfinished, takes the lock
+// once it expires, finishes it, and its message lands under the new count
+// without an error. The history is the one a whole resize writes: each
+// queue's Begin one past its last message, and a node opened afterwards
+// (a restart) reads the same.
+func TestResizeLeftHalfDoneIsFinished(t *testing.T) {
+	for _, step := range []string{"intent", "marker", "commit"} {
+		t.Run("after-"+step, func(t *testing.T) {
+			ctx := t.Context()
+			s := natstest.RunServer(t, natstest.SyncAlways())
+			open := func() *Engine {
+				e, err := Open(ctx, Options{URLs: []string{s.URL}, Timeout: 500 * time.Millisecond})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = e.Close() })
+				return e
+			}
+			dead, live := open(), open()
+			_, err := dead.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 8})
+			require.NoError(t, err)
+			want := make([]int64, 16)
+			for i := range 40 {
+				res, err := live.Produce(ctx, &core.Message{Topic: "t", ShardingKey: "k" + strconv.Itoa(i), Body: []byte("old")})
+				require.NoError(t, err)
+				want[res.Queue] = res.QueueOffset + 1
+			}
+
+			dieDuringResize(t, dead, "t", 16, step)
+			require.NoError(t, dead.Close())
+
+			start := time.Now()
+			res, err := live.Produce(ctx, &core.Message{Topic: "t", ShardingKey: "k1", Body: []byte("new")})
+			require.NoError(t, err)
+			t.Logf("the produce that found the resize after %s returned in %v", step, time.Since(start))
+			require.Equal(t, core.QueueFor("k1", 16), res.Queue)
+
+			info, err := live.Topic(ctx, "t")
+			require.NoError(t, err)
+			require.Equal(t, 16, info.Queues)
+			require.Len(t, info.Epochs, 2)
+			require.Equal(t, want, info.Epochs[1].Begin)
+			restarted := open()
+			again, err := restarted.Topic(ctx, "t")
+			require.NoError(t, err)
+			require.Equal(t, info.Epochs, again.Epochs)
+			got, err := restarted.Get(ctx, res.ID)
+			require.NoError(t, err)
+			require.Equal(t, "new", string(got.Body))
+			require.Equal(t, res.Queue, got.Queue)
+		})
+	}
+}
+
+// dieDuringResize runs a resize of e's topic up to step and stops there
+// as a node that died would: the lock held, nothing cleaned up.
+func dieDuringResize(t *testing.T, e *Engine, name string, queues int, step string) {
+	t.Helper()
+	ctx := context.Background()
+	tp, err := e.topic(ctx, name, false)
+	require.NoError(t, err)
+	info, lay, err := e.info(ctx, tp)
+	require.NoError(t, err)
+	lk, err := e.lockResize(ctx, tp, true)
+	require.NoError(t, err)
+	intent := lay.withIntent(queues, time.Now())
+	info, err = e.updateStream(ctx, tp, info, intent)
+	require.NoError(t, err)
+	if step == "intent" {
+		return
+	}
+	marker, err := e.publishMarker(ctx, tp, intent.cur()+1)
+	require.NoError(t, err)
+	if step == "marker" {
+		return
+	}
+	begin, err := e.boundaries(ctx, tp, intent, marker)
+	require.NoError(t, err)
+	require.NoError(t, lk.renew(ctx))
+	_, err = e.updateStream(ctx, tp, info, intent.committed(marker, begin))
+	require.NoError(t, err)
+	require.Equal(t, "commit", step, fmt.Sprintf("unknown step %q", step))
+}
+
+// TestMarkerIsNoMessage: an ID that names an epoch marker's sequence is
+// not found, as an ID of a deleted message.
+func TestMarkerIsNoMessage(t *testing.T) {
+	ctx := t.Context()
+	s := natstest.RunServer(t)
+	e, err := Open(ctx, Options{URLs: []string{s.URL}, Timeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close() })
+	_, err = e.Produce(ctx, &core.Message{Topic: "t", Body: []byte("x")})
+	require.NoError(t, err)
+	_, err = e.ResizeTopic(ctx, "t", 3)
+	require.NoError(t, err)
+	tp, err := e.topic(ctx, "t", false)
+	require.NoError(t, err)
+	marker := tp.lay.Load().epochs[1].Marker
+	_, err = e.Get(ctx, newID("t", marker))
+	require.ErrorIs(t, err, core.ErrMessageNotFound)
+}
+
+// TestResizeWithLargeMessages: the boundaries are read as the last message
+// of each queue, whole: 20 queues whose last messages are at the message
+// limit are read in batches the server does not cut short.
+func TestResizeWithLargeMessages(t *testing.T) {
+	ctx := t.Context()
+	e := openSized(t, natstest.RunServer(t).URL, Options{})
+	_, err := e.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 20})
+	require.NoError(t, err)
+	want := make([]int64, 20)
+	for q := range 20 {
+		m := sizedMessage(t, core.DefaultMaxMessageBytes, byte('a'+q))
+		for k := 0; ; k++ { // a key of queue q
+			if m.ShardingKey = "car-" + strconv.Itoa(k); core.QueueFor(m.ShardingKey, 20) == q {
+				break
+			}
+		}
+		res, err := e.Produce(ctx, m)
+		require.NoError(t, err)
+		want[q] = res.QueueOffset + 1
+	}
+	info, err := e.ResizeTopic(ctx, "t", 3)
+	require.NoError(t, err)
+	require.Equal(t, want, info.Epochs[1].Begin)
+}
