@@ -22,6 +22,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/consumer"
 	"github.com/ferrymq/ferrymq/core/group"
+	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 )
 
 // deliveries checks what one consumer group got: every (key, sequence) at
@@ -78,7 +79,9 @@ func (d *deliveries) counts() (distinct, total int, violation string) {
 // mid-stream, and the server killed with SIGKILL at a random moment and
 // started again on the same data. Every acknowledged message reaches both
 // groups, and the orderly group never gets a key's message before an
-// earlier one of that key.
+// earlier one of that key. The moment is logged with its seed;
+// RESIZE_KILL_AT=N kills after N acknowledged messages instead (3500 falls
+// between the two resizes, 1000 before both).
 func TestBinaryKill9ResizeKeepsKeyOrder(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -272,4 +275,24 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// TestBinaryNATSKill9ResizeKeepsKeyOrder is the same scenario through the
+// JetStream engine: `ferrymq serve --engine nats` on a real nats-server
+// (in this process, so it outlives the kill) is killed with SIGKILL at a
+// random moment and started again; the topic's epochs live in its stream.
+func TestBinaryNATSKill9ResizeKeepsKeyOrder(t *testing.T) {
+	bin := buildBinary(t)
+	ns := natstest.RunServer(t, natstest.SyncAlways())
+	ports, err := freePorts(3)
+	require.NoError(t, err)
+	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])) }
+	cfg := natsConfigFile(t, ns.URL, "n1", 1)
+	data := filepath.Join(t.TempDir(), "n1")
+	runResizeKill9(t, func() (*process, string) {
+		p := startProcess(t, bin, "serve", "--config", cfg, "--data", data,
+			"--core", addr(0), "--http", addr(1), "--mqtt", addr(2), "--ws", "")
+		printedAddrsWithin(t, p, time.Minute, "core") // the core lease of the killed incarnation expires first (lease_ttl 3 s)
+		return p, addr(0)
+	})
 }
