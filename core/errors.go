@@ -18,6 +18,11 @@ var (
 	// ErrTopicExists is returned by CreateTopic for a name already taken
 	// with a different configuration.
 	ErrTopicExists = errors.New("core: topic exists")
+	// ErrResizeRefused is returned by ResizeTopic when the engine cannot
+	// change the topic's queue count now: another resize of it is under way
+	// (retry later), or its epoch history is full. The returned error says
+	// which.
+	ErrResizeRefused = errors.New("core: resize refused")
 	// ErrQueueNotFound is returned for a queue number outside the topic.
 	ErrQueueNotFound = errors.New("core: queue not found")
 	// ErrMessageTooLarge is returned when a message's encoded size exceeds

@@ -38,6 +38,7 @@ const (
 	CodeQueueNotFound      Code = 17
 	CodeTopicExists        Code = 18
 	CodePropertiesTooLarge Code = 19
+	CodeResizeRefused      Code = 21 // another resize of the topic is under way (retry later), or its epochs are full
 	CodeNoCommittedOffset  Code = 20
 	CodeUnknownMember      Code = 30
 	CodeNotAssigned        Code = 31
@@ -79,6 +80,7 @@ var sentinels = []struct {
 	{CodeCorrupt, core.ErrCorrupt},
 	{CodeQueueNotFound, core.ErrQueueNotFound},
 	{CodeTopicExists, core.ErrTopicExists},
+	{CodeResizeRefused, core.ErrResizeRefused},
 	{CodeNoCommittedOffset, core.ErrNoCommittedOffset},
 	{CodeShuttingDown, core.ErrClosed},
 	{CodeUnknownMember, group.ErrUnknownMember},

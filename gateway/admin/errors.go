@@ -33,7 +33,8 @@ const (
 	// 405
 	CodeMethodNotAllowed = "method_not_allowed" // see the Allow header
 	// 409
-	CodeTopicExists = "topic_exists" // the topic exists with another queue count
+	CodeTopicExists   = "topic_exists"   // the topic exists with another queue count
+	CodeResizeRefused = "resize_refused" // another resize of the topic is under way, or its epochs are full
 	// 413
 	CodeBodyTooLarge = httperr.CodeBodyTooLarge // the request body exceeds Options.MaxBodyBytes
 	// 500
@@ -71,6 +72,7 @@ var sentinels = []httperr.Sentinel{
 	{Err: core.ErrQueueNotFound, Status: http.StatusNotFound, Code: CodeTopicNotFound},
 	{Err: group.ErrUnknownMember, Status: http.StatusNotFound, Code: CodeGroupNotFound},
 	{Err: core.ErrTopicExists, Status: http.StatusConflict, Code: CodeTopicExists},
+	{Err: core.ErrResizeRefused, Status: http.StatusConflict, Code: CodeResizeRefused},
 	{Err: core.ErrClosed, Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Msg: "server shutting down; retry later"},
 	{Err: group.ErrClosed, Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Msg: "server shutting down; retry later"},
 	{Err: core.ErrStoreFailed, Status: http.StatusServiceUnavailable, Code: CodeStoreFailed, Msg: "store failed; writes refused until an operator restarts it"},
