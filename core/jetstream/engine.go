@@ -162,6 +162,10 @@ type topicState struct {
 	rr      atomic.Uint32
 	rng     atomic.Pointer[cachedRange] // Read's view of the stream's range
 	lay     atomic.Pointer[layout]      // the newest epochs known (reads, decoding)
+	// silentUntil (unix ns): the stream did not answer the checker's last
+	// question; until then a publish no stream took fails at once instead
+	// of asking again (produce.go, refusal).
+	silentUntil atomic.Int64
 
 	// Publishing (produce.go). Produces publish with pub; a newer layout
 	// waits in next until every message published with pub has been

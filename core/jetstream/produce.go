@@ -357,6 +357,14 @@ func (e *Engine) refusal(p *pending, i int, err error) error {
 	if !fenced(err) {
 		return e.unavailable("publish to "+t.name, err)
 	}
+	if !fenceAnswered(err) && time.Now().UnixNano() < t.silentUntil.Load() {
+		// No stream took the subject, no fence answered, and the stream
+		// did not answer a moment ago either: a stream without a leader
+		// (an election, servers down). Asking again would hold the
+		// checker, and every produce behind it, for a request timeout per
+		// message in flight; the publish fails as any publish then does.
+		return e.unavailable("publish to "+t.name, err)
+	}
 	lay := t.newest()
 	if lay.cur() <= p.lays[i].cur() || t.lay.Load().intent != nil {
 		var rerr error
@@ -382,6 +390,13 @@ func (e *Engine) refusal(p *pending, i int, err error) error {
 	p.futs[i], p.lays[i], p.queues[i], p.again[i] = f, lay, q, true
 	e.republished.Add(1)
 	return nil
+}
+
+// fenceAnswered reports whether a fence of a resize refused the publish
+// (the servers are up, the topic's subjects moved on).
+func fenceAnswered(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Description == fenceDescription
 }
 
 // fenced reports whether a publish failed because no stream takes its

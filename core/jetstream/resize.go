@@ -379,6 +379,10 @@ var errNotFenced = errors.New("jetstream: no new epoch")
 // resolve waits until t's stream has a committed epoch newer than since
 // and returns it; produces to t wait meanwhile. An intent older than
 // graceOf is finished here (its resizer may be gone).
+// silentFor is how long, after the stream did not answer resolve, a
+// publish no stream took fails at once.
+const silentFor = time.Second
+
 func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
 	t.hold()
 	defer t.unhold()
@@ -386,7 +390,11 @@ func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
 	defer cancel()
 	for {
 		woken := e.arrive.wait(t.tok) // a commit tells every node of the topic
-		_, lay, err := e.info(ctx, t)
+		// One question at a time is short: a stream that answers at all
+		// answers in milliseconds, and the checker waits on this.
+		ictx, icancel := context.WithTimeout(ctx, min(e.opts.Timeout, time.Second))
+		_, lay, err := e.info(ictx, t)
+		icancel()
 		switch {
 		case err == nil:
 			if lay.intent == nil {
@@ -407,6 +415,15 @@ func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
 				}
 			}
 		case errors.Is(err, core.ErrTopicNotFound), errors.Is(err, core.ErrCorrupt):
+			return nil, err
+		default:
+			// The stream does not answer (a leader election, servers
+			// down): no fence said no, the service is unavailable. The
+			// publish fails now, as any publish then does, and so do the
+			// next ones no stream takes for a while (silentUntil): waiting
+			// here would hold every produce of the topic, and the checker
+			// with them, for each message in flight.
+			t.silentUntil.Store(time.Now().Add(silentFor).UnixNano())
 			return nil, err
 		}
 		select {

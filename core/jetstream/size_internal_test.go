@@ -3,6 +3,7 @@ package jetstream
 import (
 	"bytes"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func TestMessageLimitEdges(t *testing.T) {
 func TestServerMaxPayloadCapsTheLimit(t *testing.T) {
 	ctx := t.Context()
 	srv := natstest.RunServer(t, func(o *server.Options) { o.MaxPayload = server.MAX_PAYLOAD_SIZE })
-	var logs bytes.Buffer
+	var logs lockedBuffer // the engine logs from its own goroutines too
 	log := zerolog.New(&logs)
 	e := openSized(t, srv.URL, Options{Logger: &log})
 	require.Contains(t, logs.String(), "max_payload is below the message limit")
@@ -119,4 +120,23 @@ func TestShippedServerConfigsCarryMaxBody(t *testing.T) {
 		require.GreaterOrEqual(t, int(o.MaxPayload), core.DefaultMaxMessageBytes, "%s: max_payload", c)
 	}
 	require.GreaterOrEqual(t, natstest.MaxPayload, core.DefaultMaxMessageBytes)
+}
+
+// lockedBuffer is a bytes.Buffer safe for the engine's goroutines to log
+// into while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
