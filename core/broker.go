@@ -132,6 +132,12 @@ type ReadRequest struct {
 	// Tags, when non-empty, returns only messages with one of these tags;
 	// filtered-out messages still advance NextOffset.
 	Tags []string
+	// Reader names who reads — a consumer group, say — for engines that
+	// budget reads per reader (the embedded store charges reads from
+	// behind its tail cache to the reader's budget, and such a Read may
+	// wait for it, as long as ctx allows). Empty: the readers that give no
+	// name, together.
+	Reader string
 }
 
 // ReadResult is what Read found.
