@@ -91,7 +91,7 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 	deadline := time.Now().Add(req.Wait)
 	for {
 		arrived := c.b.Arrivals(ref.Topic) // taken before the read, so no arrival is missed
-		res, err := c.b.Read(ctx, core.ReadRequest{Topic: ref.Topic, Queue: ref.Queue, Offset: offset, MaxCount: maxN, Tags: tags})
+		res, err := c.b.Read(ctx, core.ReadRequest{Topic: ref.Topic, Queue: ref.Queue, Offset: offset, MaxCount: maxN, Tags: tags, Reader: key})
 		if errors.Is(err, core.ErrTopicNotFound) {
 			res, err = core.ReadResult{NextOffset: offset}, nil
 		}
