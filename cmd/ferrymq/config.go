@@ -30,7 +30,7 @@ import (
 //	  default_queues: 8
 //	  auto_create_topics: true
 //	  tail_cache_bytes: 134217728            # the newest log bytes in memory; -1: none
-//	  reader_cold_read_bytes_per_sec: 1073741824  # each group's reads from behind it; -1: no bound
+//	  reader_cold_read_bytes_per_sec: 1342177280  # each group's reads from behind it; -1: no bound
 //	  cold_read_bytes_per_sec: 0             # all groups' together; 0: no bound
 //	delay: {max_delay: 960h, max_hold: 18h12m16s}
 //	trace: {all: false, topics: [telemetry], node: gw-1, sample: 1.0}

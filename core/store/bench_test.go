@@ -206,8 +206,8 @@ func BenchmarkRecovery(b *testing.B) {
 // places of a 100 MiB log: the newest 16 MiB from the tail cache (hit), the
 // same from the segments' mappings with the cache off (mapped: a warm page
 // cache), and the oldest 48 MiB from behind a 32 MiB cache (cold: pread,
-// budget unlimited, drop-behind — so each pass reads from the disk again,
-// as a backlog replay does).
+// drop-behind — so each pass reads from the disk again, as a backlog replay
+// does — with the reader's budget unlimited, and at its default).
 func BenchmarkReadTail(b *testing.B) {
 	const logBytes, tailBytes, coldBytes = 100 << 20, 16 << 20, 48 << 20
 	for _, size := range []int{1024, 64 << 10} {
@@ -215,14 +215,16 @@ func BenchmarkReadTail(b *testing.B) {
 		for _, c := range []struct {
 			name     string
 			cache    int64
+			budget   int64
 			from, to int
 		}{
-			{"hit", 32 << 20, n - tailBytes/size, n},
-			{"mapped", -1, n - tailBytes/size, n},
-			{"cold", 32 << 20, 0, coldBytes / size},
+			{"hit", 32 << 20, -1, n - tailBytes/size, n},
+			{"mapped", -1, -1, n - tailBytes/size, n},
+			{"cold", 32 << 20, -1, 0, coldBytes / size},
+			{"cold-budget", 32 << 20, 0, 0, coldBytes / size},
 		} {
 			b.Run(fmt.Sprintf("%s/size=%dKiB/batch=32", c.name, size>>10), func(b *testing.B) {
-				s := benchStore(b, Options{DefaultQueues: 1, TailCacheBytes: c.cache, ReaderColdReadBytesPerSec: -1})
+				s := benchStore(b, Options{DefaultQueues: 1, TailCacheBytes: c.cache, ReaderColdReadBytesPerSec: c.budget})
 				fillQueue(b, s, n, size)
 				ctx := context.Background()
 				before := s.Stats()

@@ -82,11 +82,16 @@ func (cl *commitLog) readCold(off int64, n int, limit int64) ([]byte, error) {
 func (cl *commitLog) dropBehind(lo, span, lag int64) {
 	window := max(2*span, 1<<20)
 	hi := lo - lag
-	from := hi - window
 	if hi <= 0 {
 		return
 	}
-	from = max(from, 0)
+	cl.dropPages(max(hi-window, 0), hi)
+}
+
+// dropPages advises the kernel to drop the cached pages of the log in
+// [from, to) (DONTNEED: clean pages that are not mapped), segment by
+// segment. The lock is held only to list the segments.
+func (cl *commitLog) dropPages(from, to int64) {
 	type piece struct {
 		adv       vfs.Advisor
 		off, size int64
@@ -95,10 +100,10 @@ func (cl *commitLog) dropBehind(lo, span, lag int64) {
 	cl.mu.RLock()
 	for i := max(cl.findLocked(from), 0); i < len(cl.segs); i++ {
 		sg := cl.segs[i]
-		if sg.base >= hi {
+		if sg.base >= to {
 			break
 		}
-		a, b := max(from, sg.base), min(hi, sg.end())
+		a, b := max(from, sg.base), min(to, sg.end())
 		if adv, ok := sg.file.(vfs.Advisor); ok && a < b {
 			todo = append(todo, piece{adv, a - sg.base, b - a})
 		}
