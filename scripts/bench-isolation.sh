@@ -118,13 +118,17 @@ if [[ -z "$procs" ]]; then
 		echo "nothing to lock: $avail bytes available" >&2
 		exit 1
 	fi
-	python3 -c '
-import ctypes, mmap, signal, sys, time
+	# The interpreter itself, not a wrapper that forks it: $! must be the
+	# process that holds the memory, so that the trap's kill releases it.
+	py=$(python3 -c 'import sys; print(sys.executable)')
+	"$py" -c '
+import ctypes, mmap, signal, sys
 n = int(sys.argv[1])
 m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 buf = (ctypes.c_char * n).from_buffer(m)
 if ctypes.CDLL(None, use_errno=True).mlock(buf, ctypes.c_size_t(n)) != 0:
     sys.exit("mlock: errno %d" % ctypes.get_errno())
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 print("locked", n, flush=True)
 signal.sigwait({signal.SIGTERM, signal.SIGINT})' "$lock" >"$work/mlock.out" &
 	mlock_pid=$!
