@@ -137,7 +137,9 @@
 //     Options.ReaderColdReadBytesPerSec each, and one of
 //     Options.ColdReadBytesPerSec for all readers together if set): a
 //     reader over it waits in its own Read (as long as its ctx allows),
-//     never delaying a read from the tail cache or the writer.
+//     never delaying a read from the tail cache or the writer. A cold Read
+//     also yields its processor every 64 KiB, so that goroutines serving
+//     the tail do not wait behind it for the scheduler's time slice.
 //   - The segments' read-only mappings (mmap, shared): Get, FindByKey and
 //     OffsetAt when the tail cache does not hold the bytes, and every read
 //     when it is off (TailCacheBytes negative). A fault under a mapping (an

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"time"
@@ -199,6 +200,7 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 		}
 	}
 	coldLo, coldHi := int64(-1), int64(-1)
+	var sinceYield int64
 	for _, w := range wants {
 		var m *core.StoredMessage
 		if w.e.size < recordMinLen || int(w.e.size) > recordMaxLen {
@@ -207,6 +209,14 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 		}
 		var err error
 		if w.e.offset < coldStart {
+			if sinceYield >= coldYieldBytes {
+				// A backlog's Read is a long run of CPU work; goroutines that
+				// serve the tail and are ready to run go first instead of
+				// waiting for the scheduler's time slice (10 ms).
+				runtime.Gosched()
+				sinceYield = 0
+			}
+			sinceYield += int64(w.e.size)
 			var rec []byte
 			if rec, err = s.cl.readCold(w.e.offset, int(w.e.size), limit); err == nil {
 				m, err = s.decodeAt(rec, w.e.offset) // m.Body keeps rec: a buffer of its own
@@ -251,6 +261,10 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 	}
 	return res, nil
 }
+
+// coldYieldBytes is how much a Read reads cold between yields of its
+// processor.
+const coldYieldBytes = 64 << 10
 
 // partial ends a Read early at queue offset stop: messages before it are
 // returned; the error is returned only when there are none.
