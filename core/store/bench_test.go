@@ -253,3 +253,27 @@ func BenchmarkReadTail(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTailCacheFill is the writer's copy into a warm tail cache (its
+// pages touched once already), per write of a batch's chunk.
+func BenchmarkTailCacheFill(b *testing.B) {
+	for _, chunk := range []int{16 << 10, 256 << 10} {
+		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {
+			c, err := newTailCache(DefaultTailCacheBytes, 0)
+			require.NoError(b, err)
+			b.Cleanup(c.release)
+			p := make([]byte, chunk)
+			off := int64(0)
+			for off < c.capacity { // touch every page once
+				c.fill(off, p)
+				off += int64(len(p))
+			}
+			b.SetBytes(int64(chunk))
+			b.ResetTimer()
+			for b.Loop() {
+				c.fill(off, p)
+				off += int64(len(p))
+			}
+		})
+	}
+}
