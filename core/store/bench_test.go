@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -227,7 +229,7 @@ func BenchmarkReadTail(b *testing.B) {
 				s := benchStore(b, Options{DefaultQueues: 1, TailCacheBytes: c.cache, ReaderColdReadBytesPerSec: c.budget})
 				fillQueue(b, s, n, size)
 				ctx := context.Background()
-				before := s.Stats()
+				before, diskBefore := s.Stats(), diskReadBytes(b)
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -245,6 +247,7 @@ func BenchmarkReadTail(b *testing.B) {
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "msgs/s")
+				b.ReportMetric(float64(diskReadBytes(b)-diskBefore)/1e6/b.Elapsed().Seconds(), "disk-MB/s")
 				after := s.Stats()
 				if hits, misses := after.TailCacheHits-before.TailCacheHits, after.TailCacheMisses-before.TailCacheMisses; hits+misses > 0 {
 					b.ReportMetric(float64(hits)/float64(hits+misses), "hit-ratio")
@@ -276,4 +279,21 @@ func BenchmarkTailCacheFill(b *testing.B) {
 			}
 		})
 	}
+}
+
+// diskReadBytes is what this process has had read from the disk so far
+// (read_bytes of /proc/self/io: page-cache misses, readahead included).
+func diskReadBytes(b *testing.B) int64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/self/io")
+	require.NoError(b, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "read_bytes: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(b, err)
+			return n
+		}
+	}
+	b.Fatal("no read_bytes in /proc/self/io")
+	return 0
 }

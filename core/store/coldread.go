@@ -74,14 +74,13 @@ func (cl *commitLog) readCold(off int64, n int, limit int64) ([]byte, error) {
 
 // dropBehind advises the kernel to drop the cached pages of the log in
 // [lo-lag-window, lo-lag), where lo is the lowest offset a cold Read just
-// read and window twice the span it read (at least 1 MiB), so consecutive
-// Reads of a reader cover what it passed. The range lies below the tail
-// cache's start by at least lag, so it never holds the page the writer
-// appends to. DONTNEED drops only clean pages that are not mapped; the
-// kernel leaves partial pages at the range's ends.
-func (cl *commitLog) dropBehind(lo, span, lag int64) {
-	window := max(2*span, 1<<20)
-	hi := lo - lag
+// read, lag the commit log's dropLag and window twice the span it read (at
+// least 4 MiB), so consecutive Reads of a reader cover what it passed. The
+// range lies below the tail cache's start by at least lag, so it never
+// holds the page the writer appends to.
+func (cl *commitLog) dropBehind(lo, span int64) {
+	window := max(2*span, 4<<20)
+	hi := lo - cl.dropLag
 	if hi <= 0 {
 		return
 	}
@@ -89,8 +88,14 @@ func (cl *commitLog) dropBehind(lo, span, lag int64) {
 }
 
 // dropPages advises the kernel to drop the cached pages of the log in
-// [from, to) (DONTNEED: clean pages that are not mapped), segment by
-// segment. The lock is held only to list the segments.
+// [from, to) (DONTNEED), segment by segment, the lock held only to list
+// the segments. Within a file the range is cut at multiples of dropAlign
+// (its start moved back, its end forward only to the end of a segment):
+// the page cache holds a file in folios of up to 2 MiB, aligned to their
+// size, and the kernel drops only those wholly in the range — a range cut
+// anywhere else would leave the folios across its ends, and ranges that
+// slide along with a reader would never hold them whole. DONTNEED drops
+// only clean folios that are not mapped.
 func (cl *commitLog) dropPages(from, to int64) {
 	type piece struct {
 		adv       vfs.Advisor
@@ -103,9 +108,13 @@ func (cl *commitLog) dropPages(from, to int64) {
 		if sg.base >= to {
 			break
 		}
-		a, b := max(from, sg.base), min(to, sg.end())
+		a, b := max(from, sg.base)-sg.base, min(to, sg.end())-sg.base
+		a &^= cl.dropAlign - 1
+		if b < sg.size {
+			b &^= cl.dropAlign - 1
+		}
 		if adv, ok := sg.file.(vfs.Advisor); ok && a < b {
-			todo = append(todo, piece{adv, a - sg.base, b - a})
+			todo = append(todo, piece{adv, a, b - a})
 		}
 	}
 	cl.mu.RUnlock()
@@ -113,6 +122,10 @@ func (cl *commitLog) dropPages(from, to int64) {
 		_ = p.adv.Advise(p.off, p.size, vfs.AdviseDontNeed)
 	}
 }
+
+// dropBehindAlign is the commit log's dropAlign: the largest folio the
+// page cache makes (a PMD, 2 MiB on x86-64 and arm64 with 4 KiB pages).
+const dropBehindAlign = 2 << 20
 
 // readBudgets are the token buckets cold reads are charged to: one per
 // reader (core.ReadRequest.Reader; "" is every reader that gives no name),

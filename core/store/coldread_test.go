@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -82,7 +83,7 @@ func readQueue(t *testing.T, s *Store, topic, reader string) (firsts []int64, n 
 func TestColdReadsAdviseTheRightRanges(t *testing.T) {
 	fsys := &adviseFS{FS: vfs.Default}
 	s := openT(t, "", Options{FS: fsys, SegmentBytes: 256 << 10, MaxMessageBytes: 16 << 10, TailCacheBytes: 64 << 10, DefaultQueues: 1})
-	s.dropLag = 64 << 10
+	s.cl.dropLag, s.cl.dropAlign = 64<<10, 4096 // segments of 256 KiB: finer than folios
 	ctx := t.Context()
 	body := make([]byte, 1000)
 	var size int
@@ -119,7 +120,7 @@ func TestColdReadsAdviseTheRightRanges(t *testing.T) {
 			hinted[c.name][c.advice]++
 		case vfs.AdviseDontNeed:
 			lo, hi := b+c.off, b+c.off+c.size
-			require.LessOrEqual(t, hi, cacheStart-s.dropLag, "dropped [%d, %d): within the lag of the cache", lo, hi)
+			require.LessOrEqual(t, hi, cacheStart-s.cl.dropLag, "dropped [%d, %d): within the lag of the cache", lo, hi)
 			dropped = append(dropped, [2]int64{lo, hi})
 		default:
 			t.Fatalf("advice %d", c.advice)
@@ -153,19 +154,25 @@ func TestColdReadsAdviseTheRightRanges(t *testing.T) {
 			break
 		}
 	}
-	require.GreaterOrEqual(t, covered, lastCold-s.dropLag-(64<<10), "dropped up to the lag behind the last cold read")
+	require.GreaterOrEqual(t, covered, lastCold-s.cl.dropLag-(64<<10), "dropped up to the lag behind the last cold read")
 }
 
 // residentPages maps the file read-only and counts its pages in the page
 // cache (mincore).
 func residentPages(t *testing.T, path string) (resident, total int) {
 	t.Helper()
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	return residentRange(t, path, fi.Size())
+}
+
+// residentRange is residentPages for the first n bytes of the file.
+func residentRange(t *testing.T, path string, n int64) (resident, total int) {
+	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
-	fi, err := f.Stat()
-	require.NoError(t, err)
-	mem, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(n), unix.PROT_READ, unix.MAP_SHARED)
 	require.NoError(t, err)
 	defer unix.Munmap(mem)
 	page := os.Getpagesize()
@@ -187,7 +194,7 @@ func residentPages(t *testing.T, path string) (resident, total int) {
 func TestColdReadLeavesTheTailInThePageCache(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, Options{FlushPolicy: FlushSync, SegmentBytes: 1 << 20, MaxMessageBytes: 16 << 10, TailCacheBytes: 256 << 10, DefaultQueues: 1})
-	s.dropLag = 128 << 10
+	s.cl.dropLag = 128 << 10
 	ctx := t.Context()
 	body := make([]byte, 4000)
 	msgs := make([]*core.Message, 32)
@@ -218,6 +225,33 @@ func TestColdReadLeavesTheTailInThePageCache(t *testing.T) {
 	require.LessOrEqual(t, res0After, 1, "the first segment, read cold and passed: dropped (%d of %d pages left)", res0After, total0)
 	require.LessOrEqual(t, res1After, 1, "the second one too (%d of %d pages left)", res1After, total1)
 	require.GreaterOrEqual(t, resTailAfter, resTail, "the tail's pages stay")
+}
+
+// TestColdReadsDropOnEveryPass: a segment read from its start again and
+// again (a group replaying a backlog, then another) is dropped behind the
+// reader each time — also what the second pass read back from the disk,
+// which the page cache holds in large folios that a drop range must hold
+// whole.
+func TestColdReadsDropOnEveryPass(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, Options{SegmentBytes: 64 << 20, TailCacheBytes: 4 << 20, DefaultQueues: 1, ReaderColdReadBytesPerSec: -1})
+	body := make([]byte, 1024)
+	msgs := make([]*core.Message, 256)
+	for i := range msgs {
+		msgs[i] = &core.Message{Topic: "passes", Body: body}
+	}
+	for range 160 { // about 45 MiB in one segment
+		_, err := s.ProduceBatch(t.Context(), msgs)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.fsync()) // clean pages: DONTNEED may drop them
+	path := filepath.Join(dir, dirCommitLog, segmentName(0))
+	for pass := range 3 {
+		_, n := readQueue(t, s, "passes", fmt.Sprintf("pass-%d", pass))
+		require.Equal(t, 160*256, n)
+		res, total := residentRange(t, path, 16<<20)
+		require.Less(t, res, total/20, "pass %d: %d of the first %d pages still cached", pass, res, total)
+	}
 }
 
 // TestColdReadWaitsForItsReadersBudget: once a reader spent its budget its

@@ -36,6 +36,9 @@ type commitLog struct {
 	// hits and misses count the records view served from the tail cache
 	// and from the segments.
 	hits, misses atomic.Int64
+	// dropLag and dropAlign shape cold reads' drop-behind (dropBehindLag,
+	// dropBehindAlign; tests set less). Set at open.
+	dropLag, dropAlign int64
 }
 
 func openCommitLog(fsys vfs.FS, dir string, segBytes int64) (*commitLog, error) {
@@ -46,7 +49,7 @@ func openCommitLog(fsys vfs.FS, dir string, segBytes int64) (*commitLog, error) 
 	if err != nil {
 		return nil, fmt.Errorf("list commit log: %w", err)
 	}
-	cl := &commitLog{fs: fsys, dir: dir, segBytes: segBytes}
+	cl := &commitLog{fs: fsys, dir: dir, segBytes: segBytes, dropLag: dropBehindLag, dropAlign: dropBehindAlign}
 	for _, name := range names {
 		base, ok := parseOffsetName(name)
 		if !ok {

@@ -127,8 +127,9 @@
 //     through pread, not the mapping; the segment's file is advised
 //     sequential and no-reuse, and after each Read the pages more than
 //     16 MiB (dropBehindLag) behind what it read are dropped from the page
-//     cache (posix_fadvise DONTNEED, drop-behind), so a group replaying a
-//     backlog larger than memory keeps about that much of it cached
+//     cache (posix_fadvise DONTNEED, drop-behind; in ranges cut at 2 MiB,
+//     so that the kernel's large folios lie wholly in one), so a group
+//     replaying a backlog larger than memory keeps about that much cached
 //     instead of evicting the consume queues, indexes and pages everyone
 //     else needs. The lag lets the members of a group, which read the
 //     interleaved queues of a topic side by side, share what one of them

@@ -257,7 +257,7 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 		res.Messages = append(res.Messages, m)
 	}
 	if coldLo >= 0 {
-		s.cl.dropBehind(coldLo, coldHi-coldLo, s.dropLag)
+		s.cl.dropBehind(coldLo, coldHi-coldLo)
 	}
 	return res, nil
 }

@@ -89,10 +89,8 @@ type Store struct {
 	lastCheckpoint int64
 	stats          stats
 
-	// budgets are the cold-read budgets; dropLag is how far behind a cold
-	// read its drop-behind starts (dropBehindLag; tests set less).
+	// budgets are the cold-read budgets.
 	budgets *readBudgets
-	dropLag int64
 	// tailCacheBytes is the tail cache's capacity (0: none).
 	tailCacheBytes int64
 }
@@ -299,7 +297,6 @@ func Open(dir string, opts Options) (*Store, error) {
 		arrival:      make(chan struct{}),
 		topicArrival: map[string]chan struct{}{},
 		budgets:      newReadBudgets(opts.ReaderColdReadBytesPerSec, opts.ColdReadBytesPerSec),
-		dropLag:      dropBehindLag,
 	}
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
