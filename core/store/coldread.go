@@ -16,14 +16,16 @@ import (
 )
 
 // Cold reads: what Read serves from behind the tail cache. They bypass the
-// segments' mappings and read with pread into a buffer of their own, with
-// the kernel told that the segment is read sequentially and used once; after
-// each Read the pages dropBehindLag and more behind what it read leave the
-// page cache (posix_fadvise DONTNEED), so a reader replaying a backlog
-// larger than memory keeps about dropBehindLag of it cached instead of
-// pushing out what everyone else uses (consume queues, indexes, the
-// writer's pages). Each reader's cold bytes are charged to its budget
-// first (readBudgets).
+// segments' mappings — posix_fadvise(DONTNEED) leaves pages that a process
+// maps, and madvise(DONTNEED) on a shared file mapping only unmaps them
+// from this process, leaving them cached — and read with pread into a
+// buffer of their own, with the kernel told that the segment is read
+// sequentially and used once; after each Read the pages dropBehindLag and
+// more behind what it read leave the page cache (posix_fadvise DONTNEED),
+// so a reader replaying a backlog larger than memory keeps about
+// dropBehindLag of it cached instead of pushing out what everyone else uses
+// (consume queues, indexes, the writer's pages). Each reader's cold bytes
+// are charged to its budget first (readBudgets).
 
 // dropBehindLag is how far behind a cold read its drop-behind starts. The
 // queues of one topic are interleaved in the log, so the members of a group
