@@ -151,6 +151,12 @@ type ReadRequest struct {
 	// Until, when positive, returns only messages at offsets below it, and
 	// NextOffset goes no further than it (an epoch barrier, core.Gate).
 	Until int64
+	// Reader names who reads — a consumer group, say — for engines that
+	// budget reads per reader (the embedded store charges reads from
+	// behind its tail cache to the reader's budget, and such a Read may
+	// wait for it, as long as ctx allows). Empty: the readers that give no
+	// name, together.
+	Reader string
 }
 
 // ReadResult is what Read found.

@@ -74,6 +74,18 @@ func newMetrics(g *Gateway) *metrics {
 				func() float64 { return float64(st.Stats().Messages) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferrymq_store_disk_bytes", Help: "Bytes of commit-log segments on disk."},
 				func() float64 { return float64(st.Stats().CommitLogBytes) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferrymq_store_tail_cache_bytes", Help: "Size of the tail cache: the newest commit-log bytes held in memory (0: off)."},
+				func() float64 { return float64(st.Stats().TailCacheBytes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_tail_cache_hits_total", Help: "Records read from the tail cache."},
+				func() float64 { return float64(st.Stats().TailCacheHits) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_tail_cache_misses_total", Help: "Records read from behind the tail cache (cold reads, and mapped reads by ID, key or time)."},
+				func() float64 { return float64(st.Stats().TailCacheMisses) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_cold_read_bytes_total", Help: "Bytes consumers read from behind the tail cache (pread, drop-behind, budgeted)."},
+				func() float64 { return float64(st.Stats().ColdReadBytes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_cold_reads_delayed_total", Help: "Reads that waited for their group's cold-read budget."},
+				func() float64 { return float64(st.Stats().ColdReadDelays) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_cold_read_delay_seconds_total", Help: "Time reads waited for cold-read budgets."},
+				func() float64 { return st.Stats().ColdReadDelay.Seconds() }),
 		)
 	}
 	return m

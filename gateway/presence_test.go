@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/bridge"
+	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway/gatewaytest"
 )
 
@@ -129,6 +130,11 @@ func TestMetricsScraped(t *testing.T) {
 	require.Greater(t, value("ferrymq_store_disk_bytes"), 0.0)
 	require.Greater(t, value("ferrymq_mqtt_bytes_received_total"), 0.0)
 	require.Contains(t, fams, "ferrymq_store_fsyncs_total")
+	require.Equal(t, float64(store.DefaultTailCacheBytes), value("ferrymq_store_tail_cache_bytes"))
+	for _, name := range []string{"ferrymq_store_tail_cache_hits_total", "ferrymq_store_tail_cache_misses_total",
+		"ferrymq_store_cold_read_bytes_total", "ferrymq_store_cold_reads_delayed_total", "ferrymq_store_cold_read_delay_seconds_total"} {
+		require.Contains(t, fams, name)
+	}
 	require.Contains(t, fams, "process_resident_memory_bytes")
 
 	code, body = get("/stats")

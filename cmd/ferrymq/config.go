@@ -29,6 +29,9 @@ import (
 //	  max_message_bytes: 4456448 # a 4 MiB body and 256 KiB of metadata
 //	  default_queues: 8
 //	  auto_create_topics: true
+//	  tail_cache_bytes: 134217728            # the newest log bytes in memory; -1: none
+//	  reader_cold_read_bytes_per_sec: 1342177280  # each group's reads from behind it; -1: no bound
+//	  cold_read_bytes_per_sec: 0             # all groups' together; 0: no bound
 //	delay: {max_delay: 960h, max_hold: 18h12m16s}
 //	trace: {all: false, topics: [telemetry], node: gw-1, sample: 1.0}
 //	retry: {schedule: [10s, 30s, 1m, …], max_attempts: 16}
@@ -53,6 +56,12 @@ type fileConfig struct {
 		MaxMessageBytes  int       `yaml:"max_message_bytes"`
 		DefaultQueues    int       `yaml:"default_queues"`
 		AutoCreateTopics *bool     `yaml:"auto_create_topics"`
+		// TailCacheBytes: 0, store.DefaultTailCacheBytes; negative, none.
+		TailCacheBytes int64 `yaml:"tail_cache_bytes"`
+		// ReaderColdReadBytesPerSec: 0, store.DefaultReaderColdReadBytesPerSec;
+		// negative, no bound. ColdReadBytesPerSec: 0 or negative, no bound.
+		ReaderColdReadBytesPerSec int64 `yaml:"reader_cold_read_bytes_per_sec"`
+		ColdReadBytesPerSec       int64 `yaml:"cold_read_bytes_per_sec"`
 	} `yaml:"store"`
 	Delay struct {
 		MaxDelay duration `yaml:"max_delay"`

@@ -142,6 +142,9 @@ func TestSampleConfigParses(t *testing.T) {
 		{"store.max_disk_bytes", cfg.Store.MaxDiskBytes, int64(0)},
 		{"store.max_message_bytes", cfg.Store.MaxMessageBytes, core.DefaultMaxMessageBytes},
 		{"store.default_queues", cfg.Store.DefaultQueues, 8},
+		{"store.tail_cache_bytes", cfg.Store.TailCacheBytes, int64(store.DefaultTailCacheBytes)},
+		{"store.reader_cold_read_bytes_per_sec", cfg.Store.ReaderColdReadBytesPerSec, int64(store.DefaultReaderColdReadBytesPerSec)},
+		{"store.cold_read_bytes_per_sec", cfg.Store.ColdReadBytesPerSec, int64(0)},
 
 		{"delay.max_delay", cfg.Delay.MaxDelay, d("960h")},
 		{"delay.max_hold", cfg.Delay.MaxHold, d("18h12m16s")},
@@ -412,6 +415,29 @@ func TestConfigMaxQueuedMessages(t *testing.T) {
 
 	_, err = parseConfig([]byte("mqtt: {max_queued_messages: -1}"))
 	require.ErrorContains(t, err, "max_queued_messages")
+}
+
+// store.tail_cache_bytes and the cold-read budgets reach the store's
+// options as given (negative: none, no bound); absent, the store's defaults.
+func TestConfigTailCacheAndColdReads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("store: {tail_cache_bytes: -1, reader_cold_read_bytes_per_sec: 52428800, cold_read_bytes_per_sec: 104857600}\n"), 0o644))
+	o := &serveOptions{}
+	cmd := &cobra.Command{Use: "serve"}
+	o.AddFlags(cmd)
+	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
+	cfg, err := o.applyConfig(cmd)
+	require.NoError(t, err)
+	nopts, err := o.nodeOptions(cfg, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), nopts.Store.TailCacheBytes)
+	require.Equal(t, int64(50<<20), nopts.Store.ReaderColdReadBytesPerSec)
+	require.Equal(t, int64(100<<20), nopts.Store.ColdReadBytesPerSec)
+
+	nopts, err = o.nodeOptions(fileConfig{}, io.Discard)
+	require.NoError(t, err)
+	require.Zero(t, nopts.Store.TailCacheBytes, "zero: the store's default")
+	require.Zero(t, nopts.Store.ReaderColdReadBytesPerSec)
 }
 
 // The collector target: serve's default, the file's gc_percent, the flag

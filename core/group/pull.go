@@ -119,7 +119,7 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 			}
 			continue
 		}
-		res, err := c.b.Read(ctx, core.ReadRequest{Topic: ref.Topic, Queue: ref.Queue, Offset: offset, MaxCount: maxN, Tags: tags, Until: max(until, 0)})
+		res, err := c.b.Read(ctx, core.ReadRequest{Topic: ref.Topic, Queue: ref.Queue, Offset: offset, MaxCount: maxN, Tags: tags, Until: max(until, 0), Reader: key})
 		if errors.Is(err, core.ErrTopicNotFound) {
 			res, err = core.ReadResult{NextOffset: offset}, nil
 		}

@@ -132,6 +132,7 @@ func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, i
 	res, err := s.b.Read(ctx, core.ReadRequest{
 		Topic: q.key.topic, Queue: q.key.queue, Offset: q.cursor, MaxCount: min(n, room), Tags: req.Tags,
 		MaxBytes: max(*bytesLeft, 1), Until: max(until, 0),
+		Reader: q.key.group, // a budget wait (cold reads) holds only this queue of this group
 	})
 	if err != nil {
 		var ce *core.CorruptError

@@ -259,6 +259,10 @@ func (c *conn) replyMore(f wire.Frame, payload []byte) {
 	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse | wire.FlagMore, ID: f.ID, Payload: payload}, release: true}
 }
 
+// bigPayload is the size from which writeLoop writes a payload from where
+// it is instead of copying it into its batch.
+const bigPayload = 64 << 10
+
 // fail queues an error response to request f.
 func (c *conn) fail(f wire.Frame, err error) {
 	code := wire.CodeOf(err)
@@ -269,10 +273,13 @@ func (c *conn) fail(f wire.Frame, err error) {
 		Payload: wire.EncodeError(code, err.Error())}, release: true}
 }
 
-// writeLoop batches queued frames into few write calls.
+// writeLoop batches queued frames into few write calls. Large payloads (a
+// backlog's pull answers) are not copied into the batch: the batch is
+// written with them by one writev.
 func (c *conn) writeLoop() {
 	defer c.wg.Done()
 	buf := make([]byte, 0, 64<<10)
+	var bufs net.Buffers
 	for {
 		var of outFrame
 		select {
@@ -282,27 +289,49 @@ func (c *conn) writeLoop() {
 		case <-c.ctx.Done():
 			return
 		}
-		buf = wire.AppendFrame(buf[:0], of.f)
+		buf, bufs = buf[:0], bufs[:0]
+		mark, big := 0, 0 // buf[:mark] is in bufs; big: bytes of payloads not copied
+		add := func(f wire.Frame) {
+			if len(f.Payload) < bigPayload {
+				buf = wire.AppendFrame(buf, f)
+				return
+			}
+			buf = wire.AppendHeader(buf, f, len(f.Payload))
+			bufs = append(bufs, buf[mark:], f.Payload)
+			mark, big = len(buf), big+len(f.Payload)
+		}
+		add(of.f)
 		released := 0
 		if of.release {
 			released++
 		}
 	more:
-		for len(buf) < 256<<10 {
+		for len(buf)+big < 256<<10 {
 			select {
 			case of = <-c.out:
-				buf = wire.AppendFrame(buf, of.f)
+				add(of.f)
 				if of.release {
 					released++
 				}
 			case pf := <-c.push:
-				buf = wire.AppendFrame(buf, pf)
+				add(pf)
 			default:
 				break more
 			}
 		}
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-		if _, err := c.nc.Write(buf); err != nil {
+		var err error
+		if len(bufs) == 0 {
+			_, err = c.nc.Write(buf)
+		} else {
+			if mark < len(buf) {
+				bufs = append(bufs, buf[mark:])
+			}
+			w := bufs // WriteTo consumes its receiver
+			_, err = w.WriteTo(c.nc)
+			clear(bufs) // keep no payload alive
+		}
+		if err != nil {
 			c.log.Debug().Err(err).Msg("write failed; closing")
 			c.cancel()
 			_ = c.nc.Close()

@@ -64,7 +64,7 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 	}
 	p.empty = s.empty()
 	p.deadline = time.Now().Add(p.wait)
-	c.s.hold.park(r.Topic, p)
+	c.s.hold.park(r.Topic, r.Group, p)
 	return nil, errParked
 }
 

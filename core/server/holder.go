@@ -12,26 +12,33 @@ import (
 // holder parks long polls that found nothing, without a goroutine each (as
 // RocketMQ's PullRequestHoldService does); a streaming group pull stays
 // parked between its answers. Parked requests are grouped by
-// the topic they wait for; one goroutine per such topic retries its
-// requests when the engine announces messages of that topic, and answers
-// each with its empty result at its deadline. A topic's goroutine ends when
-// nothing waits on it any more, so a write to one topic never makes the
-// server re-check polls of the others.
+// the topic they wait for and the consumer group that reads; one goroutine
+// per such bucket retries its requests when the engine announces messages
+// of that topic, and answers each with its empty result at its deadline. A
+// bucket's goroutine ends when nothing waits on it any more, so a write to
+// one topic never makes the server re-check polls of the others. A read may
+// wait for its group's budget (the embedded store budgets reads from behind
+// its tail cache, core.ReadRequest.Reader): that holds up the polls of its
+// own bucket only, never another group's at the tail of the same topic.
 type holder struct {
 	b   core.Broker
 	ctx context.Context
 	wg  *sync.WaitGroup // the server's: Shutdown waits for every bucket
 
 	mu       sync.Mutex
-	buckets  map[string]*bucket
+	buckets  map[bucketKey]*bucket
 	draining bool // Shutdown: answer every parked poll now, park nothing more
 }
 
-// bucket is the parked requests of one topic ("" = any topic).
+// bucketKey names a bucket: the topic its polls wait for ("" = any topic)
+// and the group that reads ("" for plain pulls).
+type bucketKey struct{ topic, group string }
+
+// bucket is the parked requests of one bucketKey.
 type bucket struct {
-	topic string
-	held  []*held
-	kick  chan struct{}
+	bucketKey
+	held []*held
+	kick chan struct{}
 }
 
 type held struct {
@@ -54,26 +61,27 @@ type held struct {
 }
 
 func newHolder(ctx context.Context, b core.Broker, wg *sync.WaitGroup) *holder {
-	return &holder{b: b, ctx: ctx, wg: wg, buckets: map[string]*bucket{}}
+	return &holder{b: b, ctx: ctx, wg: wg, buckets: map[bucketKey]*bucket{}}
 }
 
 // park hands p to the goroutine of topic ("" when it may be answered by a
-// message of any topic).
-func (h *holder) park(topic string, p *held) {
+// message of any topic) and group ("" for a plain pull).
+func (h *holder) park(topic, group string, p *held) {
+	key := bucketKey{topic, group}
 	h.mu.Lock()
 	if h.draining {
 		h.mu.Unlock()
 		p.c.reply(p.f, p.empty)
 		return
 	}
-	bk := h.buckets[topic]
+	bk := h.buckets[key]
 	if bk == nil {
 		if h.ctx.Err() != nil {
 			h.mu.Unlock()
 			return // shutting down: the connection is about to close
 		}
-		bk = &bucket{topic: topic, kick: make(chan struct{}, 1)}
-		h.buckets[topic] = bk
+		bk = &bucket{bucketKey: key, kick: make(chan struct{}, 1)}
+		h.buckets[key] = bk
 		h.wg.Add(1)
 		go h.run(bk)
 	}
@@ -160,7 +168,7 @@ func (h *holder) run(bk *bucket) {
 			kept, bk.held = nil, nil
 		}
 		if len(kept) == 0 && len(bk.held) == 0 {
-			delete(h.buckets, bk.topic) // a later park starts a new bucket
+			delete(h.buckets, bk.bucketKey) // a later park starts a new bucket
 			h.mu.Unlock()
 			return
 		}

@@ -90,7 +90,7 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 			return wire.EncodePull(first)
 		}
 		empty, _ := wire.EncodePull(first)
-		c.s.hold.park(r.Topic, &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
+		c.s.hold.park(r.Topic, "", &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
 			try: func(ctx context.Context) ([]byte, bool, error) {
 				res, err := try(ctx, first.NextOffset)
 				if err != nil || (len(res.Messages) == 0 && res.NextOffset == first.NextOffset) {
@@ -195,7 +195,7 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		empty, _ := encode(nil)
 		// A pop may be answered from the topic or the group's retry
 		// topic: it waits for any arrival.
-		c.s.hold.park("", &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
+		c.s.hold.park("", "", &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
 			try: func(ctx context.Context) ([]byte, bool, error) {
 				ps, err := o.Pop.Pop(ctx, req)
 				if err != nil || len(ps) == 0 {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -142,5 +143,58 @@ func TestParkedPollsOfManyQueuesEachWokenByItsArrival(t *testing.T) {
 		require.Equal(t, fmt.Sprint(i), string(res.Messages[0].Body))
 		next[q] = res.NextOffset
 		park(q)
+	}
+}
+
+// TestLargeAnswersBesideSmallOnes: pull answers of hundreds of KiB (written
+// from where they are, beside the batch of small frames) arrive whole and
+// in order with the small answers around them.
+func TestLargeAnswersBesideSmallOnes(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	_, err := env.Store.CreateTopic(t.Context(), coreTopic("big", 1))
+	require.NoError(t, err)
+	var bodies [][]byte
+	for i := range 6 {
+		b := bytes.Repeat([]byte{byte('a' + i)}, 100<<10+i)
+		bodies = append(bodies, b)
+		_, err := env.Store.Produce(t.Context(), &core.Message{Topic: "big", Body: b})
+		require.NoError(t, err)
+	}
+	nc := helloConn(t, env.Addr)
+	var req []byte
+	for i := range 6 { // pings between pulls of 1, 2 and 3 messages
+		req = wire.AppendFrame(req, wire.Frame{Op: wire.OpPing, ID: uint64(10 + i)})
+		if i < 3 {
+			req = wire.AppendFrame(req, wire.Frame{Op: wire.OpPull, ID: uint64(20 + i),
+				Payload: fmt.Appendf(nil, `{"topic":"big","queue":0,"offset":%d,"max":%d}`, i*(i+1)/2, i+1)})
+		}
+	}
+	_, err = nc.Write(req)
+	require.NoError(t, err)
+	answers := map[uint64][]*core.StoredMessage{} // handlers answer in any order
+	pings := 0
+	for pings < 6 || len(answers) < 3 {
+		_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := wire.ReadFrame(nc, 4<<20)
+		require.NoError(t, err)
+		require.Zero(t, f.Flags&wire.FlagError, "%s", f.Payload)
+		if f.Op == wire.OpPing {
+			pings++
+			continue
+		}
+		res, err := wire.DecodePull(f.Payload)
+		require.NoError(t, err)
+		require.Len(t, res.Messages, int(f.ID-20)+1)
+		answers[f.ID] = res.Messages
+	}
+	var got [][]byte
+	for id := uint64(20); id < 23; id++ {
+		for _, m := range answers[id] {
+			got = append(got, m.Body)
+		}
+	}
+	require.Len(t, got, 6)
+	for i := range got {
+		require.True(t, bytes.Equal(bodies[i], got[i]), "message %d", i)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -265,4 +267,98 @@ func BenchmarkResizeTopic(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkReadTail reads one queue 32 messages at a time from three
+// places of a 100 MiB log: the newest 16 MiB from the tail cache (hit), the
+// same from the segments' mappings with the cache off (mapped: a warm page
+// cache), and the oldest 48 MiB from behind a 32 MiB cache (cold: pread,
+// drop-behind — so each pass reads from the disk again, as a backlog replay
+// does — with the reader's budget unlimited, and at its default).
+func BenchmarkReadTail(b *testing.B) {
+	const logBytes, tailBytes, coldBytes = 100 << 20, 16 << 20, 48 << 20
+	for _, size := range []int{1024, 64 << 10} {
+		n := logBytes / size
+		for _, c := range []struct {
+			name     string
+			cache    int64
+			budget   int64
+			from, to int
+		}{
+			{"hit", 32 << 20, -1, n - tailBytes/size, n},
+			{"mapped", -1, -1, n - tailBytes/size, n},
+			{"cold", 32 << 20, -1, 0, coldBytes / size},
+			{"cold-budget", 32 << 20, 0, 0, coldBytes / size},
+		} {
+			b.Run(fmt.Sprintf("%s/size=%dKiB/batch=32", c.name, size>>10), func(b *testing.B) {
+				s := benchStore(b, Options{DefaultQueues: 1, TailCacheBytes: c.cache, ReaderColdReadBytesPerSec: c.budget})
+				fillQueue(b, s, n, size)
+				ctx := context.Background()
+				before, diskBefore := s.Stats(), diskReadBytes(b)
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				off, read := int64(c.from), 0
+				for read < b.N {
+					res, err := s.Read(ctx, core.ReadRequest{Topic: "read", Offset: off, MaxCount: 32, Reader: "bench"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					read += len(res.Messages)
+					off = res.NextOffset
+					if off >= int64(c.to) {
+						off = int64(c.from)
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "msgs/s")
+				b.ReportMetric(float64(diskReadBytes(b)-diskBefore)/1e6/b.Elapsed().Seconds(), "disk-MB/s")
+				after := s.Stats()
+				if hits, misses := after.TailCacheHits-before.TailCacheHits, after.TailCacheMisses-before.TailCacheMisses; hits+misses > 0 {
+					b.ReportMetric(float64(hits)/float64(hits+misses), "hit-ratio")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkTailCacheFill is the writer's copy into a warm tail cache (its
+// pages touched once already), per write of a batch's chunk.
+func BenchmarkTailCacheFill(b *testing.B) {
+	for _, chunk := range []int{16 << 10, 256 << 10} {
+		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {
+			c, err := newTailCache(DefaultTailCacheBytes, 0)
+			require.NoError(b, err)
+			b.Cleanup(c.release)
+			p := make([]byte, chunk)
+			off := int64(0)
+			for off < c.capacity { // touch every page once
+				c.fill(off, p)
+				off += int64(len(p))
+			}
+			b.SetBytes(int64(chunk))
+			b.ResetTimer()
+			for b.Loop() {
+				c.fill(off, p)
+				off += int64(len(p))
+			}
+		})
+	}
+}
+
+// diskReadBytes is what this process has had read from the disk so far
+// (read_bytes of /proc/self/io: page-cache misses, readahead included).
+func diskReadBytes(b *testing.B) int64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/self/io")
+	require.NoError(b, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "read_bytes: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(b, err)
+			return n
+		}
+	}
+	b.Fatal("no read_bytes in /proc/self/io")
+	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/store/vfs"
@@ -18,7 +19,7 @@ import (
 // a new segment starts where the previous one ended, so there are no gaps
 // (a record that would not fit starts the next segment instead).
 //
-// Lock order: Store.appendMu, then commitLog.mu.
+// Lock order: Store.appendMu, then commitLog.mu, then tailCache.mu.
 type commitLog struct {
 	fs       vfs.FS
 	dir      string
@@ -26,6 +27,18 @@ type commitLog struct {
 
 	mu   sync.RWMutex // guards segs and each segment's size
 	segs []*segment   // ascending by base; the last one is active
+
+	// cache holds the newest bytes of the log (nil: off). Set by Open
+	// before the writer starts and never changed after; close releases its
+	// memory under mu (held exclusively, so no view is in it), and from
+	// then on there are no segments, so no read gets as far as it.
+	cache *tailCache
+	// hits and misses count the records view served from the tail cache
+	// and from the segments.
+	hits, misses atomic.Int64
+	// dropLag and dropAlign shape cold reads' drop-behind (dropBehindLag,
+	// dropBehindAlign; tests set less). Set at open.
+	dropLag, dropAlign int64
 }
 
 func openCommitLog(fsys vfs.FS, dir string, segBytes int64) (*commitLog, error) {
@@ -36,7 +49,7 @@ func openCommitLog(fsys vfs.FS, dir string, segBytes int64) (*commitLog, error) 
 	if err != nil {
 		return nil, fmt.Errorf("list commit log: %w", err)
 	}
-	cl := &commitLog{fs: fsys, dir: dir, segBytes: segBytes}
+	cl := &commitLog{fs: fsys, dir: dir, segBytes: segBytes, dropLag: dropBehindLag, dropAlign: dropBehindAlign}
 	for _, name := range names {
 		base, ok := parseOffsetName(name)
 		if !ok {
@@ -63,6 +76,9 @@ func openCommitLog(fsys vfs.FS, dir string, segBytes int64) (*commitLog, error) 
 func (cl *commitLog) close() error {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	if cl.cache != nil {
+		cl.cache.release() // the pointer stays: readers load it without the lock
+	}
 	var errs []error
 	for _, s := range cl.segs {
 		if err := s.close(); err != nil {
@@ -119,6 +135,9 @@ func (cl *commitLog) readAt(p []byte, off, limit int64) error {
 	if off+int64(len(p)) > s.end() {
 		return fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, len(p), off, segmentName(s.base))
 	}
+	if cl.cache != nil && cl.cache.readAt(p, off) {
+		return nil
+	}
 	if pos := off - s.base; s.mem != nil && pos+int64(len(p)) <= int64(len(s.mem)) {
 		if err := viewMapped(s.mem[pos:pos+int64(len(p))], func(b []byte) error { copy(p, b); return nil }); err != nil {
 			return fmt.Errorf("read segment %s at %d: %w", segmentName(s.base), pos, err)
@@ -136,9 +155,10 @@ func (cl *commitLog) readAt(p []byte, off, limit int64) error {
 }
 
 // view calls fn with the n bytes at global offset off (within one segment,
-// below limit). On a mapped segment fn sees the mapping itself, under the
-// read lock and with faults turned into errors, so it must not keep the
-// slice; otherwise the bytes are read into a buffer first.
+// below limit). From the tail cache fn sees the cache's memory; on a mapped
+// segment the mapping itself, under the read lock and with faults turned
+// into errors; so it must not keep the slice. Otherwise the bytes are read
+// into a buffer first.
 func (cl *commitLog) view(off int64, n int, limit int64, fn func([]byte) error) error {
 	if off < 0 || n < 0 || off+int64(n) > limit {
 		return fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, n, off, limit)
@@ -153,7 +173,17 @@ func (cl *commitLog) view(off int64, n int, limit int64, fn func([]byte) error) 
 		cl.mu.RUnlock()
 		// Checked before anything is allocated: n may come from a message ID.
 		return fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, n, off, segmentName(sg.base))
-	} else if pos := off - sg.base; sg.mem != nil && pos+int64(n) <= int64(len(sg.mem)) {
+	}
+	if cl.cache != nil {
+		hit, err := cl.cache.view(off, n, fn)
+		if hit {
+			cl.mu.RUnlock()
+			cl.hits.Add(1)
+			return err
+		}
+	}
+	cl.misses.Add(1)
+	if sg, pos := cl.segs[i], off-cl.segs[i].base; sg.mem != nil && pos+int64(n) <= int64(len(sg.mem)) {
 		err := viewMapped(sg.mem[pos:pos+int64(n)], fn)
 		cl.mu.RUnlock()
 		return err
@@ -278,6 +308,9 @@ func (cl *commitLog) removeOldest() (removed *segment, err error) {
 	}
 	s := cl.segs[0]
 	cl.segs = cl.segs[1:]
+	if cl.cache != nil {
+		cl.cache.dropBelow(cl.segs[0].base) // it serves no byte of a deleted segment
+	}
 	_ = s.file.Close()
 	if err := cl.fs.Remove(filepath.Join(cl.dir, segmentName(s.base))); err != nil {
 		return s, fmt.Errorf("remove segment %s: %w", segmentName(s.base), err)

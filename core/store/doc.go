@@ -111,17 +111,52 @@
 //
 // # Reads
 //
-// Segments are mapped read-only (mmap, shared) and records are decoded
-// straight from the page cache; a fault under a mapping (an I/O error, a
-// file cut behind the store's back) is turned into an error for that read,
-// never a crash. Reads never go past the confirmed end of the log. On a
-// filesystem without mappings (CrashFS) reads use pread.
+// Reads never go past the confirmed end of the log, and come from one of
+// three places:
+//
+//   - The tail cache (Options.TailCacheBytes, default 128 MiB): the newest
+//     bytes of the log, in memory of the store's own (an anonymous mapping,
+//     off the Go heap), filled by the writer as it writes (write-through)
+//     and at Open from the end of the log. Readers that keep up are served
+//     from it without a system call, a page fault or the page cache, so
+//     nothing another reader pulls through the page cache can slow them.
+//     It is a ring of whole blocks (1 MiB) and gives up its oldest block
+//     as the log grows; it never holds bytes of a segment retention
+//     deleted.
+//   - Cold reads: Read of records older than the tail cache. They go
+//     through pread, not the mapping; the segment's file is advised
+//     sequential and no-reuse, and after each Read the pages more than
+//     16 MiB (dropBehindLag) behind what it read are dropped from the page
+//     cache (posix_fadvise DONTNEED, drop-behind; in ranges cut at 2 MiB,
+//     so that the kernel's large folios lie wholly in one), so a group
+//     replaying a backlog larger than memory keeps about that much cached
+//     instead of evicting the consume queues, indexes and pages everyone
+//     else needs. The lag lets the members of a group, which read the
+//     interleaved queues of a topic side by side, share what one of them
+//     read. Cold bytes are charged first to the reader's budget
+//     (core.ReadRequest.Reader, a token bucket of
+//     Options.ReaderColdReadBytesPerSec each, and one of
+//     Options.ColdReadBytesPerSec for all readers together if set): a
+//     reader over it waits in its own Read (as long as its ctx allows),
+//     never delaying a read from the tail cache or the writer. A cold Read
+//     also yields its processor every 64 KiB, so that goroutines serving
+//     the tail do not wait behind it for the scheduler's time slice.
+//   - The segments' read-only mappings (mmap, shared): Get, FindByKey and
+//     OffsetAt when the tail cache does not hold the bytes, and every read
+//     when it is off (TailCacheBytes negative). A fault under a mapping (an
+//     I/O error, a file cut behind the store's back) is turned into an
+//     error for that read, never a crash. On a filesystem without mappings
+//     (CrashFS) these use pread.
+//
+// Stats counts tail-cache hits and misses, cold reads and their bytes, and
+// the Reads a budget delayed and for how long.
 //
 // # Concurrency
 //
 // A Store is safe for concurrent use. Open starts a writer goroutine (each
 // cycle: one write call for everything producers appended since the last
-// one, then in FlushSync mode one fsync covering it), in FlushAsync mode a
+// one, copied into the tail cache, then in FlushSync mode one fsync
+// covering it), in FlushAsync mode a
 // flusher goroutine (an fsync every FlushInterval, beside the writer), a
 // checkpointer and a retention worker; Close stops them all and returns
 // after they have ended.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"time"
@@ -204,20 +205,63 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 	if len(wants) == 0 {
 		return res, nil
 	}
+	// Records behind the tail cache are cold: charged to the reader's
+	// budget first (this Read waits if it is spent), then read with pread.
+	cache := s.cl.cache
+	var coldStart, coldBytes int64
+	if cache != nil {
+		coldStart = cache.start.Load()
+		for _, w := range wants {
+			if w.e.offset < coldStart {
+				coldBytes += int64(w.e.size)
+			}
+		}
+	}
+	if coldBytes > 0 {
+		if err := s.budgets.charge(ctx, req.Reader, coldBytes); err != nil {
+			res.NextOffset = off
+			return res, fmt.Errorf("read %s/%d from %d: waiting for reader %q's cold-read budget: %w", req.Topic, req.Queue, off, req.Reader, err)
+		}
+	}
+	coldLo, coldHi := int64(-1), int64(-1)
+	var sinceYield int64
 	for _, w := range wants {
 		var m *core.StoredMessage
 		if w.e.size < recordMinLen || int(w.e.size) > recordMaxLen {
 			err := fmt.Errorf("%w: consume queue entry of %d bytes", errBadRecord, w.e.size)
 			return s.partial(res, w.qoff, &core.CorruptError{Topic: req.Topic, Queue: req.Queue, QueueOffset: w.qoff, Err: err})
 		}
-		err := s.cl.view(w.e.offset, int(w.e.size), limit, func(rec []byte) error {
-			var derr error
-			m, derr = s.decodeAt(rec, w.e.offset)
-			if derr == nil {
-				m.Body = append([]byte(nil), m.Body...) // rec may be a mapping
+		var err error
+		if w.e.offset < coldStart {
+			if sinceYield >= coldYieldBytes {
+				// A backlog's Read is a long run of CPU work; goroutines that
+				// serve the tail and are ready to run go first instead of
+				// waiting for the scheduler's time slice (10 ms).
+				runtime.Gosched()
+				sinceYield = 0
 			}
-			return derr
-		})
+			sinceYield += int64(w.e.size)
+			var rec []byte
+			if rec, err = s.cl.readCold(w.e.offset, int(w.e.size), limit); err == nil {
+				m, err = s.decodeAt(rec, w.e.offset) // m.Body keeps rec: a buffer of its own
+				s.cl.misses.Add(1)
+				s.stats.coldReads.Add(1)
+				s.stats.coldBytes.Add(int64(w.e.size))
+				if coldLo < 0 {
+					coldLo = w.e.offset
+				}
+				coldHi = w.e.offset + int64(w.e.size)
+			}
+		} else {
+			err = s.cl.view(w.e.offset, int(w.e.size), limit, func(rec []byte) error {
+				var derr error
+				m, derr = s.decodeAt(rec, w.e.offset)
+				if derr == nil {
+					m.Body = append([]byte(nil), m.Body...) // rec may be the cache or a mapping
+				}
+				return derr
+			})
+		}
 		if err == nil && (m.Topic != req.Topic || m.Queue != req.Queue || m.QueueOffset != w.qoff) {
 			err = fmt.Errorf("record at %d is %s/%d@%d, consume queue says %s/%d@%d",
 				w.e.offset, m.Topic, m.Queue, m.QueueOffset, req.Topic, req.Queue, w.qoff)
@@ -236,8 +280,15 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 		}
 		res.Messages = append(res.Messages, m)
 	}
+	if coldLo >= 0 {
+		s.cl.dropBehind(coldLo, coldHi-coldLo)
+	}
 	return res, nil
 }
+
+// coldYieldBytes is how much a Read reads cold between yields of its
+// processor.
+const coldYieldBytes = 64 << 10
 
 // partial ends a Read early at queue offset stop: messages before it are
 // returned; the error is returned only when there are none.

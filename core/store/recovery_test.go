@@ -454,11 +454,12 @@ var _ = errors.Is
 // TestMappedReadFaultIsAnError cuts a segment file under a running store (as
 // a failing disk or a careless operator would): reading the vanished bytes
 // through the mapping raises SIGBUS, which must come back as an error, not
-// kill the process.
+// kill the process. (Without the tail cache, which would serve the bytes
+// from memory.)
 func TestMappedReadFaultIsAnError(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	s := openT(t, dir, Options{DefaultQueues: 1})
+	s := openT(t, dir, Options{DefaultQueues: 1, TailCacheBytes: -1})
 	r, err := s.Produce(ctx, &core.Message{Topic: "f", Body: make([]byte, 8192)})
 	require.NoError(t, err)
 	_, err = s.Get(ctx, r.ID)

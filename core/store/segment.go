@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/ferrymq/ferrymq/core/store/vfs"
 )
@@ -29,6 +30,9 @@ type segment struct {
 	// otherwise). Readers copy from it under commitLog.mu held shared, and
 	// only below the confirmed end of the log, which the file covers.
 	mem []byte
+	// coldHinted is set once the file was given the cold-read hints
+	// (sequential, no reuse).
+	coldHinted atomic.Bool
 }
 
 // mapSegment maps s for reading if its file supports it. Failure to map is

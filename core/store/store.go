@@ -90,6 +90,11 @@ type Store struct {
 
 	lastCheckpoint int64
 	stats          stats
+
+	// budgets are the cold-read budgets.
+	budgets *readBudgets
+	// tailCacheBytes is the tail cache's capacity (0: none).
+	tailCacheBytes int64
 }
 
 type stats struct {
@@ -97,6 +102,8 @@ type stats struct {
 	messages   atomic.Int64
 	cycles     atomic.Int64
 	fsyncTimes fsyncTimes
+	coldReads  atomic.Int64
+	coldBytes  atomic.Int64
 }
 
 // Stats are counters since Open.
@@ -115,13 +122,31 @@ type Stats struct {
 	FsyncCounts []int64
 	// FsyncTime is the time all commit-log fsyncs took.
 	FsyncTime time.Duration
+
+	// TailCacheBytes is the tail cache's size (0: off).
+	TailCacheBytes int64
+	// TailCacheHits and TailCacheMisses count the records Read and Get
+	// took from the tail cache and from behind it.
+	TailCacheHits, TailCacheMisses int64
+	// ColdReads and ColdReadBytes count the records Read read from behind
+	// the tail cache (pread, drop-behind, budgeted) and their bytes.
+	ColdReads, ColdReadBytes int64
+	// ColdReadDelays counts the Reads that waited for a cold-read budget;
+	// ColdReadDelay is the time they waited in all.
+	ColdReadDelays int64
+	ColdReadDelay  time.Duration
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	counts, sum := s.stats.fsyncTimes.snapshot()
-	return Stats{Messages: s.stats.messages.Load(), Fsyncs: s.stats.fsyncs.Load(), WriteCycles: s.stats.cycles.Load(),
-		CommitLogBytes: s.cl.diskBytes(), FsyncCounts: counts, FsyncTime: sum}
+	st := Stats{Messages: s.stats.messages.Load(), Fsyncs: s.stats.fsyncs.Load(), WriteCycles: s.stats.cycles.Load(),
+		CommitLogBytes: s.cl.diskBytes(), FsyncCounts: counts, FsyncTime: sum,
+		TailCacheHits: s.cl.hits.Load(), TailCacheMisses: s.cl.misses.Load(),
+		ColdReads: s.stats.coldReads.Load(), ColdReadBytes: s.stats.coldBytes.Load(),
+		ColdReadDelays: s.budgets.delayed.Load(), ColdReadDelay: time.Duration(s.budgets.waited.Load())}
+	st.TailCacheBytes = s.tailCacheBytes
+	return st
 }
 
 // Failure is the error that made the store refuse writes (it wraps
@@ -297,6 +322,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		kick:         make(chan struct{}, 1),
 		arrival:      make(chan struct{}),
 		topicArrival: map[string]chan struct{}{},
+		budgets:      newReadBudgets(opts.ReaderColdReadBytesPerSec, opts.ColdReadBytesPerSec),
 	}
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -309,6 +335,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.lock = l
 	}
 	if err := s.open(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	if err := s.openTailCache(); err != nil {
 		s.closeFiles()
 		return nil, err
 	}
@@ -894,6 +924,9 @@ func (s *Store) writeChunks(b *batch) error {
 				s.log.Error().Err(terr).Str("segment", segmentName(seg.base)).Msg("truncate after failed write")
 			}
 			return fmt.Errorf("write segment %s at %d: %w", segmentName(seg.base), pos, err)
+		}
+		if s.cl.cache != nil {
+			s.cl.cache.fill(c.off, c.buf)
 		}
 		s.cl.mu.Lock()
 		seg.size = pos + int64(n)

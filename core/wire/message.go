@@ -210,7 +210,13 @@ type PullResult struct {
 
 // EncodePull is the payload of OpPull and OpGroupPull responses.
 func EncodePull(res PullResult) ([]byte, error) {
-	b := make([]byte, 0, 64)
+	// Sized for the messages at once: a backlog's answers are megabytes,
+	// and growing one by doubling copied it twice more.
+	hint := 64
+	for _, m := range res.Messages {
+		hint += 128 + max(m.Size, len(m.Body)+len(m.Topic)+len(m.ShardingKey)+len(m.Tag))
+	}
+	b := make([]byte, 0, hint)
 	b = binary.BigEndian.AppendUint64(b, uint64(res.NextOffset))
 	b = binary.BigEndian.AppendUint64(b, uint64(res.Offset))
 	b = binary.BigEndian.AppendUint64(b, uint64(res.Range.Min))

@@ -10,9 +10,12 @@
 package vfs
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // FS is what the store needs of a filesystem.
@@ -158,4 +161,56 @@ func (f osFile) MapRead(size int64) ([]byte, error) {
 		return nil, &os.PathError{Op: "mmap", Path: f.File.Name(), Err: merr}
 	}
 	return b, nil
+}
+
+// Advice is a hint about how a range of a file will be used, passed to
+// the kernel's posix_fadvise(2).
+type Advice int
+
+// The advice the store gives.
+const (
+	// AdviseSequential: the file is read sequentially (a larger
+	// readahead window).
+	AdviseSequential Advice = iota + 1
+	// AdviseNoReuse: what is read is used once (pages read are not
+	// promoted in the page cache's LRU; Linux 6.3 and later).
+	AdviseNoReuse
+	// AdviseDontNeed: the range will not be read again soon; its clean
+	// pages may leave the page cache now (dirty ones are only queued for
+	// writeback).
+	AdviseDontNeed
+)
+
+// Advisor is implemented by files that take access-pattern hints. Advice
+// never changes what a read returns; a file without it ignores them.
+type Advisor interface {
+	// Advise gives advice about the n bytes at off (n 0: to the end of the
+	// file).
+	Advise(off, n int64, advice Advice) error
+}
+
+func (f osFile) Advise(off, n int64, advice Advice) error {
+	var a int
+	switch advice {
+	case AdviseSequential:
+		a = unix.FADV_SEQUENTIAL
+	case AdviseNoReuse:
+		a = unix.FADV_NOREUSE
+	case AdviseDontNeed:
+		a = unix.FADV_DONTNEED
+	default:
+		return fmt.Errorf("vfs: unknown advice %d", advice)
+	}
+	rc, err := f.File.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var aerr error
+	if err := rc.Control(func(fd uintptr) { aerr = unix.Fadvise(int(fd), off, n, a) }); err != nil {
+		return err
+	}
+	if aerr != nil {
+		return &os.PathError{Op: "fadvise", Path: f.File.Name(), Err: aerr}
+	}
+	return nil
 }
