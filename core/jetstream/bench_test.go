@@ -3,7 +3,6 @@ package jetstream_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/brokertest"
 	"github.com/ferrymq/ferrymq/core/jetstream"
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 )
@@ -110,52 +110,5 @@ func benchResize(b *testing.B, servers int, resize bool) {
 		b.Cleanup(func() { _ = e.Close() })
 		nodes = append(nodes, e)
 	}
-	ctx := context.Background()
-	_, err := nodes[0].CreateTopic(ctx, core.TopicConfig{Name: "bench", Queues: 8})
-	require.NoError(b, err)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var lat []time.Duration
-	body := make([]byte, 1024)
-	for p := range 4 {
-		wg.Go(func() {
-			var mine []time.Duration
-			defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				t0 := time.Now()
-				if _, err := nodes[p%2].Produce(ctx, &core.Message{Topic: "bench", ShardingKey: fmt.Sprintf("dev-%d-%d", p, i%64), Body: body}); err != nil {
-					b.Error(err)
-					return
-				}
-				mine = append(mine, time.Since(t0))
-			}
-		})
-	}
-	var took time.Duration
-	for i := 0; b.Loop(); i++ {
-		time.Sleep(200 * time.Millisecond) // the producers' steady state between two resizes
-		if resize {
-			t0 := time.Now()
-			if _, err := nodes[0].ResizeTopic(ctx, "bench", 8+8*(i%2^1)); err != nil {
-				b.Fatal(err)
-			}
-			took += time.Since(t0)
-		}
-	}
-	b.ReportMetric(float64(took.Microseconds())/float64(b.N), "resize-µs")
-	b.StopTimer()
-	close(stop)
-	wg.Wait()
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "produce-max-µs")
-		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "produce-p99-µs")
-		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "produce-p50-µs")
-	}
+	brokertest.BenchResize(b, []core.Broker{nodes[0], nodes[1]}, resize, 200*time.Millisecond)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/brokertest"
 )
 
 // Benchmarks of the hot paths. They write real files with real fsync in a
@@ -215,56 +215,7 @@ func BenchmarkRecovery(b *testing.B) {
 func BenchmarkResizeTopic(b *testing.B) {
 	for _, resize := range []bool{false, true} {
 		b.Run(fmt.Sprintf("resizes=%v", map[bool]string{false: "no", true: "yes"}[resize]), func(b *testing.B) {
-			s := benchStore(b, Options{FlushPolicy: FlushSync})
-			ctx := context.Background()
-			_, err := s.CreateTopic(ctx, core.TopicConfig{Name: "bench", Queues: 8})
-			require.NoError(b, err)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			var lat []time.Duration
-			body := make([]byte, 1024)
-			for p := range 4 {
-				wg.Go(func() {
-					var mine []time.Duration
-					defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
-					for i := 0; ; i++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						t0 := time.Now()
-						if _, err := s.Produce(ctx, &core.Message{Topic: "bench", ShardingKey: fmt.Sprintf("dev-%d-%d", p, i%64), Body: body}); err != nil {
-							b.Error(err)
-							return
-						}
-						mine = append(mine, time.Since(t0))
-					}
-				})
-			}
-			b.ResetTimer()
-			var took time.Duration
-			for i := 0; b.Loop(); i++ {
-				time.Sleep(20 * time.Millisecond) // the producers' steady state between two resizes
-				if resize {
-					t0 := time.Now()
-					if _, err := s.ResizeTopic(ctx, "bench", 8+8*(i%2^1)); err != nil {
-						b.Fatal(err)
-					}
-					took += time.Since(t0)
-				}
-			}
-			b.ReportMetric(float64(took.Microseconds())/float64(b.N), "resize-µs")
-			b.StopTimer()
-			close(stop)
-			wg.Wait()
-			slices.Sort(lat)
-			if len(lat) > 0 {
-				b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "produce-max-µs")
-				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "produce-p99-µs")
-				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "produce-p50-µs")
-			}
+			brokertest.BenchResize(b, []core.Broker{benchStore(b, Options{FlushPolicy: FlushSync})}, resize, 20*time.Millisecond)
 		})
 	}
 }
