@@ -12,6 +12,7 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/consumer"
+	"github.com/ferrymq/ferrymq/core/gate"
 	"github.com/ferrymq/ferrymq/core/group"
 )
 
@@ -35,17 +36,20 @@ func Embedded(b core.Broker) Core { return embedded{b} }
 type embedded struct{ core.Broker }
 
 // Broadcast reads every queue of topic from this node's committed offsets,
-// delivers, commits, and waits for arrivals when caught up.
+// delivers, commits, and waits for arrivals when caught up. A resized
+// topic's queues are read behind their epoch barriers (core/gate), so a
+// device's commands keep their order across a resize.
 func (e embedded) Broadcast(ctx context.Context, topic, grp, _ string, since time.Time, deliver func(context.Context, *core.StoredMessage)) error {
 	next := map[int]int64{}
+	g := gate.New(e.Broker)
 	var lastErr error
 	for ctx.Err() == nil {
 		arrived := e.Arrivals(topic)
 		info, err := e.Topic(ctx, topic)
 		progressed := false
 		if err == nil {
-			for q := range info.Queues {
-				p, err := e.consumeQueue(ctx, topic, grp, q, next, since, deliver)
+			for q := range len(info.Ranges) { // retired queues too, until drained
+				p, err := e.consumeQueue(ctx, g, topic, grp, q, next, since, deliver)
 				progressed = progressed || p
 				if err != nil && ctx.Err() == nil && (lastErr == nil || err.Error() != lastErr.Error()) {
 					lastErr = err
@@ -66,7 +70,7 @@ func (e embedded) Broadcast(ctx context.Context, topic, grp, _ string, since tim
 	return lastErr
 }
 
-func (e embedded) consumeQueue(ctx context.Context, topic, grp string, q int, next map[int]int64, since time.Time,
+func (e embedded) consumeQueue(ctx context.Context, g *gate.Gate, topic, grp string, q int, next map[int]int64, since time.Time,
 	deliver func(context.Context, *core.StoredMessage)) (bool, error) {
 	off, ok := next[q]
 	if !ok {
@@ -79,9 +83,21 @@ func (e embedded) consumeQueue(ctx context.Context, topic, grp string, q int, ne
 			return false, fmt.Errorf("downlink %s/%d offset: %w", topic, q, err)
 		}
 	}
-	res, err := e.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256})
+	until, err := g.Until(ctx, grp, topic, q, func(p int) (int64, error) { return e.OffsetAt(ctx, topic, p, since) })
+	if err != nil {
+		return false, fmt.Errorf("downlink %s/%d: %w", topic, q, err)
+	}
+	if until >= 0 && off >= until {
+		next[q] = off
+		return false, nil // the other queues of this loop go first: their commits open the barrier
+	}
+	res, err := e.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256, Until: max(until, 0)})
 	if err != nil {
 		return false, fmt.Errorf("downlink %s/%d read: %w", topic, q, err)
+	}
+	if stale, err := g.Stale(ctx, topic, res.Epochs); err != nil || stale {
+		next[q] = off
+		return stale, err // resized since the gate looked: read again behind the new barriers
 	}
 	for _, m := range res.Messages {
 		deliver(ctx, m)

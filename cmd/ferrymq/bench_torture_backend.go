@@ -358,11 +358,8 @@ func readStored(ctx context.Context, c *client.Client) ([]storedObs, error) {
 		return nil, fmt.Errorf("read %s: %w", tortureTopic, err)
 	}
 	var out []storedObs
-	for q := range info.Queues {
-		off := int64(0)
-		if q < len(info.Ranges) {
-			off = info.Ranges[q].Min
-		}
+	for q := range len(info.Ranges) { // retired queues of a resized topic too
+		off := info.Ranges[q].Min
 		for {
 			res, err := c.Pull(ctx, tortureTopic, q, off, 512, 0)
 			if err != nil {

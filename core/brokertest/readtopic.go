@@ -20,7 +20,7 @@ func ReadTopic(ctx context.Context, b core.Broker, topic string) ([]*core.Stored
 		return nil, err
 	}
 	var out []*core.StoredMessage
-	for q := range info.Queues {
+	for q := range len(info.Ranges) { // retired queues of a resized topic too
 		for off := info.Ranges[q].Min; ; {
 			res, err := b.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256})
 			if err != nil {

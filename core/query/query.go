@@ -204,7 +204,7 @@ func byTime(ctx context.Context, b core.Broker, topic string, begin time.Time, m
 	budget := MaxScan
 	perQueue := max + 1
 	truncated := false
-	for q := range info.Queues {
+	for q := range len(info.Ranges) { // retired queues of a resized topic too
 		off, err := b.OffsetAt(ctx, topic, q, begin)
 		if err != nil {
 			return Result{}, err

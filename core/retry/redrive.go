@@ -39,7 +39,7 @@ func (s *Service) Redrive(ctx context.Context, group string, max int) (int, erro
 		return 0, fmt.Errorf("redrive %s: %w", dlq, err)
 	}
 	moved := 0
-	for q := 0; q < info.Queues && moved < max; q++ {
+	for q := 0; q < len(info.Ranges) && moved < max; q++ {
 		n, err := s.redriveQueue(ctx, group, dlq, q, max-moved)
 		moved += n
 		if err != nil {

@@ -125,7 +125,7 @@ func (a *api) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 	}
 	scanned := 0
 	full := func() bool { return len(page.DeadLetters) >= n || scanned >= pageBytes }
-	for qi := startQ; qi < info.Queues; qi++ {
+	for qi := startQ; qi < len(info.Ranges); qi++ {
 		rg := info.Ranges[qi]
 		off := rg.Min
 		if qi == startQ {
@@ -164,7 +164,7 @@ func (a *api) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 		switch {
 		case off < rg.Max:
 			page.Next = fmt.Sprintf("%d:%d", qi, off)
-		case qi+1 < info.Queues:
+		case qi+1 < len(info.Ranges):
 			page.Next = fmt.Sprintf("%d:0", qi+1)
 		}
 		break
