@@ -152,10 +152,14 @@ func (w *worker) run() {
 				// Reassigned (or the coordinator forgot us): a heartbeat now
 				// stops this worker and hands the queue over, instead of
 				// leaving it idle until the next tick.
+				if errors.Is(err, group.ErrUnknownMember) {
+					w.forgetCommitted()
+				}
 				w.p.rebalanceNow()
 				pause(w.ctx, o.HeartbeatInterval/2)
 			default:
 				log.Warn().Err(err).Msg("pull failed")
+				w.forgetCommitted()
 				pause(w.ctx, o.HeartbeatInterval/2)
 			}
 			continue
@@ -219,6 +223,18 @@ func (w *worker) run() {
 		}
 		cancel()
 	}
+}
+
+// forgetCommitted makes the next commit go out even if the watermark did
+// not move: the connection broke or the coordinator forgot this member —
+// the server may have restarted and lost the last commits (they persist at
+// its checkpoint). A queue that takes no new messages would otherwise stay
+// behind there for good, and a resized topic's barrier waiting for it
+// (core.Gate) with it.
+func (w *worker) forgetCommitted() {
+	w.mu.Lock()
+	w.committed = -1
+	w.mu.Unlock()
 }
 
 // maybeCommit commits the watermark if it moved and the commit interval
