@@ -192,8 +192,8 @@ func (o Options) validate() error {
 	if o.MaxPropertiesBytes < 0 || o.MaxPropertiesBytes > 0xFFFF {
 		bad("max properties bytes %d: at most 65535", o.MaxPropertiesBytes)
 	}
-	if o.DefaultQueues < 1 || o.DefaultQueues > maxQueues {
-		bad("default queues %d: want 1 to %d", o.DefaultQueues, maxQueues)
+	if o.DefaultQueues < 1 || o.DefaultQueues > core.MaxQueues {
+		bad("default queues %d: want 1 to %d", o.DefaultQueues, core.MaxQueues)
 	}
 	if o.ConsumeQueueFileEntries < 16 {
 		bad("consume queue file entries %d: at least 16", o.ConsumeQueueFileEntries)
@@ -226,9 +226,6 @@ const DefaultTailCacheBytes = 128 << 20
 // 70–79 % of it and never all of it. Set it to about three quarters of
 // your disk's sequential read rate.
 const DefaultReaderColdReadBytesPerSec = 5 << 28
-
-// maxQueues bounds a topic's queue count.
-const maxQueues = 1024 // core.MaxQueues (kept literal: options.go imports nothing of core)
 
 // DefaultGroupCommitDelay is Options.GroupCommitDelay's default. Measured
 // on the report's latency load (10 publishers, 5,000 QoS 1 msgs/s in all,

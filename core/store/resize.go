@@ -164,20 +164,6 @@ func (s *Store) ResizeTopic(ctx context.Context, name string, queues int) (core.
 	return s.describe(t), nil
 }
 
-// appendableLocked says why nothing may be appended to t now, if anything
-// forbids it; appendMu must be held.
-func (s *Store) appendableLocked(t *topic) error {
-	switch {
-	case s.closing:
-		return core.ErrClosed
-	case s.failErr != nil:
-		return s.failErr
-	case t.deleted:
-		return fmt.Errorf("%w: %q was deleted", core.ErrTopicNotFound, t.name)
-	}
-	return nil
-}
-
 // raiseFormat makes store.meta name at least format f.
 func (s *Store) raiseFormat(f int) error {
 	var meta storeMeta

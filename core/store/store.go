@@ -678,25 +678,17 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 		preps[i] = p
 	}
 	s.appendMu.Lock()
-	if s.closing || s.failErr != nil {
-		err := s.failErr
-		if s.closing {
-			err = core.ErrClosed
+	for i := range preps {
+		if err := s.appendableLocked(preps[i].t); err != nil {
+			s.appendMu.Unlock()
+			return err
 		}
-		s.appendMu.Unlock()
-		return err
 	}
 	now := s.opts.Now().UnixNano()
 	if now <= s.lastStored {
 		now = s.lastStored // store times never go backwards along the log
 	}
 	s.lastStored = now
-	for i := range preps {
-		if preps[i].t.deleted {
-			s.appendMu.Unlock()
-			return fmt.Errorf("%w: %q was deleted", core.ErrTopicNotFound, preps[i].t.name)
-		}
-	}
 	b := s.pend
 	for i := range preps {
 		p := &preps[i]
@@ -755,6 +747,20 @@ func (s *Store) appendAll(msgs []*core.Message, w *waiter, res []core.SendResult
 	select {
 	case s.kick <- struct{}{}:
 	default:
+	}
+	return nil
+}
+
+// appendableLocked says why nothing may be appended to t now, if anything
+// forbids it; appendMu must be held.
+func (s *Store) appendableLocked(t *topic) error {
+	switch {
+	case s.closing:
+		return core.ErrClosed
+	case s.failErr != nil:
+		return s.failErr
+	case t.deleted:
+		return fmt.Errorf("%w: %q was deleted", core.ErrTopicNotFound, t.name)
 	}
 	return nil
 }
