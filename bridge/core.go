@@ -83,21 +83,14 @@ func (e embedded) consumeQueue(ctx context.Context, g *gate.Gate, topic, grp str
 			return false, fmt.Errorf("downlink %s/%d offset: %w", topic, q, err)
 		}
 	}
-	until, err := g.Until(ctx, grp, topic, q, func(p int) (int64, error) { return e.OffsetAt(ctx, topic, p, since) })
-	if err != nil {
-		return false, fmt.Errorf("downlink %s/%d: %w", topic, q, err)
-	}
-	if until >= 0 && off >= until {
-		next[q] = off
-		return false, nil // the other queues of this loop go first: their commits open the barrier
-	}
-	res, err := e.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256, Until: max(until, 0)})
+	res, held, err := g.Read(ctx, grp, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 256},
+		func(p int) (int64, error) { return e.OffsetAt(ctx, topic, p, since) })
 	if err != nil {
 		return false, fmt.Errorf("downlink %s/%d read: %w", topic, q, err)
 	}
-	if stale, err := g.Stale(ctx, topic, res.Epochs); err != nil || stale {
+	if held {
 		next[q] = off
-		return stale, err // resized since the gate looked: read again behind the new barriers
+		return false, nil // the other queues of this loop go first: their commits open the barrier
 	}
 	for _, m := range res.Messages {
 		deliver(ctx, m)

@@ -4,10 +4,10 @@
 // resized costs a map lookup per read and a resized one a few committed
 // offset lookups until its barriers open.
 //
-// A reader asks Until before each read and passes the answer as
-// core.ReadRequest.Until; after the read it hands ReadResult.Epochs to
-// Stale, which refreshes the topic's epochs and says to read again when the
-// engine knew of an epoch the gate did not (the topic was resized since).
+// A reader reads through Read, which asks Until, passes the answer as
+// core.ReadRequest.Until and, when the engine knew of an epoch the gate did
+// not (the topic was resized since), refreshes the topic's epochs and reads
+// again behind them.
 // A group whose offsets move back (a reset) must be forgotten (Forget):
 // barriers seen open are only remembered while offsets move forward.
 //
@@ -95,6 +95,32 @@ func (g *Gate) Until(ctx context.Context, group, topic string, queue int, start 
 		g.mu.Unlock()
 	}
 	return until, nil
+}
+
+// Read reads req for group behind the topic's barriers. held is true, and
+// nothing is read, when the queue's next messages wait at a barrier for
+// the group's commits in other queues. start is as for Until.
+func (g *Gate) Read(ctx context.Context, group string, req core.ReadRequest, start func(queue int) (int64, error)) (res core.ReadResult, held bool, err error) {
+	for {
+		until, err := g.Until(ctx, group, req.Topic, req.Queue, start)
+		if err != nil {
+			return core.ReadResult{}, false, err
+		}
+		if until >= 0 && req.Offset >= until {
+			return core.ReadResult{NextOffset: req.Offset}, true, nil
+		}
+		req.Until = max(until, 0)
+		res, err := g.b.Read(ctx, req)
+		if err != nil {
+			return res, false, err
+		}
+		if stale, err := g.Stale(ctx, req.Topic, res.Epochs); err != nil {
+			return core.ReadResult{}, false, err
+		} else if !stale {
+			return res, false, nil
+		}
+		// Resized since the gate looked: read again behind the new barriers.
+	}
 }
 
 // Stale reports whether a read that saw epochs epochs of topic was read

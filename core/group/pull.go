@@ -97,11 +97,14 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 	}
 	for {
 		arrived := c.b.Arrivals(ref.Topic) // taken before the read, so no arrival is missed
-		until, err := c.gate.Until(ctx, key, ref.Topic, ref.Queue, start)
+		res, held, err := c.gate.Read(ctx, key, core.ReadRequest{Topic: ref.Topic, Queue: ref.Queue, Offset: offset, MaxCount: maxN, Tags: tags, Reader: key}, start)
+		if errors.Is(err, core.ErrTopicNotFound) {
+			res, err = core.ReadResult{NextOffset: offset}, nil
+		}
 		if err != nil {
 			return PullResult{}, fmt.Errorf("pull %s: %w", ref, err)
 		}
-		if until >= 0 && offset >= until {
+		if held {
 			// The queue's next messages are of an epoch whose keys still
 			// have older messages in other queues: wait for the group to
 			// commit those (commits do not signal arrivals: look again
@@ -118,18 +121,6 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 				return PullResult{Offset: offset, NextOffset: offset, Reset: reset}, nil
 			}
 			continue
-		}
-		res, err := c.b.Read(ctx, core.ReadRequest{Topic: ref.Topic, Queue: ref.Queue, Offset: offset, MaxCount: maxN, Tags: tags, Until: max(until, 0), Reader: key})
-		if errors.Is(err, core.ErrTopicNotFound) {
-			res, err = core.ReadResult{NextOffset: offset}, nil
-		}
-		if err != nil {
-			return PullResult{}, fmt.Errorf("pull %s: %w", ref, err)
-		}
-		if stale, err := c.gate.Stale(ctx, ref.Topic, res.Epochs); err != nil {
-			return PullResult{}, fmt.Errorf("pull %s: %w", ref, err)
-		} else if stale {
-			continue // resized since the gate looked: read again behind its new barriers
 		}
 		start := offset
 		if res.Clamped {

@@ -90,12 +90,6 @@ func (s *Service) loadLocked(ctx context.Context, q *queueState) error {
 // message of this Pop yet) the first one is handed out whatever its size.
 func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, invisible time.Duration, rangeMax int64,
 	bytesLeft *int, first bool) ([]Popped, error) {
-	// The barrier is looked at before q is locked: it reads the group's
-	// offsets of other queues, and of q itself.
-	until, err := s.gate.Until(ctx, q.key.group, q.key.topic, q.key.queue, nil)
-	if err != nil {
-		return nil, err
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if err := s.loadLocked(ctx, q); err != nil {
@@ -126,14 +120,11 @@ func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, i
 	if room <= 0 {
 		return out, nil
 	}
-	if until >= 0 && q.cursor >= until {
-		return out, nil // held at an epoch barrier (core.Gate): older queues first
-	}
-	res, err := s.b.Read(ctx, core.ReadRequest{
+	res, held, err := s.gate.Read(ctx, q.key.group, core.ReadRequest{
 		Topic: q.key.topic, Queue: q.key.queue, Offset: q.cursor, MaxCount: min(n, room), Tags: req.Tags,
-		MaxBytes: max(*bytesLeft, 1), Until: max(until, 0),
-		Reader: q.key.group, // a budget wait (cold reads) holds only this queue of this group
-	})
+		MaxBytes: max(*bytesLeft, 1),
+		Reader:   q.key.group, // a budget wait (cold reads) holds only this queue of this group
+	}, nil)
 	if err != nil {
 		var ce *core.CorruptError
 		if errors.As(err, &ce) && ce.QueueOffset >= q.cursor {
@@ -145,8 +136,8 @@ func (s *Service) take(ctx context.Context, q *queueState, req Request, n int, i
 		}
 		return out, fmt.Errorf("read %s/%d at %d: %w", q.key.topic, q.key.queue, q.cursor, err)
 	}
-	if stale, err := s.gate.Stale(ctx, q.key.topic, res.Epochs); err != nil || stale {
-		return out, err // resized since the gate looked: the next pop reads behind its new barriers
+	if held {
+		return out, nil // held at an epoch barrier (core.Gate): older queues first
 	}
 	if res.Clamped && q.cursor < res.Range.Min {
 		s.log.Warn().Str(fieldGroup, q.key.group).Str(fieldTopic, q.key.topic).Int(fieldQueue, q.key.queue).
