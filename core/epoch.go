@@ -59,12 +59,6 @@ func ValidateQueueCount(n int) error {
 	return nil
 }
 
-// QueueOffset names an offset in one queue of a topic.
-type QueueOffset struct {
-	Queue  int
-	Offset int64
-}
-
 // Barrier holds back the messages of a queue at or above At until the
 // queue's epoch Epoch is open for the group.
 type Barrier struct {
