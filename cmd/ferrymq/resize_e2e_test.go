@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,57 +18,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/brokertest"
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/consumer"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 )
-
-// deliveries checks what one consumer group got: every (key, sequence) at
-// least once, and — for an orderly group — no message before an earlier one
-// of its key had been delivered (a redelivery after a crash is a repeat of
-// something already delivered, not a violation).
-type deliveries struct {
-	mu        sync.Mutex
-	next      map[string]int
-	seen      map[string]map[int]bool
-	distinct  int
-	total     int
-	violation string
-}
-
-func newDeliveries() *deliveries {
-	return &deliveries{next: map[string]int{}, seen: map[string]map[int]bool{}}
-}
-
-func (d *deliveries) add(m *core.StoredMessage) {
-	key, seqText, _ := strings.Cut(string(m.Body), "/")
-	seq, _ := strconv.Atoi(seqText)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.total++
-	s := d.seen[key]
-	if s == nil {
-		s = map[int]bool{}
-		d.seen[key] = s
-	}
-	if !s[seq] {
-		d.distinct++
-		s[seq] = true
-	}
-	if seq > d.next[key] && d.violation == "" {
-		d.violation = fmt.Sprintf("key %s: %d delivered before %d (queue %d offset %d)", key, seq, d.next[key], m.Queue, m.QueueOffset)
-	}
-	for s[d.next[key]] {
-		d.next[key]++
-	}
-}
-
-func (d *deliveries) counts() (distinct, total int, violation string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.distinct, d.total, d.violation
-}
 
 // TestBinaryKill9ResizeKeepsKeyOrder is issue #21's test on the real binary
 // (`serve --flush sync`): 1,000 keys produced by 16 producers (each key in
@@ -127,7 +81,7 @@ func runResizeKill9(t *testing.T, serve func() (*process, string)) {
 	_, err = c.CreateTopic(ctx, topic, 8)
 	require.NoError(t, err)
 
-	orderly, concurrent := newDeliveries(), newDeliveries()
+	orderly, concurrent := brokertest.NewKeyOrder(), brokertest.NewKeyOrder()
 	var clog syncBuffer
 	logger := zerolog.New(&clog).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	sub := []group.Subscription{{Topic: topic}}
@@ -148,7 +102,7 @@ func runResizeKill9(t *testing.T, serve func() (*process, string)) {
 		o.PollWait = time.Second
 		o.CommitInterval = 50 * time.Millisecond
 		o.Listener = func(ctx context.Context, m *core.StoredMessage) consumer.Result {
-			d.add(m)
+			d.Add(m)
 			time.Sleep(50 * time.Microsecond) // the scenario: consumers a little behind the producers
 			return consumer.Success
 		}
@@ -250,13 +204,13 @@ func runResizeKill9(t *testing.T, serve func() (*process, string)) {
 		}
 	}()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for name, d := range map[string]*deliveries{"orderly": orderly, "concurrent": concurrent} {
-			distinct, _, _ := d.counts()
+		for name, d := range map[string]*brokertest.KeyOrder{"orderly": orderly, "concurrent": concurrent} {
+			distinct, _, _ := d.Counts()
 			assert.Equal(c, total, distinct, "%s group: distinct acknowledged messages delivered", name)
 		}
 	}, 30*time.Second, 100*time.Millisecond)
-	_, dupO, violation := orderly.counts()
-	_, dupC, _ := concurrent.counts()
+	_, dupO, violation := orderly.Counts()
+	_, dupC, _ := concurrent.Counts()
 	t.Logf("%v: all delivered; deliveries: orderly %d, concurrent %d, for %d messages", time.Since(began), dupO, dupC, total)
 	require.Empty(t, violation, "orderly group: a key out of order")
 
