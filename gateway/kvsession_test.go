@@ -347,8 +347,10 @@ func TestKVNATSUnavailable(t *testing.T) {
 	subscribe3(t, dev, "trackers/3/b", 1, nil)
 	require.Eventually(t, func() bool { return a.Sessions.Stats().WriteErrors["unavailable"] > 0 },
 		10*time.Second, 10*time.Millisecond, "the failed write is counted")
-	require.Contains(t, logs.String(), "session change not stored")
-	require.Contains(t, logs.String(), session.ErrUnavailable.Error())
+	require.Eventually(t, func() bool {
+		l := logs.String()
+		return strings.Contains(l, "session change not stored") && strings.Contains(l, session.ErrUnavailable.Error())
+	}, 10*time.Second, 10*time.Millisecond, "the failed write is logged with its cause")
 
 	publish3(t, dialV3(t, a.TCP, "backend-a"), "trackers/3/b", 1, false, "ping")
 	require.Eventually(t, func() bool { return len(got.get()) == 1 }, 10*time.Second, 10*time.Millisecond)

@@ -129,14 +129,14 @@ func (s *Store) Close() error {
 
 // failed counts and logs a write that did not happen.
 func (s *Store) failed(reason string, err error, id, what string) {
-	s.errMu.Lock()
-	s.writeErrs[reason]++
-	s.errMu.Unlock()
 	ev := s.errLog.Error()
 	if reason == reasonFenced || reason == reasonNotOwner || reason == reasonUnknownSession || reason == reasonClosed {
 		ev = s.errLog.Warn()
 	}
 	ev.Err(err).Str(logClient, id).Str(logRecord, what).Str(logReason, reason).Msg("session change not stored")
+	s.errMu.Lock()
+	s.writeErrs[reason]++
+	s.errMu.Unlock()
 }
 
 // reasonOf classifies a write error.
