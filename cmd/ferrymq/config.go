@@ -32,6 +32,7 @@ import (
 //	  tail_cache_bytes: 134217728            # the newest log bytes in memory; -1: none
 //	  reader_cold_read_bytes_per_sec: 1342177280  # each group's reads from behind it; -1: no bound
 //	  cold_read_bytes_per_sec: 0             # all groups' together; 0: no bound
+//	  cold_read_max_bytes: 262144            # the most one answer returns from behind it; -1: a read's whole 4 MiB
 //	delay: {max_delay: 960h, max_hold: 18h12m16s}
 //	trace: {all: false, topics: [telemetry], node: gw-1, sample: 1.0}
 //	retry: {schedule: [10s, 30s, 1m, …], max_attempts: 16}
@@ -62,6 +63,9 @@ type fileConfig struct {
 		// negative, no bound. ColdReadBytesPerSec: 0 or negative, no bound.
 		ReaderColdReadBytesPerSec int64 `yaml:"reader_cold_read_bytes_per_sec"`
 		ColdReadBytesPerSec       int64 `yaml:"cold_read_bytes_per_sec"`
+		// ColdReadMaxBytes: 0, store.DefaultColdReadMaxBytes; negative,
+		// only a read's own bound.
+		ColdReadMaxBytes int `yaml:"cold_read_max_bytes"`
 	} `yaml:"store"`
 	Delay struct {
 		MaxDelay duration `yaml:"max_delay"`

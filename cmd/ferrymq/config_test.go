@@ -145,6 +145,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"store.tail_cache_bytes", cfg.Store.TailCacheBytes, int64(store.DefaultTailCacheBytes)},
 		{"store.reader_cold_read_bytes_per_sec", cfg.Store.ReaderColdReadBytesPerSec, int64(store.DefaultReaderColdReadBytesPerSec)},
 		{"store.cold_read_bytes_per_sec", cfg.Store.ColdReadBytesPerSec, int64(0)},
+		{"store.cold_read_max_bytes", cfg.Store.ColdReadMaxBytes, store.DefaultColdReadMaxBytes},
 
 		{"delay.max_delay", cfg.Delay.MaxDelay, d("960h")},
 		{"delay.max_hold", cfg.Delay.MaxHold, d("18h12m16s")},
@@ -421,7 +422,7 @@ func TestConfigMaxQueuedMessages(t *testing.T) {
 // options as given (negative: none, no bound); absent, the store's defaults.
 func TestConfigTailCacheAndColdReads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("store: {tail_cache_bytes: -1, reader_cold_read_bytes_per_sec: 52428800, cold_read_bytes_per_sec: 104857600}\n"), 0o644))
+	require.NoError(t, os.WriteFile(path, []byte("store: {tail_cache_bytes: -1, reader_cold_read_bytes_per_sec: 52428800, cold_read_bytes_per_sec: 104857600, cold_read_max_bytes: -1}\n"), 0o644))
 	o := &serveOptions{}
 	cmd := &cobra.Command{Use: "serve"}
 	o.AddFlags(cmd)
@@ -433,6 +434,7 @@ func TestConfigTailCacheAndColdReads(t *testing.T) {
 	require.Equal(t, int64(-1), nopts.Store.TailCacheBytes)
 	require.Equal(t, int64(50<<20), nopts.Store.ReaderColdReadBytesPerSec)
 	require.Equal(t, int64(100<<20), nopts.Store.ColdReadBytesPerSec)
+	require.Equal(t, -1, nopts.Store.ColdReadMaxBytes)
 
 	nopts, err = o.nodeOptions(fileConfig{}, io.Discard)
 	require.NoError(t, err)

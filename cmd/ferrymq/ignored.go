@@ -54,7 +54,7 @@ var modeRules = []ignoredRule{
 		why: "the gateway is named by bridge.node (default the host name) and its process ID"},
 	{modes: []string{modeNATS}, flags: []string{"flush", "segment-bytes"}, keys: []string{"flush", "store.segment_bytes", "store.group_commit_delay"},
 		why: "JetStream streams have no commit-log flush or segments (the NATS servers' sync_interval decides)"},
-	{modes: []string{modeNATS}, keys: []string{"store.tail_cache_bytes", "store.reader_cold_read_bytes_per_sec", "store.cold_read_bytes_per_sec"},
+	{modes: []string{modeNATS}, keys: []string{"store.tail_cache_bytes", "store.reader_cold_read_bytes_per_sec", "store.cold_read_bytes_per_sec", "store.cold_read_max_bytes"},
 		why: "the tail cache and the cold-read budgets are the embedded commit log's"},
 	{modes: []string{modeNATS}, keys: []string{"trace.node"},
 		why: "trace hops name the NATS node (--node, nats.node, bridge.node or the host name)"},

@@ -356,3 +356,35 @@ func TestColdReadOfACutSegmentIsAnError(t *testing.T) {
 	_, err := s.Read(t.Context(), core.ReadRequest{Topic: "cut", Offset: 1})
 	require.ErrorIs(t, err, core.ErrCorrupt)
 }
+
+// TestColdReadMaxBytes: a Read from behind the tail cache returns at most
+// ColdReadMaxBytes (one record always, however large), a Read at the tail
+// its whole MaxBytes; a negative ColdReadMaxBytes leaves only MaxBytes.
+func TestColdReadMaxBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		coldMax int
+		want    int // messages of a cold Read with MaxCount 64
+	}{
+		{"capped", 20 << 10, 5}, // 5 records of 4,000-odd bytes fit in 20 KiB, not 6
+		{"one record always", 100, 1},
+		{"off", -1, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openT(t, "", Options{SegmentBytes: 1 << 20, MaxMessageBytes: 16 << 10, TailCacheBytes: 64 << 10, DefaultQueues: 1,
+				ColdReadMaxBytes: tc.coldMax})
+			body := make([]byte, 4000)
+			for range 200 { // about 800 KiB: the first 180 or so are behind the cache
+				_, err := s.Produce(t.Context(), &core.Message{Topic: "cap", Body: body})
+				require.NoError(t, err)
+			}
+			res, err := s.Read(t.Context(), core.ReadRequest{Topic: "cap", Offset: 0, MaxCount: 64})
+			require.NoError(t, err)
+			require.Len(t, res.Messages, tc.want)
+			require.Equal(t, int64(tc.want), res.NextOffset, "the next Read goes on where this one stopped")
+			res, err = s.Read(t.Context(), core.ReadRequest{Topic: "cap", Offset: 190, MaxCount: 64})
+			require.NoError(t, err)
+			require.Len(t, res.Messages, 10, "the tail is not capped")
+		})
+	}
+}

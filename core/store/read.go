@@ -181,6 +181,17 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 		return res, err
 	}
 	next := off
+	// Records behind the tail cache are cold; a Read returns at most
+	// ColdReadMaxBytes of them.
+	cache := s.cl.cache
+	var coldStart int64
+	coldMax := maxBytes
+	if cache != nil {
+		coldStart = cache.start.Load()
+		if s.opts.ColdReadMaxBytes > 0 {
+			coldMax = min(maxBytes, s.opts.ColdReadMaxBytes)
+		}
+	}
 	for i := 0; i < len(entries)/cqEntryLen; i++ {
 		e := getCQEntry(entries[i*cqEntryLen:])
 		if e.offset+int64(e.size) > limit {
@@ -194,7 +205,7 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 			next++
 			continue
 		}
-		if len(wants) > 0 && total+int(e.size) > maxBytes {
+		if len(wants) > 0 && (total+int(e.size) > maxBytes || e.offset < coldStart && total+int(e.size) > coldMax) {
 			break
 		}
 		wants = append(wants, want{qoff: next, e: e})
@@ -205,12 +216,10 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 	if len(wants) == 0 {
 		return res, nil
 	}
-	// Records behind the tail cache are cold: charged to the reader's
-	// budget first (this Read waits if it is spent), then read with pread.
-	cache := s.cl.cache
-	var coldStart, coldBytes int64
+	// Cold records are charged to the reader's budget first (this Read
+	// waits if it is spent), then read with pread.
+	var coldBytes int64
 	if cache != nil {
-		coldStart = cache.start.Load()
 		for _, w := range wants {
 			if w.e.offset < coldStart {
 				coldBytes += int64(w.e.size)
