@@ -82,6 +82,8 @@ func newMetrics(g *Gateway) *metrics {
 				func() float64 { return float64(st.Stats().TailCacheMisses) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_cold_read_bytes_total", Help: "Bytes consumers read from behind the tail cache (pread, drop-behind, budgeted)."},
 				func() float64 { return float64(st.Stats().ColdReadBytes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_cold_read_direct_bytes_total", Help: "The part of the cold-read bytes read around the page cache (O_DIRECT)."},
+				func() float64 { return float64(st.Stats().ColdReadDirectBytes) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_cold_reads_delayed_total", Help: "Reads that waited for their group's cold-read budget."},
 				func() float64 { return float64(st.Stats().ColdReadDelays) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ferrymq_store_cold_read_delay_seconds_total", Help: "Time reads waited for cold-read budgets."},

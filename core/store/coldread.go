@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -18,9 +19,11 @@ import (
 // Cold reads: what Read serves from behind the tail cache. They bypass the
 // segments' mappings — posix_fadvise(DONTNEED) leaves pages that a process
 // maps, and madvise(DONTNEED) on a shared file mapping only unmaps them
-// from this process, leaving them cached — and read with pread into a
-// buffer of their own, with the kernel told that the segment is read
-// sequentially and used once; after each Read the pages dropBehindLag and
+// from this process, leaving them cached — and read into a buffer of their
+// own: records that fill most of what a read must cover (large ones, or
+// small ones of one queue side by side) directly, around the page cache
+// (O_DIRECT, coldRecords); the others with pread, the kernel told that the
+// segment is read sequentially and used once. After each Read the pages dropBehindLag and
 // more behind what it read leave the page cache (posix_fadvise DONTNEED),
 // so a reader replaying a backlog larger than memory keeps about
 // dropBehindLag of it cached instead of pushing out what everyone else uses
@@ -35,43 +38,130 @@ import (
 // keeps (besides the kernel's readahead).
 const dropBehindLag = 16 << 20
 
-// readCold reads the n bytes at global offset off (within one segment,
-// below limit) with pread, into a new buffer. It holds the log's lock only
-// to find the segment, never during the read: a read from the disk must not
-// keep the writer from rolling or growing a segment. (A segment that
-// retention closes meanwhile fails the read; an os.File outlives its Close
-// until reads in flight return.)
-func (cl *commitLog) readCold(off int64, n int, limit int64) ([]byte, error) {
-	if off < 0 || n < 0 || off+int64(n) > limit {
-		return nil, fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, n, off, limit)
+// coldRun bounds the runs coldRecords reads at once: records of a Read
+// closer than coldRunGap to each other are read together (up to
+// coldRunMax), if they fill at least half of what is read.
+const (
+	coldRunGap = 64 << 10
+	coldRunMax = 1 << 20
+)
+
+// coldExtent is a cold record of a Read: where it is and its size.
+type coldExtent struct {
+	off  int64
+	size int
+}
+
+// coldRecords reads the cold records of one Read, in the order it serves
+// them (ascending offsets, as a queue's are): each call to record returns
+// one, from the run read last if it holds it. A run is a single record
+// read with pread (through the page cache, with the sequential and
+// no-reuse hints and the drop-behind after the Read), or — when records
+// lie close together and fill at least half of their span — one read of
+// the span; where the filesystem allows, a run that fills half of its
+// page-aligned span is read directly (O_DIRECT): no copy through the page
+// cache, nothing evicted, nothing to drop behind. Large records (a
+// backlog of 64 KiB messages) are read that way one by one; small ones
+// interleaved with other queues' go through the page cache, whose
+// readahead the readers of the other queues share.
+type coldRecords struct {
+	cl    *commitLog
+	limit int64
+	exts  []coldExtent
+
+	buf    []byte // the run read last
+	bufOff int64  // the log offset of buf[0]
+
+	// lo and hi bound what the Read went over (-1: nothing yet): after
+	// it, dropBehind drops what lies far enough behind — pages its
+	// buffered reads brought in, and the writer's pages of records a
+	// cold reader has passed (direct reads leave those where they are).
+	lo, hi int64
+	direct int64 // bytes read directly
+}
+
+func newColdRecords(cl *commitLog, limit int64, exts []coldExtent) *coldRecords {
+	return &coldRecords{cl: cl, limit: limit, exts: exts, lo: -1, hi: -1}
+}
+
+// record returns the bytes of exts[k], reading its run if need be.
+func (c *coldRecords) record(k int) ([]byte, error) {
+	e := c.exts[k]
+	end := e.off + int64(e.size)
+	if e.off < 0 || e.size < 0 || end > c.limit {
+		return nil, fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, e.size, e.off, c.limit)
 	}
-	cl.mu.RLock()
-	i := cl.findLocked(off)
+	if c.buf != nil && e.off >= c.bufOff && end <= c.bufOff+int64(len(c.buf)) {
+		return c.buf[e.off-c.bufOff : end-c.bufOff : end-c.bufOff], nil
+	}
+	c.cl.mu.RLock()
+	i := c.cl.findLocked(e.off)
 	if i < 0 {
-		cl.mu.RUnlock()
-		return nil, fmt.Errorf("%w: offset %d not in the log", core.ErrMessageNotFound, off)
+		c.cl.mu.RUnlock()
+		return nil, fmt.Errorf("%w: offset %d not in the log", core.ErrMessageNotFound, e.off)
 	}
-	sg := cl.segs[i]
-	if off+int64(n) > sg.end() {
-		cl.mu.RUnlock()
-		return nil, fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, n, off, segmentName(sg.base))
+	sg := c.cl.segs[i]
+	segEnd := sg.end()
+	c.cl.mu.RUnlock()
+	if end > segEnd {
+		return nil, fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, e.size, e.off, segmentName(sg.base))
 	}
-	cl.mu.RUnlock()
+	// The run: the records after k that are close, in the same segment,
+	// below the limit.
+	useful := int64(e.size)
+	for j := k + 1; j < len(c.exts); j++ {
+		x := c.exts[j]
+		xEnd := x.off + int64(x.size)
+		if x.off < end || x.off-end > coldRunGap || xEnd-e.off > coldRunMax || xEnd > min(segEnd, c.limit) {
+			break
+		}
+		end, useful = xEnd, useful+int64(x.size)
+	}
+	pos, span := e.off-sg.base, end-e.off
+	if d := sg.directFile(c.cl.fs); d != nil {
+		lo := pos &^ (vfs.DirectAlign - 1)
+		hi := min((pos+span+vfs.DirectAlign-1)&^(vfs.DirectAlign-1), (segEnd-sg.base+vfs.DirectAlign-1)&^(vfs.DirectAlign-1))
+		if 2*useful >= hi-lo {
+			buf := vfs.AlignedBuffer(int(hi - lo))
+			k, err := d.ReadAt(buf, lo)
+			if int64(k) >= pos+span-lo { // the file may end in the last block
+				c.buf, c.bufOff = buf[pos-lo:pos-lo+span], e.off
+				c.direct += span
+				c.passed(e.off, end)
+				return c.buf[:e.size:e.size], nil
+			}
+			if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, syscall.EINVAL) {
+				return nil, fmt.Errorf("read segment %s at %d (direct): %w", segmentName(sg.base), lo, err)
+			}
+			// Refused or short: read it through the page cache instead.
+		}
+	}
+	if 2*useful < span {
+		end, span = e.off+int64(e.size), int64(e.size) // sparse: this record alone
+	}
 	if adv, ok := sg.file.(vfs.Advisor); ok && sg.coldHinted.CompareAndSwap(false, true) {
-		// Hints for the file as a whole (its readahead state and its
-		// pages' place in the LRU); only cold reads read through the file.
 		_ = adv.Advise(0, 0, vfs.AdviseSequential)
 		_ = adv.Advise(0, 0, vfs.AdviseNoReuse)
 	}
-	buf := make([]byte, n)
-	k, err := sg.file.ReadAt(buf, off-sg.base)
-	if k == n {
-		return buf, nil
+	buf := make([]byte, span)
+	n, err := sg.file.ReadAt(buf, pos)
+	if int64(n) != span {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read segment %s at %d: %w", segmentName(sg.base), pos, err)
 	}
-	if err == nil || errors.Is(err, io.EOF) {
-		err = io.ErrUnexpectedEOF
+	c.buf, c.bufOff = buf, e.off
+	c.passed(e.off, end)
+	return c.buf[:e.size:e.size], nil
+}
+
+// passed notes that the Read went over [from, to) of the log.
+func (c *coldRecords) passed(from, to int64) {
+	if c.lo < 0 {
+		c.lo = from
 	}
-	return nil, fmt.Errorf("read segment %s at %d: %w", segmentName(sg.base), off-sg.base, err)
+	c.hi = to
 }
 
 // dropBehind advises the kernel to drop the cached pages of the log in

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -386,5 +387,92 @@ func TestColdReadMaxBytes(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, res.Messages, 10, "the tail is not capped")
 		})
+	}
+}
+
+// TestColdReadsDirect, on the real filesystem: large records behind the
+// tail cache are read around the page cache (O_DIRECT) — the bytes are
+// right, at any alignment — and so are dense runs of small ones, while
+// small records interleaved with other queues' go through the page cache.
+// Where the filesystem refuses O_DIRECT the same reads go through the page
+// cache, and the test checks that instead.
+func TestColdReadsDirect(t *testing.T) {
+	dir := t.TempDir()
+	direct := true
+	probe := filepath.Join(dir, "probe")
+	require.NoError(t, os.WriteFile(probe, []byte("x"), 0o644))
+	if f, err := vfs.Default.(vfs.DirectOpener).OpenDirect(probe); err != nil {
+		direct = false
+		t.Logf("the filesystem refuses O_DIRECT (%v): checking the buffered fallback", err)
+	} else {
+		require.NoError(t, f.Close())
+	}
+	s := openT(t, dir, Options{SegmentBytes: 8 << 20, TailCacheBytes: 256 << 10, DefaultQueues: 4, ReaderColdReadBytesPerSec: -1})
+	ctx := t.Context()
+	fill := func(topic string, queues, n, size int) map[int][][]byte {
+		sent := map[int][][]byte{}
+		for i := range n {
+			body := make([]byte, size+i%7) // sizes that move the records off any alignment
+			for j := range body {
+				body[j] = byte(i*31 + j)
+			}
+			res, err := s.Produce(ctx, &core.Message{Topic: topic, ShardingKey: fmt.Sprint(i % queues), Body: body})
+			require.NoError(t, err)
+			sent[res.Queue] = append(sent[res.Queue], body)
+		}
+		return sent
+	}
+	readAll := func(topic string, sent map[int][][]byte) {
+		for q, bodies := range sent {
+			var got [][]byte
+			for off := int64(0); ; {
+				res, err := s.Read(ctx, core.ReadRequest{Topic: topic, Queue: q, Offset: off, MaxCount: 64, Reader: topic})
+				require.NoError(t, err)
+				if len(res.Messages) == 0 {
+					break
+				}
+				for _, m := range res.Messages {
+					got = append(got, m.Body)
+				}
+				off = res.NextOffset
+			}
+			require.Equal(t, len(bodies), len(got), "queue %d", q)
+			for i := range bodies {
+				require.True(t, bytes.Equal(bodies[i], got[i]), "queue %d message %d", q, i)
+			}
+		}
+	}
+	// Small records of 4 queues, side by side in the log: sparse for each
+	// queue's reader, read through the page cache.
+	sent := fill("small", 4, 4000, 900)
+	for range 8 { // push them all behind the tail cache
+		fill("filler", 1, 64, 4000)
+	}
+	before := s.Stats()
+	readAll("small", sent)
+	st := s.Stats()
+	require.Greater(t, st.ColdReadBytes-before.ColdReadBytes, int64(3<<20), "read cold")
+	require.Zero(t, st.ColdReadDirectBytes-before.ColdReadDirectBytes, "sparse small records go through the page cache")
+
+	// Large records of 2 queues, and small ones of 1 queue (dense).
+	large := fill("large", 2, 200, 20<<10)
+	dense := fill("dense", 1, 2000, 900)
+	for range 8 {
+		fill("filler", 1, 64, 4000)
+	}
+	for _, c := range []struct {
+		topic string
+		sent  map[int][][]byte
+	}{{"large", large}, {"dense", dense}} {
+		before := s.Stats()
+		readAll(c.topic, c.sent)
+		st := s.Stats()
+		cold, dir := st.ColdReadBytes-before.ColdReadBytes, st.ColdReadDirectBytes-before.ColdReadDirectBytes
+		require.Greater(t, cold, int64(1<<20), "%s: read cold", c.topic)
+		if direct {
+			require.GreaterOrEqual(t, dir, cold*9/10, "%s: read around the page cache", c.topic)
+		} else {
+			require.Zero(t, dir, "%s: no O_DIRECT here", c.topic)
+		}
 	}
 }

@@ -232,8 +232,24 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 			return res, fmt.Errorf("read %s/%d from %d: waiting for reader %q's cold-read budget: %w", req.Topic, req.Queue, off, req.Reader, err)
 		}
 	}
-	coldLo, coldHi := int64(-1), int64(-1)
+	var cold *coldRecords
+	if coldBytes > 0 {
+		exts := make([]coldExtent, 0, len(wants))
+		for _, w := range wants {
+			if w.e.offset < coldStart {
+				exts = append(exts, coldExtent{w.e.offset, int(w.e.size)})
+			}
+		}
+		cold = newColdRecords(s.cl, limit, exts)
+		defer func() {
+			if cold.lo >= 0 {
+				s.cl.dropBehind(cold.lo, cold.hi-cold.lo)
+			}
+			s.stats.coldDirectBytes.Add(cold.direct)
+		}()
+	}
 	var sinceYield int64
+	k := 0 // the next cold record
 	for _, w := range wants {
 		var m *core.StoredMessage
 		if w.e.size < recordMinLen || int(w.e.size) > recordMaxLen {
@@ -251,15 +267,13 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 			}
 			sinceYield += int64(w.e.size)
 			var rec []byte
-			if rec, err = s.cl.readCold(w.e.offset, int(w.e.size), limit); err == nil {
-				m, err = s.decodeAt(rec, w.e.offset) // m.Body keeps rec: a buffer of its own
+			rec, err = cold.record(k)
+			k++
+			if err == nil {
+				m, err = s.decodeAt(rec, w.e.offset) // m.Body keeps rec: the run's buffer, the Read's own
 				s.cl.misses.Add(1)
 				s.stats.coldReads.Add(1)
 				s.stats.coldBytes.Add(int64(w.e.size))
-				if coldLo < 0 {
-					coldLo = w.e.offset
-				}
-				coldHi = w.e.offset + int64(w.e.size)
 			}
 		} else {
 			err = s.cl.view(w.e.offset, int(w.e.size), limit, func(rec []byte) error {
@@ -288,9 +302,6 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 			continue // a tag-hash collision: the tag itself decides
 		}
 		res.Messages = append(res.Messages, m)
-	}
-	if coldLo >= 0 {
-		s.cl.dropBehind(coldLo, coldHi-coldLo)
 	}
 	return res, nil
 }

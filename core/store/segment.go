@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ferrymq/ferrymq/core/store/vfs"
@@ -33,6 +34,33 @@ type segment struct {
 	// coldHinted is set once the file was given the cold-read hints
 	// (sequential, no reuse).
 	coldHinted atomic.Bool
+
+	// The file opened for direct reads (vfs.DirectOpener), at the first
+	// cold read of a dense run; directMu guards these three.
+	directMu     sync.Mutex
+	direct       vfs.DirectFile
+	directFailed bool // the filesystem refused it: buffered reads only
+	closed       bool
+}
+
+// directFile returns the segment's file for direct reads, opening it on
+// first use; nil when fsys has none, refused one, or the segment closed.
+func (s *segment) directFile(fsys vfs.FS) vfs.DirectFile {
+	d, ok := fsys.(vfs.DirectOpener)
+	if !ok {
+		return nil
+	}
+	s.directMu.Lock()
+	defer s.directMu.Unlock()
+	if s.direct == nil && !s.directFailed && !s.closed {
+		f, err := d.OpenDirect(s.file.Name())
+		if err != nil {
+			s.directFailed = true
+			return nil
+		}
+		s.direct = f
+	}
+	return s.direct
 }
 
 // mapSegment maps s for reading if its file supports it. Failure to map is
@@ -53,6 +81,14 @@ func (s *segment) close() error {
 	if s.mem != nil {
 		_ = vfs.Unmap(s.mem)
 		s.mem = nil
+	}
+	s.directMu.Lock()
+	s.closed = true
+	d := s.direct
+	s.direct = nil
+	s.directMu.Unlock()
+	if d != nil {
+		_ = d.Close()
 	}
 	return s.file.Close()
 }

@@ -104,6 +104,8 @@ type stats struct {
 	fsyncTimes fsyncTimes
 	coldReads  atomic.Int64
 	coldBytes  atomic.Int64
+	// coldDirectBytes: the part of the cold reads read directly (O_DIRECT)
+	coldDirectBytes atomic.Int64
 }
 
 // Stats are counters since Open.
@@ -131,6 +133,9 @@ type Stats struct {
 	// ColdReads and ColdReadBytes count the records Read read from behind
 	// the tail cache (pread, drop-behind, budgeted) and their bytes.
 	ColdReads, ColdReadBytes int64
+	// ColdReadDirectBytes is the part of ColdReadBytes read around the
+	// page cache (O_DIRECT, dense runs of records).
+	ColdReadDirectBytes int64
 	// ColdReadDelays counts the Reads that waited for a cold-read budget;
 	// ColdReadDelay is the time they waited in all.
 	ColdReadDelays int64
@@ -143,7 +148,7 @@ func (s *Store) Stats() Stats {
 	st := Stats{Messages: s.stats.messages.Load(), Fsyncs: s.stats.fsyncs.Load(), WriteCycles: s.stats.cycles.Load(),
 		CommitLogBytes: s.cl.diskBytes(), FsyncCounts: counts, FsyncTime: sum,
 		TailCacheHits: s.cl.hits.Load(), TailCacheMisses: s.cl.misses.Load(),
-		ColdReads: s.stats.coldReads.Load(), ColdReadBytes: s.stats.coldBytes.Load(),
+		ColdReads: s.stats.coldReads.Load(), ColdReadBytes: s.stats.coldBytes.Load(), ColdReadDirectBytes: s.stats.coldDirectBytes.Load(),
 		ColdReadDelays: s.budgets.delayed.Load(), ColdReadDelay: time.Duration(s.budgets.waited.Load())}
 	st.TailCacheBytes = s.tailCacheBytes
 	return st

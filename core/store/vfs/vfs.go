@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -213,4 +214,41 @@ func (f osFile) Advise(off, n int64, advice Advice) error {
 		return &os.PathError{Op: "fadvise", Path: f.File.Name(), Err: aerr}
 	}
 	return nil
+}
+
+// DirectOpener is implemented by filesystems that can open a file for
+// reads that go around the page cache (O_DIRECT): the disk's data lands in
+// the caller's buffer without a copy, and nothing read evicts anything
+// else. The store's cold reads of dense runs use it.
+type DirectOpener interface {
+	// OpenDirect opens name read-only for direct reads. Its ReadAt needs
+	// a buffer, offset and length aligned to DirectAlign (AlignedBuffer
+	// makes one); a filesystem that refuses direct IO fails the open.
+	OpenDirect(name string) (DirectFile, error)
+}
+
+// DirectFile is a file opened by OpenDirect.
+type DirectFile interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// DirectAlign is the alignment direct reads keep: the page size, which
+// covers every logical block size Linux filesystems use.
+const DirectAlign = 4096
+
+func (osFS) OpenDirect(name string) (DirectFile, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// AlignedBuffer returns n bytes whose first byte is at a multiple of
+// DirectAlign in memory.
+func AlignedBuffer(n int) []byte {
+	b := make([]byte, n+DirectAlign)
+	shift := (DirectAlign - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%DirectAlign)) % DirectAlign
+	return b[shift : shift+n : shift+n]
 }
