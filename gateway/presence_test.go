@@ -132,7 +132,7 @@ func TestMetricsScraped(t *testing.T) {
 	require.Contains(t, fams, "ferrymq_store_fsyncs_total")
 	require.Equal(t, float64(store.DefaultTailCacheBytes), value("ferrymq_store_tail_cache_bytes"))
 	for _, name := range []string{"ferrymq_store_tail_cache_hits_total", "ferrymq_store_tail_cache_misses_total",
-		"ferrymq_store_cold_read_bytes_total", "ferrymq_store_cold_reads_delayed_total", "ferrymq_store_cold_read_delay_seconds_total"} {
+		"ferrymq_store_cold_read_bytes_total", "ferrymq_store_cold_read_direct_bytes_total", "ferrymq_store_cold_reads_delayed_total", "ferrymq_store_cold_read_delay_seconds_total"} {
 		require.Contains(t, fams, name)
 	}
 	require.Contains(t, fams, "process_resident_memory_bytes")
