@@ -6,8 +6,12 @@
 #   alone   a tail group consuming RATE msgs/s of SIZE B as they are
 #           produced (`ferrymq bench tail`): p99 from store time to receipt
 #   with    the same, while a new group replays the whole backlog from its
-#           first message (`ferrymq bench tail --backlog`): the tail's p99
-#           again, and the backlog group's rate
+#           first message: the tail's p99 again, and the backlog group's
+#           rate. The replay runs in a process of its own (`ferrymq bench
+#           replay`), as a backlog reader runs on a machine of its own, so
+#           that receiving and decoding the backlog is not work of the tail
+#           client's process; BACKLOG_PROCESS=same runs it in the tail's
+#           (`ferrymq bench tail --backlog`), as before
 #
 # alternating, ROUNDS times, for each server configuration in MODES:
 #   default   the tail cache on (store defaults)
@@ -32,9 +36,12 @@
 # Usage: scripts/bench-isolation.sh
 # Environment (defaults in brackets):
 #   MEM_LIMIT [1G]         the server's memory, page cache included
-#   BACKLOG_BYTES [4G]     backlog size; BACKLOG_SIZE [65536] its message size
+#   BACKLOG_BYTES [8G]     backlog size (it must outlast a window); BACKLOG_SIZE [65536] its message size
 #   RATE [5000] SIZE [1024] the tail's load; DURATION [15s] WARMUP [2s]
 #   ROUNDS [3]             alone/with pairs per mode; MODES ["default nocache"]
+#   BACKLOG_PROCESS [own]  own: the replay in a process of its own; same: in
+#                          the tail bench's process
+#   BACKLOG_NICE [0]       the replay process's niceness (own only)
 #   BUDGET                 store.reader_cold_read_bytes_per_sec for the modes
 #                          that do not set it
 #   DATA                   keep the data directory here (a later run with the
@@ -46,7 +53,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MEM_LIMIT=${MEM_LIMIT:-1G}
-BACKLOG_BYTES=${BACKLOG_BYTES:-4G}
+BACKLOG_BYTES=${BACKLOG_BYTES:-8G}
 BACKLOG_SIZE=${BACKLOG_SIZE:-65536}
 RATE=${RATE:-5000}
 SIZE=${SIZE:-1024}
@@ -54,6 +61,8 @@ DURATION=${DURATION:-15s}
 WARMUP=${WARMUP:-2s}
 ROUNDS=${ROUNDS:-3}
 MODES=${MODES:-default nocache}
+BACKLOG_PROCESS=${BACKLOG_PROCESS:-own}
+BACKLOG_NICE=${BACKLOG_NICE:-0}
 
 bytes() { numfmt --from=iec "$1"; }
 mem=$(bytes "$MEM_LIMIT")
@@ -154,7 +163,7 @@ fi
 
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB," \
 	"disk $(df -h "$work" | awk 'NR==2{print $1}') (sequential read $DISK_READ_MBPS MB/s), $(date -u '+%F %H:%M UTC'), $(go version | awk '{print $3}'), $("$bin" version)"
-echo "memory limit: $how; backlog $BACKLOG_BYTES of $BACKLOG_SIZE B messages; tail $RATE msgs/s of $SIZE B;" \
+echo "memory limit: $how; backlog $BACKLOG_BYTES of $BACKLOG_SIZE B messages, replayed in the $BACKLOG_PROCESS process (nice $BACKLOG_NICE); tail $RATE msgs/s of $SIZE B;" \
 	"windows $DURATION after $WARMUP; $ROUNDS rounds per mode; budget ${BUDGET:-default}"
 
 # --- the server ---------------------------------------------------------------
@@ -231,12 +240,31 @@ run() { # mode round kind [bench tail args…]
 	local f0 r0 h0 m0 c0 d0 t0 row
 	f0=$(majflt) r0=$(readbytes) t0=$(cputicks) h0=$(metric ferrymq_store_tail_cache_hits_total) m0=$(metric ferrymq_store_tail_cache_misses_total)
 	c0=$(metric ferrymq_store_cold_read_bytes_total) d0=$(metric ferrymq_store_cold_reads_delayed_total)
+	local replay_pid='' replay_out=$work/replay-$mode-$round.json replay_err=$work/replay-$mode-$round.txt
+	if [[ $kind == with && $BACKLOG_PROCESS == own ]]; then
+		nice -n "$BACKLOG_NICE" "$bin" bench replay --server "$core_addr" --topic backlog --json >"$replay_out" 2>"$replay_err" &
+		replay_pid=$!
+		for _ in $(seq 300); do
+			grep -q 'first message' "$replay_err" 2>/dev/null && break
+			kill -0 "$replay_pid" 2>/dev/null || { cat "$replay_err" >&2; return 1; }
+			sleep 0.1
+		done
+	elif [[ $kind == with ]]; then
+		set -- "$@" --backlog backlog
+	fi
 	row=$("$bin" bench tail --server "$core_addr" --rate "$RATE" --size "$SIZE" --duration "$DURATION" --warmup "$WARMUP" \
 		--label "$mode $kind" --json "$@" 2>"$work/progress-$mode-$round-$kind.txt")
 	echo "$row" >>"$work/results.jsonl"
+	local backlog=$row # the backlog group's rate and "done": in the tail's row, or the replay's own
+	if [[ -n "$replay_pid" ]]; then
+		kill -INT "$replay_pid" 2>/dev/null || true
+		wait "$replay_pid" || true
+		backlog=$(cat "$replay_out")
+		echo "$backlog" >>"$work/results.jsonl"
+	fi
 	local mb done
-	mb=$(sed -nE 's/.*"mb_per_sec":([0-9.e+-]+).*/\1/p' <<<"$row")
-	done=$(sed -nE 's/.*"done":(true|false).*/\1/p' <<<"$row")
+	mb=$(sed -nE 's/.*"mb_per_sec":([0-9.e+-]+).*/\1/p' <<<"$backlog")
+	done=$(sed -nE 's/.*"done":(true|false).*/\1/p' <<<"$backlog")
 	printf '%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$round" "$kind" \
 		"$(field p50_us "$row")" "$(field p99_us "$row")" "$(field p999_us "$row")" "$(field received "$row")" \
 		"${mb:--}" "${done:--}" "$(($(majflt) - f0))" "$((($(readbytes) - r0) >> 20))" \
@@ -265,7 +293,7 @@ for round in $(seq "$ROUNDS"); do
 	for mode in $MODES; do
 		start_server "$mode"
 		run "$mode" "$round" alone
-		run "$mode" "$round" with --backlog backlog
+		run "$mode" "$round" with
 		stop_server
 	done
 done
@@ -274,12 +302,12 @@ done
 echo
 echo "| mode | round | tail p99 alone | tail p99 with the backlog | ratio | backlog MB/s (% of $DISK_READ_MBPS MB/s) | server major faults alone / with | disk read MiB with | tail-cache hits / misses with | cold MiB, budget waits with | tail consume queues resident | server CPU-s alone / with |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-awk -F'\t' -v disk="$DISK_READ_MBPS" 'NR > 1 {
+awk -F'\t' -v disk="$DISK_READ_MBPS" -v own="$([[ $BACKLOG_PROCESS == own ]] && echo 1)" 'NR > 1 {
 	k = $1 SUBSEP $2
 	if ($3 == "alone") { alone[k] = $5; fa[k] = $10; ca[k] = $17 }
 	else {
 		r = $5 / alone[k]
 		printf "| %s | %s | %.2f ms | %.2f ms | %.2f× | %.0f (%.0f %%)%s | %s / %s | %s | %s / %s | %s, %s | %s %% | %s / %s |\n", $1, $2, alone[k] / 1000, $5 / 1000, r,
-			$8, 100 * $8 / disk, ($9 == "true" ? "" : " (window ended first)"), fa[k], $10, $11, $12, $13, $14, $15, $16, ca[k], $17
+			$8, 100 * $8 / disk, (own ? ($9 == "true" ? " (the backlog ran out inside the window)" : "") : ($9 == "true" ? "" : " (window ended first)")), fa[k], $10, $11, $12, $13, $14, $15, $16, ca[k], $17
 	}
 }' "$results"

@@ -1,6 +1,8 @@
 package corebench_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,3 +59,48 @@ func TestRunTailWithBacklog(t *testing.T) {
 	_, err = corebench.RunTail(t.Context(), corebench.TailOptions{Addr: env.Addr, Topic: "new", BacklogTopic: "missing", Warmup: time.Millisecond})
 	require.ErrorIs(t, err, core.ErrTopicNotFound)
 }
+
+// TestRunReplay: against a real server, a replay receives the whole topic
+// from its first message and says so; cut short by its context, it
+// returns what it had, not an error; an empty or missing topic is refused.
+func TestRunReplay(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	msgs := make([]*core.Message, 100)
+	for i := range msgs {
+		msgs[i] = &core.Message{Topic: "old", Body: make([]byte, 2000)}
+	}
+	for range 30 {
+		_, err := env.Store.ProduceBatch(t.Context(), msgs)
+		require.NoError(t, err)
+	}
+	var started strings.Builder
+	res, err := corebench.RunReplay(t.Context(), corebench.ReplayOptions{Addr: env.Addr, Topic: "old", Consumers: 2, Started: &started})
+	require.NoError(t, err)
+	require.True(t, res.Done)
+	require.Equal(t, int64(3000), res.Total)
+	require.Equal(t, int64(3000), res.Messages)
+	require.Equal(t, int64(3000*2000), res.Bytes)
+	require.Positive(t, res.MBPerSec)
+	require.Contains(t, started.String(), "first message")
+
+	// Interrupted at its first message (the Started line cancels it): the
+	// result so far, no error.
+	ctx, cancel := context.WithCancel(t.Context())
+	res, err = corebench.RunReplay(ctx, corebench.ReplayOptions{Addr: env.Addr, Topic: "old", Started: cancelWriter(cancel)})
+	require.NoError(t, err)
+	require.Positive(t, res.Messages)
+	require.LessOrEqual(t, res.Messages, int64(3000))
+	require.Equal(t, res.Messages*2000, res.Bytes)
+
+	_, err = corebench.RunReplay(t.Context(), corebench.ReplayOptions{Addr: env.Addr, Topic: "missing"})
+	require.ErrorIs(t, err, core.ErrTopicNotFound)
+	_, err = env.Store.CreateTopic(t.Context(), core.TopicConfig{Name: "empty", Queues: 1})
+	require.NoError(t, err)
+	_, err = corebench.RunReplay(t.Context(), corebench.ReplayOptions{Addr: env.Addr, Topic: "empty"})
+	require.ErrorContains(t, err, "is empty")
+}
+
+// cancelWriter cancels at its first write.
+type cancelWriter context.CancelFunc
+
+func (c cancelWriter) Write(p []byte) (int, error) { c(); return len(p), nil }
