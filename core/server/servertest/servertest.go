@@ -59,6 +59,9 @@ type Options struct {
 	// GroupsBroker, when set, is what the group coordinator reads instead
 	// of the store itself (a test wraps the store to count its reads).
 	GroupsBroker func(*store.Store) core.Broker
+	// ServerBroker, when set, wraps what the server's own requests
+	// (produce, read, admin) go to — a test injects faults with it.
+	ServerBroker func(core.Broker) core.Broker
 }
 
 // Start runs a server until the test ends (or Stop).
@@ -120,6 +123,9 @@ func Start(t testing.TB, o Options) *Env {
 	so := o.Server
 	so.Addr, so.Broker, so.Groups, so.Retry, so.Pop, so.Token = o.Addr, ds.Broker(), gc, rs, ps, o.Token
 	so.Delay, so.Txn = ds, ts
+	if o.ServerBroker != nil {
+		so.Broker = o.ServerBroker(so.Broker)
+	}
 	if so.Trace == nil {
 		so.Trace = rec
 	}

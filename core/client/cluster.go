@@ -1,0 +1,372 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// ClusterOptions configure a Cluster. A zero field means its default.
+type ClusterOptions struct {
+	// Addrs are the nodes' core addresses, host:port.
+	Addrs []string
+	// Client configures each node's connection (its Addr is ignored).
+	Client Options
+	// Breaker configures each node's circuit breaker.
+	Breaker BreakerOptions
+	// Attempts bounds the tries of one send, each on a different node
+	// while there are others; default 3.
+	Attempts int
+	// AttemptTimeout bounds one try, so that a node that stalls is left
+	// for another; default 5 s (the send's own context still bounds the
+	// whole).
+	AttemptTimeout time.Duration
+	// OnStateChange, when set, is called at each change of a node's
+	// breaker (besides the log line), on the goroutine that caused it; it
+	// must not block.
+	OnStateChange func(addr string, from, to BreakerState)
+}
+
+// ErrNoNode is returned when no node could take a send in its attempts.
+var ErrNoNode = errors.New("client: no node took the request")
+
+// Cluster sends to several nodes at once, each with its own connection
+// and circuit breaker: a node whose calls fail or time out too often in a
+// window is isolated (its breaker opens) and the others take its traffic;
+// after a pause one call probes it (half-open), and it is readmitted when
+// that call succeeds. A send that fails for a reason another node may not
+// have — the connection lost or refused, the try's timeout, the store
+// failed, the server shutting down or overloaded — is tried again on
+// another node, up to Attempts in all. The caller sees a failure only when
+// every try failed, or one failed for a reason of the message's own (too
+// large, invalid), which no node would take.
+//
+// A message goes to the node its sharding key ranks first (rendezvous
+// hashing over the nodes whose breakers let it through), so a key's
+// messages keep to one node while it is healthy; messages without a key
+// go round the nodes. A try that timed out may still land on its node: a
+// send is at least once, as any retried send.
+//
+// A node that cannot be reached when the Cluster is made is dialled again
+// in the background until it answers (its breaker counts the tries it
+// misses meanwhile); the Cluster needs one node that answers at once.
+type Cluster struct {
+	o     ClusterOptions
+	log   zerolog.Logger
+	nodes []*clusterNode
+	rr    atomic.Uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type clusterNode struct {
+	addr   string
+	br     *breaker
+	c      atomic.Pointer[Client] // nil until the first connection
+	sent   atomic.Int64           // successful tries
+	fail   atomic.Int64           // failed tries
+	opened atomic.Int64           // times its breaker opened
+}
+
+// NodeStatus is a node's breaker and counts, from Cluster.Nodes.
+type NodeStatus struct {
+	Addr      string
+	Connected bool
+	State     BreakerState
+	// WindowCalls and WindowFailures are the breaker's window.
+	WindowCalls, WindowFailures int
+	// Sent and Failed count tries since the Cluster was made; Opened the
+	// times the breaker opened.
+	Sent, Failed, Opened int64
+}
+
+// DialCluster connects to the nodes, each within the client's DialTimeout:
+// it returns once each answered or failed, with an error only if none
+// answered, and keeps dialling those that failed in the background.
+func DialCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
+	if len(o.Addrs) == 0 {
+		return nil, errors.New("client: no node addresses")
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 3
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = 5 * time.Second
+	}
+	co := o.Client.withDefaults()
+	cl := &Cluster{o: o, log: co.Logger.With().Str("component", "client-cluster").Logger()}
+	cl.ctx, cl.cancel = context.WithCancel(context.Background())
+	for _, a := range o.Addrs {
+		cl.nodes = append(cl.nodes, &clusterNode{addr: a, br: newBreaker(o.Breaker, time.Now)})
+	}
+	first := make(chan error, len(cl.nodes)) // each node's first try
+	for _, n := range cl.nodes {
+		cl.wg.Go(func() { cl.dialNode(ctx, n, first) })
+	}
+	var errs []error
+	up := 0
+	for range cl.nodes {
+		if err := <-first; err != nil {
+			errs = append(errs, err)
+		} else {
+			up++
+		}
+	}
+	if up > 0 {
+		return cl, nil
+	}
+	_ = cl.Close()
+	return nil, fmt.Errorf("client: no node answered: %w", errors.Join(errs...))
+}
+
+// dialNode connects n: its first try with ctx (DialCluster's), whose
+// outcome goes to first; after a failure it tries again with backoff
+// until it answers or the Cluster closes.
+func (cl *Cluster) dialNode(ctx context.Context, n *clusterNode, first chan<- error) {
+	o := cl.o.Client
+	o.Addr = n.addr
+	backoff := 50 * time.Millisecond
+	for try := 0; ; try++ {
+		dctx := cl.ctx
+		if try == 0 {
+			dctx = ctx
+		}
+		c, err := Dial(dctx, o)
+		if err == nil {
+			if cl.ctx.Err() != nil { // closed meanwhile
+				_ = c.Close()
+			} else {
+				n.c.Store(c) // before DialCluster hears of it
+			}
+			if try == 0 {
+				first <- nil
+			} else {
+				cl.log.Info().Str("node", n.addr).Msg("node connected")
+			}
+			return
+		}
+		if try == 0 {
+			first <- fmt.Errorf("%s: %w", n.addr, err)
+		}
+		if try == 0 {
+			cl.log.Warn().Err(err).Str("node", n.addr).Msg("node not reachable; dialling it again in the background")
+		}
+		t := time.NewTimer(backoff + time.Duration(rand.Int64N(int64(backoff)/2+1)))
+		select {
+		case <-t.C:
+		case <-cl.ctx.Done():
+			t.Stop()
+			return
+		}
+		backoff = min(2*backoff, o.withDefaults().MaxBackoff)
+	}
+}
+
+// Close closes every node's connection and stops the dialling.
+func (cl *Cluster) Close() error {
+	cl.cancel()
+	cl.wg.Wait()
+	var errs []error
+	for _, n := range cl.nodes {
+		if c := n.c.Swap(nil); c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Nodes reports each node's breaker and counts, in the order of Addrs.
+func (cl *Cluster) Nodes() []NodeStatus {
+	out := make([]NodeStatus, len(cl.nodes))
+	for i, n := range cl.nodes {
+		st, calls, fails := n.br.snapshot()
+		out[i] = NodeStatus{Addr: n.addr, Connected: n.c.Load() != nil, State: st, WindowCalls: calls, WindowFailures: fails,
+			Sent: n.sent.Load(), Failed: n.fail.Load(), Opened: n.opened.Load()}
+	}
+	return out
+}
+
+// Send stores m on a node and returns once it acknowledged it.
+func (cl *Cluster) Send(ctx context.Context, m *core.Message) (core.SendResult, error) {
+	res, err := cl.SendBatch(ctx, []*core.Message{m})
+	if err != nil {
+		return core.SendResult{}, err
+	}
+	return res[0], nil
+}
+
+// SendBatch stores msgs on one node, as one request (at most
+// wire.MaxBatch); the first message's sharding key picks the node.
+func (cl *Cluster) SendBatch(ctx context.Context, msgs []*core.Message) ([]core.SendResult, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	payload, err := wire.EncodeProduce(msgs)
+	if err != nil {
+		return nil, err
+	}
+	order := cl.rank(msgs[0].ShardingKey)
+	tried := make([]bool, len(cl.nodes))
+	var errs []error
+	for attempt := 0; attempt < cl.o.Attempts; attempt++ {
+		n, probe := cl.pick(order, tried)
+		if n == nil {
+			break
+		}
+		tried[slices.Index(cl.nodes, n)] = true
+		b, err := cl.try(ctx, n, probe, payload)
+		if err == nil {
+			return decodeSend(b, msgs)
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+		if ctx.Err() != nil || !nodeFault(err) {
+			return nil, err
+		}
+		if attempt == len(cl.nodes)-1 {
+			clear(tried) // every node had a try: the next ones go round again
+		}
+	}
+	return nil, fmt.Errorf("%w in %d attempts: %w", ErrNoNode, cl.o.Attempts, errors.Join(errs...))
+}
+
+// try sends one produce request to n within the attempt timeout, and
+// records the outcome in n's breaker.
+func (cl *Cluster) try(ctx context.Context, n *clusterNode, probe bool, payload []byte) ([]byte, error) {
+	c := n.c.Load()
+	var b []byte
+	var err error
+	if c == nil {
+		err = fmt.Errorf("%w: not connected yet", ErrConnLost)
+	} else {
+		actx, cancel := context.WithTimeout(ctx, cl.o.AttemptTimeout)
+		b, err = c.call(actx, wire.OpProduce, payload)
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: no answer within %s: %w", ErrAttemptTimeout, cl.o.AttemptTimeout, err)
+		}
+	}
+	ok := err == nil
+	if !ok && !nodeFault(err) {
+		ok = true // the node answered; the request was at fault
+	}
+	if ok {
+		n.sent.Add(1)
+	} else {
+		n.fail.Add(1)
+	}
+	if ctx.Err() == nil || ok {
+		cl.changed(n, n.br.record(ok, probe))
+	}
+	return b, err
+}
+
+// ErrAttemptTimeout is a try that got no answer within
+// ClusterOptions.AttemptTimeout; the request may still take effect.
+var ErrAttemptTimeout = errors.New("client: attempt timed out")
+
+// nodeFault reports whether err is the node's rather than the request's:
+// another node may take the request.
+func nodeFault(err error) bool {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		switch we.Code {
+		case wire.CodeStoreFailed, wire.CodeShuttingDown, wire.CodeOverloaded, wire.CodeTimeout, wire.CodeInternal:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, ErrConnLost) || errors.Is(err, ErrAttemptTimeout) || errors.Is(err, core.ErrStoreFailed)
+}
+
+// rank orders the nodes for key: by rendezvous hash, or from the next in a
+// round when there is no key.
+func (cl *Cluster) rank(key string) []*clusterNode {
+	out := slices.Clone(cl.nodes)
+	if key == "" {
+		start := int(cl.rr.Add(1) % uint64(len(out)))
+		return append(out[start:], out[:start]...)
+	}
+	score := func(n *clusterNode) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(n.addr))
+		h.Write([]byte{0})
+		h.Write([]byte(key))
+		return mix64(h.Sum64())
+	}
+	slices.SortFunc(out, func(a, b *clusterNode) int {
+		sa, sb := score(a), score(b)
+		switch {
+		case sa > sb:
+			return -1
+		case sa < sb:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// mix64 is splitmix64's finalizer: FNV-1a alone leaves scores of names
+// that differ only in their last bytes (ports, device numbers) correlated.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// pick returns the first node in order not yet tried whose breaker lets a
+// call through; if none does, the first untried node all the same (a send
+// with every breaker open still gets its attempts: better a try on an
+// isolated node than no try). probe is the breaker's answer.
+func (cl *Cluster) pick(order []*clusterNode, tried []bool) (*clusterNode, bool) {
+	var fallback *clusterNode
+	for _, n := range order {
+		if tried[slices.Index(cl.nodes, n)] {
+			continue
+		}
+		ok, probe, tr := n.br.allow()
+		cl.changed(n, tr)
+		if ok {
+			return n, probe
+		}
+		if fallback == nil {
+			fallback = n
+		}
+	}
+	return fallback, false
+}
+
+// changed logs and reports a breaker's transition.
+func (cl *Cluster) changed(n *clusterNode, tr *transition) {
+	if tr == nil {
+		return
+	}
+	if tr.to == BreakerOpen {
+		n.opened.Add(1)
+	}
+	st, calls, fails := n.br.snapshot()
+	ev := cl.log.Info()
+	if tr.to == BreakerOpen {
+		ev = cl.log.Warn()
+	}
+	ev.Str("node", n.addr).Str("from", tr.from.String()).Str("to", st.String()).Int("window_calls", calls).
+		Int("window_failures", fails).Msg("node breaker changed")
+	if cl.o.OnStateChange != nil {
+		cl.o.OnStateChange(n.addr, tr.from, tr.to)
+	}
+}
