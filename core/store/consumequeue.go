@@ -141,7 +141,9 @@ func (cq *consumeQueue) fileForLocked(k int64) *cqFile {
 }
 
 // read returns up to n entries from offset k (which must be ≥ min), stopping
-// at max and at the end of a file. It returns the raw entry bytes.
+// at max and at the end of a file; entries not yet written to the file
+// (pend) follow those that are, in one answer. It returns the raw entry
+// bytes.
 func (cq *consumeQueue) read(k int64, n int, buf []byte) ([]byte, error) {
 	limit := cq.max.Load()
 	if k >= limit || n <= 0 {
@@ -161,10 +163,28 @@ func (cq *consumeQueue) read(k int64, n int, buf []byte) ([]byte, error) {
 		buf = append(buf[:0], cq.pend[p:q]...)
 		cq.wmu.Unlock()
 		return buf, nil
-	} else if int64(n) > ps-k {
-		n = int(ps - k)
+	}
+	more := 0 // entries past the file's, to take from pend after it
+	ps := cq.pendStart
+	if int64(n) > ps-k {
+		n, more = int(ps-k), n-int(ps-k)
 	}
 	cq.wmu.Unlock()
+	buf, err := cq.readFile(k, n, buf)
+	if err != nil || more == 0 || len(buf) != n*cqEntryLen {
+		return buf, err // an error, or the file ended first
+	}
+	cq.wmu.Lock()
+	if cq.pendStart == ps { // else pend went to the file meanwhile: a short read
+		buf = append(buf, cq.pend[:min(len(cq.pend), more*cqEntryLen)]...)
+	}
+	cq.wmu.Unlock()
+	return buf, nil
+}
+
+// readFile reads n entries from offset k from the files, stopping at the
+// end of a file.
+func (cq *consumeQueue) readFile(k int64, n int, buf []byte) ([]byte, error) {
 	cq.mu.RLock()
 	defer cq.mu.RUnlock()
 	f := cq.fileForLocked(k)
