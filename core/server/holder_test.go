@@ -84,5 +84,15 @@ func TestWaitingReadHoldsUpOnlyItsGroup(t *testing.T) {
 	_, res := readPull(t, tail, 21)
 	require.Len(t, res.Messages, 1)
 	require.Equal(t, "m0", string(res.Messages[0].Body))
+	// The backlog group's poll, tried on the same arrival by its own
+	// goroutine, reaches its read and waits there (it may get there after
+	// the tail's answer: the goroutines are separate).
+	require.Eventually(t, func() bool { return gs.waiting.Load() == 1 }, 10*time.Second, time.Millisecond,
+		"the backlog group's read is waiting")
+	_, err = env.Store.Produce(t.Context(), coreMsg("iso", "m1"))
+	require.NoError(t, err)
+	_, res = readPull(t, tail, 21)
+	require.Len(t, res.Messages, 1, "the tail group goes on while the backlog group's read waits")
+	require.Equal(t, "m1", string(res.Messages[0].Body))
 	require.Equal(t, int32(1), gs.waiting.Load(), "the backlog group's read is still waiting")
 }
