@@ -110,12 +110,24 @@ func (e embedded) consumeQueue(ctx context.Context, g *gate.Gate, topic, grp str
 // consumer that delivers one message at a time (the node is c's client ID, so each node keeps its own
 // offsets on the server).
 func Remote(c *client.Client, log *zerolog.Logger) Core {
-	return &remote{c: c, p: c.NewProducer(), log: log}
+	return RemoteVia(c, c.NewProducer(), log)
+}
+
+// Sender is what a remote gateway's uplink sends through: a
+// client.Producer (one core server) or a client.Cluster (several, each
+// behind a circuit breaker).
+type Sender interface {
+	SendAsync(ctx context.Context, m *core.Message, done func(core.SendResult, error))
+}
+
+// RemoteVia is Remote with the uplink sent through up.
+func RemoteVia(c *client.Client, up Sender, log *zerolog.Logger) Core {
+	return &remote{c: c, p: up, log: log}
 }
 
 type remote struct {
 	c   *client.Client
-	p   *client.Producer
+	p   Sender
 	log *zerolog.Logger
 }
 

@@ -62,7 +62,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVar(&o.httpAddr, "http", ":18083", "address of the HTTP API (produce, POP consume) and the stats endpoint (/metrics, /stats, /healthz, /readyz)")
 	f.StringVar(&o.mqttAddr, "mqtt", ":1883", "address of the MQTT listener (TCP); empty disables it; without an auth section the default is 127.0.0.1:1883 and an address beyond loopback is refused")
 	f.StringVar(&o.wsAddr, "ws", ":8083", "address of the MQTT WebSocket listener (path /mqtt); empty disables it; without an auth section the default is 127.0.0.1:8083")
-	f.StringVar(&o.remote, "core-remote", "", "run only the MQTT gateway, in front of the core server at this address (no local store; sessions stay in --data)")
+	f.StringVar(&o.remote, "core-remote", "", "run only the MQTT gateway, in front of the core server at this address (no local store; sessions stay in --data); several, comma separated: the uplink goes to all of them, each behind a circuit breaker")
 	f.StringVar(&o.token, "token", "", "token core clients must present (default: none); also read from FERRYMQ_TOKEN")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logPretty, "log-pretty", false, "human-readable logs instead of JSON lines")

@@ -69,16 +69,19 @@ type Cluster struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	mu     sync.Mutex // guards closed and wg.Add after Close
+	closed bool
 	wg     sync.WaitGroup
 }
 
 type clusterNode struct {
 	addr   string
 	br     *breaker
-	c      atomic.Pointer[Client] // nil until the first connection
-	sent   atomic.Int64           // successful tries
-	fail   atomic.Int64           // failed tries
-	opened atomic.Int64           // times its breaker opened
+	c      atomic.Pointer[Client]   // nil until the first connection
+	p      atomic.Pointer[Producer] // c's, for SendAsync (its own retries off: the Cluster retries)
+	sent   atomic.Int64             // successful tries
+	fail   atomic.Int64             // failed tries
+	opened atomic.Int64             // times its breaker opened
 }
 
 // NodeStatus is a node's breaker and counts, from Cluster.Nodes.
@@ -149,6 +152,9 @@ func (cl *Cluster) dialNode(ctx context.Context, n *clusterNode, first chan<- er
 			if cl.ctx.Err() != nil { // closed meanwhile
 				_ = c.Close()
 			} else {
+				p := c.NewProducer()
+				p.Retries = 0
+				n.p.Store(p)
 				n.c.Store(c) // before DialCluster hears of it
 			}
 			if try == 0 {
@@ -175,8 +181,12 @@ func (cl *Cluster) dialNode(ctx context.Context, n *clusterNode, first chan<- er
 	}
 }
 
-// Close closes every node's connection and stops the dialling.
+// Close closes every node's connection and stops the dialling; async
+// sends not yet answered fail with ErrClosed.
 func (cl *Cluster) Close() error {
+	cl.mu.Lock()
+	cl.closed = true
+	cl.mu.Unlock()
 	cl.cancel()
 	cl.wg.Wait()
 	var errs []error
@@ -240,6 +250,109 @@ func (cl *Cluster) SendBatch(ctx context.Context, msgs []*core.Message) ([]core.
 		}
 	}
 	return nil, fmt.Errorf("%w in %d attempts: %w", ErrNoNode, cl.o.Attempts, errors.Join(errs...))
+}
+
+// SendAsync sends m without waiting; done is called once with the
+// outcome, on a client goroutine (it must not block). Each node's sends
+// are its connection's Producer's (coalesced, in call order), so the
+// messages of one key keep their order while its node is healthy; a send
+// tried again on another node may land after later ones. A try that gets
+// no answer within AttemptTimeout is given up (it may still land: at least
+// once) and the send tried elsewhere.
+func (cl *Cluster) SendAsync(ctx context.Context, m *core.Message, done func(core.SendResult, error)) {
+	if _, err := wire.AppendMessage(nil, m); err != nil {
+		done(core.SendResult{}, err)
+		return
+	}
+	a := &asyncSend{cl: cl, ctx: ctx, m: m, done: done, order: cl.rank(m.ShardingKey), tried: make([]bool, len(cl.nodes))}
+	a.next()
+}
+
+// asyncSend is one SendAsync's tries, made one after another.
+type asyncSend struct {
+	cl      *Cluster
+	ctx     context.Context
+	m       *core.Message
+	done    func(core.SendResult, error)
+	order   []*clusterNode
+	tried   []bool
+	attempt int
+	errs    []error
+}
+
+// next makes the next try, or ends the send with the errors so far.
+func (a *asyncSend) next() {
+	cl := a.cl
+	if cl.ctx.Err() != nil {
+		a.done(core.SendResult{}, ErrClosed)
+		return
+	}
+	var n *clusterNode
+	var probe bool
+	if a.attempt < cl.o.Attempts {
+		n, probe = cl.pick(a.order, a.tried)
+	}
+	if n == nil {
+		a.done(core.SendResult{}, fmt.Errorf("%w in %d attempts: %w", ErrNoNode, a.attempt, errors.Join(a.errs...)))
+		return
+	}
+	a.tried[slices.Index(cl.nodes, n)] = true
+	a.attempt++
+	var once atomic.Bool
+	finish := func(res core.SendResult, err error) { // the try's outcome: the answer or the timer, whichever comes first
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		ok := err == nil || !nodeFault(err)
+		if a.ctx.Err() == nil || ok {
+			if ok {
+				n.sent.Add(1)
+			} else {
+				n.fail.Add(1)
+			}
+			cl.changed(n, n.br.record(ok, probe))
+		}
+		if ok || a.ctx.Err() != nil {
+			a.done(res, err)
+			return
+		}
+		a.errs = append(a.errs, fmt.Errorf("%s: %w", n.addr, err))
+		if a.attempt%len(cl.nodes) == 0 {
+			clear(a.tried) // every node had a try: the next ones go round again
+		}
+		// Off the connection's goroutine: a send may wait for room.
+		cl.mu.Lock()
+		if cl.closed {
+			cl.mu.Unlock()
+			a.done(core.SendResult{}, ErrClosed)
+			return
+		}
+		cl.wg.Add(1)
+		cl.mu.Unlock()
+		go func() {
+			defer cl.wg.Done()
+			a.next()
+		}()
+	}
+	p := n.p.Load()
+	if p == nil {
+		finish(core.SendResult{}, fmt.Errorf("%w: not connected yet", ErrConnLost))
+		return
+	}
+	timer := time.AfterFunc(cl.o.AttemptTimeout, func() {
+		finish(core.SendResult{}, fmt.Errorf("%w: no answer within %s", ErrAttemptTimeout, cl.o.AttemptTimeout))
+	})
+	// The node's producer queues the send; while the node stalls its
+	// queue fills, and queuing must not hold the caller past the try.
+	qctx, cancel := context.WithTimeout(a.ctx, cl.o.AttemptTimeout)
+	p.SendAsync(qctx, a.m, func(res core.SendResult, err error) {
+		timer.Stop()
+		cancel()
+		if err != nil && a.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: not queued within %s: %w", ErrAttemptTimeout, cl.o.AttemptTimeout, err)
+		}
+		finish(res, err)
+	})
 }
 
 // try sends one produce request to n within the attempt timeout, and

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,8 +69,9 @@ type Node struct {
 	core        *server.Server
 	bridge      *bridge.Hook
 	gateway     *gateway.Gateway
-	remote      *client.Client // CoreRemote: the core server this gateway fronts
-	token       string         // required by the HTTP API (and the core port)
+	remote      *client.Client  // CoreRemote: the core server this gateway fronts
+	uplink      *client.Cluster // CoreRemote with several addresses: the uplink's sends, a breaker per core node
+	token       string          // required by the HTTP API (and the core port)
 	http        *http.Server
 	httpAddr    net.Addr
 	httpCancel  context.CancelFunc // ends long polls in flight at shutdown
@@ -214,6 +216,21 @@ func (n *Node) startRemote(ctx context.Context) error {
 	// knows would give an "expired" receipt from each node but one.
 	bo := o.Bridge
 	bo.Core, bo.Node, bo.Trace = bridge.Remote(c, n.log), name, n.trace
+	var breakers *breakerCollector
+	if addrs := strings.Split(o.CoreRemote, ","); len(addrs) > 1 {
+		// Uplink to every core node at once, each behind a circuit
+		// breaker (client.Cluster): a node that fails or stalls is left
+		// for the others, and a failed send tried on another.
+		breakers = newBreakerCollector()
+		up, err := client.DialCluster(ctx, client.ClusterOptions{Addrs: addrs,
+			Client:        client.Options{Token: o.Token, ClientID: name + "-uplink", Logger: n.log},
+			OnStateChange: breakers.changed})
+		if err != nil {
+			return fmt.Errorf("core-remote %s: uplink: %w", o.CoreRemote, err)
+		}
+		n.uplink, breakers.cluster = up, up
+		bo.Core = bridge.RemoteVia(c, up, n.log)
+	}
 	if bo.HoldUnknown == 0 {
 		bo.HoldUnknown = -1
 	}
@@ -221,6 +238,9 @@ func (n *Node) startRemote(ctx context.Context) error {
 		return err
 	}
 	n.gateway.Registry().MustRegister(newCoreCollector(nil, nil, n.trace))
+	if breakers != nil {
+		n.gateway.Registry().MustRegister(breakers)
+	}
 	n.log.Info().Str(logCoreRemote, o.CoreRemote).Str(logNode, name).Msg("gateway only")
 	return n.startGateway()
 }
@@ -495,6 +515,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		// closes.
 		errs = append(errs, n.trace.Close())
 		n.trace = nil
+		if n.uplink != nil {
+			errs = append(errs, n.uplink.Close())
+			n.uplink = nil
+		}
 		errs = append(errs, n.remote.Close())
 		n.remote = nil
 	}

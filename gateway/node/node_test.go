@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
+	"github.com/ferrymq/ferrymq/core/server/servertest"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/gateway/node"
@@ -204,4 +206,35 @@ func TestRemoteCoreNode(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	require.Equal(t, "via remote", string(msgs[0].Body))
+}
+
+// A gateway in front of two core nodes (CoreRemote "a,b") sends its uplink
+// through a client.Cluster: the second node's store refuses every write
+// (fault injected in its broker), so its breaker opens, /metrics says so,
+// and every device publish is acknowledged and stored on the first.
+func TestRemoteCoreBreaker(t *testing.T) {
+	core1, err := node.New(t.Context(), options(t), nil)
+	require.NoError(t, err)
+	defer shutdown(t, core1)
+	faults := &servertest.Faults{}
+	faults.Set(servertest.FailProduce)
+	core2 := servertest.Start(t, servertest.Options{ServerBroker: faults.Wrap})
+	o := options(t)
+	o.CoreRemote = core1.CoreAddr().String() + "," + core2.Addr
+	gw, err := node.New(t.Context(), o, nil)
+	require.NoError(t, err)
+	defer shutdown(t, gw)
+
+	for i := range 30 {
+		publish(t, gw.Addr("tcp"), fmt.Sprintf("car-%d", i), fmt.Sprintf("telemetry/car-%d", i), "via the breaker")
+	}
+	for i := range 30 {
+		msgs, err := core1.Store().FindByKey(t.Context(), "telemetry", fmt.Sprintf("car-%d", i), core.KeyQuery{})
+		require.NoError(t, err)
+		require.Len(t, msgs, 1, "car-%d", i)
+	}
+	_, metrics := httpGet(t, gw, "/metrics")
+	require.Contains(t, metrics, fmt.Sprintf(`ferrymq_core_remote_breaker_state{node=%q} 1`, core2.Addr))
+	require.Contains(t, metrics, fmt.Sprintf(`ferrymq_core_remote_breaker_state{node=%q} 0`, core1.CoreAddr().String()))
+	require.Contains(t, metrics, fmt.Sprintf(`ferrymq_core_remote_breaker_changes_total{node=%q,to="open"} 1`, core2.Addr))
 }
