@@ -209,6 +209,28 @@ func (c *Client) maintain() {
 	}
 }
 
+// connected reports whether the client has a live session now (false while
+// it reconnects).
+func (c *Client) connected() bool {
+	c.mu.Lock()
+	ready, s, closed := c.ready, c.sess, c.closed
+	c.mu.Unlock()
+	if closed {
+		return false
+	}
+	select {
+	case <-ready:
+	default:
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // session returns the live session, waiting for a reconnect if needed.
 func (c *Client) session(ctx context.Context) (*session, error) {
 	for {

@@ -86,7 +86,9 @@ type clusterNode struct {
 
 // NodeStatus is a node's breaker and counts, from Cluster.Nodes.
 type NodeStatus struct {
-	Addr      string
+	Addr string
+	// Connected: the node's connection is up now (not while it is first
+	// dialled or reconnects).
 	Connected bool
 	State     BreakerState
 	// WindowCalls and WindowFailures are the breaker's window.
@@ -203,7 +205,8 @@ func (cl *Cluster) Nodes() []NodeStatus {
 	out := make([]NodeStatus, len(cl.nodes))
 	for i, n := range cl.nodes {
 		st, calls, fails := n.br.snapshot()
-		out[i] = NodeStatus{Addr: n.addr, Connected: n.c.Load() != nil, State: st, WindowCalls: calls, WindowFailures: fails,
+		c := n.c.Load()
+		out[i] = NodeStatus{Addr: n.addr, Connected: c != nil && c.connected(), State: st, WindowCalls: calls, WindowFailures: fails,
 			Sent: n.sent.Load(), Failed: n.fail.Load(), Opened: n.opened.Load()}
 	}
 	return out
@@ -335,8 +338,8 @@ func (a *asyncSend) next() {
 		}()
 	}
 	p := n.p.Load()
-	if p == nil {
-		finish(core.SendResult{}, fmt.Errorf("%w: not connected yet", ErrConnLost))
+	if c := n.c.Load(); p == nil || c == nil || !c.connected() {
+		finish(core.SendResult{}, fmt.Errorf("%w: not connected", ErrConnLost))
 		return
 	}
 	timer := time.AfterFunc(cl.o.AttemptTimeout, func() {
@@ -361,8 +364,10 @@ func (cl *Cluster) try(ctx context.Context, n *clusterNode, probe bool, payload 
 	c := n.c.Load()
 	var b []byte
 	var err error
-	if c == nil {
-		err = fmt.Errorf("%w: not connected yet", ErrConnLost)
+	if c == nil || !c.connected() {
+		// Not yet, or reconnecting: another node now, rather than wait
+		// out the try for this one.
+		err = fmt.Errorf("%w: not connected", ErrConnLost)
 	} else {
 		actx, cancel := context.WithTimeout(ctx, cl.o.AttemptTimeout)
 		b, err = c.call(actx, wire.OpProduce, payload)

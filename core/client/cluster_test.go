@@ -291,3 +291,28 @@ func TestClusterSendAsync(t *testing.T) {
 		}
 	}
 }
+
+// A node that goes away under a Cluster is passed over at once while its
+// connection is being re-established: with a try timeout of an hour, sends
+// still complete (on the other node) — a try that waited for the
+// reconnect would hold the test until its deadline.
+func TestClusterNodeGoneIsPassedOver(t *testing.T) {
+	a := servertest.Start(t, servertest.Options{})
+	b := servertest.Start(t, servertest.Options{})
+	cl, err := client.DialCluster(t.Context(), client.ClusterOptions{Addrs: []string{a.Addr, b.Addr},
+		Client: client.Options{MaxBackoff: 50 * time.Millisecond}, AttemptTimeout: time.Hour})
+	require.NoError(t, err)
+	defer cl.Close()
+	b.Stop()
+	require.Eventually(t, func() bool { return !cl.Nodes()[1].Connected || cl.Nodes()[1].Failed > 0 }, 10*time.Second, time.Millisecond)
+	for i := range 40 {
+		_, err := cl.Send(t.Context(), &core.Message{Topic: "t", ShardingKey: fmt.Sprint(i), Body: []byte("x")})
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		cl.SendAsync(t.Context(), &core.Message{Topic: "t", ShardingKey: fmt.Sprint(i), Body: []byte("y")},
+			func(_ core.SendResult, err error) { done <- err })
+		require.NoError(t, <-done)
+	}
+	require.Len(t, stored(t, a, "t"), 40, "every key on the node that stayed")
+	require.Positive(t, cl.Nodes()[1].Failed)
+}
