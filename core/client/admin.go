@@ -159,3 +159,11 @@ func (c *Client) Query(ctx context.Context, req wire.QueryReq) (msgs []*core.Sto
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 	return c.callJSON(ctx, wire.OpTopicDelete, wire.TopicReq{Name: name}, nil)
 }
+
+// Cluster asks the server for the nodes of its cluster and their core
+// addresses (discovery; a lone server names itself).
+func (c *Client) Cluster(ctx context.Context) (wire.ClusterInfo, error) {
+	var out wire.ClusterInfo
+	err := c.callJSON(ctx, wire.OpCluster, struct{}{}, &out)
+	return out, err
+}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,13 @@ type Options struct {
 	// MaxInflight bounds unanswered requests; further calls wait. Default
 	// 256 (the server's default).
 	MaxInflight int
-	Logger      *zerolog.Logger
+	// Discover asks the server for its cluster's nodes (OpCluster) after
+	// each connect and every DiscoverEvery (default 30 s), and adds their
+	// core addresses to those Addr lists for reconnecting: one address is
+	// enough to find the others when its node goes away.
+	Discover      bool
+	DiscoverEvery time.Duration
+	Logger        *zerolog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -79,6 +86,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInflight == 0 {
 		o.MaxInflight = 256
+	}
+	if o.DiscoverEvery <= 0 {
+		o.DiscoverEvery = 30 * time.Second
 	}
 	if o.Logger == nil {
 		l := zerolog.Nop()
@@ -105,8 +115,10 @@ type Client struct {
 	log  zerolog.Logger
 	slot chan struct{} // in-flight bound
 
-	nextID   atomic.Uint64
-	lastAddr atomic.Int32 // index in Options.Addr of the address that answered last
+	nextID     atomic.Uint64
+	lastAddr   atomic.Int32             // index in addrs() of the address that answered last
+	discovered atomic.Pointer[[]string] // core addresses OpCluster named (Options.Discover)
+	reconnects chan struct{}            // a connect happened (Options.Discover looks again)
 
 	mu     sync.Mutex
 	sess   *session
@@ -129,7 +141,8 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		return nil, errors.New("client: no server address")
 	}
 	c := &Client{opts: opts, log: opts.Logger.With().Str("component", "client").Str("server", opts.Addr).Logger(),
-		slot: make(chan struct{}, opts.MaxInflight), ready: make(chan struct{}), txnProducers: map[string]*TransactionProducer{}}
+		slot: make(chan struct{}, opts.MaxInflight), ready: make(chan struct{}), txnProducers: map[string]*TransactionProducer{},
+		reconnects: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	s, err := c.connect(ctx)
 	if err != nil {
@@ -139,6 +152,10 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	c.install(s)
 	c.wg.Add(1)
 	go c.maintain()
+	if opts.Discover {
+		c.wg.Add(1)
+		go c.discover()
+	}
 	return c, nil
 }
 
@@ -168,6 +185,66 @@ func (c *Client) install(s *session) {
 	c.sess = s
 	close(c.ready)
 	c.mu.Unlock()
+	select {
+	case c.reconnects <- struct{}{}:
+	default:
+	}
+}
+
+// discover learns the cluster's core addresses (Options.Discover): at
+// once, after each reconnect and every DiscoverEvery, until Close.
+func (c *Client) discover() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.opts.DiscoverEvery)
+	defer t.Stop()
+	select {
+	case <-c.reconnects: // Dial's own connect: looked at below
+	default:
+	}
+	for {
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.RequestTimeout)
+		info, err := c.Cluster(ctx)
+		cancel()
+		if err == nil {
+			var addrs []string
+			for _, n := range info.Nodes {
+				if n.Core != "" {
+					addrs = append(addrs, n.Core)
+				}
+			}
+			if old := c.discovered.Swap(&addrs); old == nil || !slices.Equal(*old, addrs) {
+				c.log.Info().Strs("nodes", addrs).Msg("cluster discovered")
+			}
+		} else if c.ctx.Err() == nil {
+			c.log.Debug().Err(err).Msg("cluster not discovered (the server may not know OpCluster)")
+		}
+		select {
+		case <-t.C:
+		case <-c.reconnects:
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// Addrs are the addresses the client (re)connects to, in the order it
+// tries them from the first: Options.Addr's, then those discovered
+// (Options.Discover) that it does not list.
+func (c *Client) Addrs() []string { return c.addrs() }
+
+func (c *Client) addrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.opts.Addr, ",") {
+		out = append(out, strings.TrimSpace(a))
+	}
+	if d := c.discovered.Load(); d != nil {
+		for _, a := range *d {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // maintain reconnects whenever the session ends.
@@ -394,7 +471,7 @@ type session struct {
 // dial connects to the first address that answers, starting with the one
 // that answered last.
 func (c *Client) dial(ctx context.Context) (net.Conn, error) {
-	addrs := strings.Split(c.opts.Addr, ",")
+	addrs := c.addrs()
 	d := net.Dialer{Timeout: c.opts.DialTimeout}
 	var errs []error
 	start := int(c.lastAddr.Load())

@@ -289,6 +289,16 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		}
 		return marshal(topicInfo(ctx, o.Broker, info))
 
+	case wire.OpCluster:
+		if o.Cluster == nil {
+			return marshal(wire.ClusterInfo{Nodes: []wire.NodeInfo{{Core: c.s.Addr().String(), Holder: true}}})
+		}
+		info, err := o.Cluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return marshal(info)
+
 	case wire.OpTopicList:
 		list, err := o.Broker.Topics(ctx)
 		if err != nil {

@@ -54,6 +54,10 @@ type Options struct {
 	WriteTimeout time.Duration
 	// MaxWait caps a long poll; default 30 s.
 	MaxWait time.Duration
+	// Cluster, when set, answers OpCluster (discovery): the nodes a client
+	// may connect to. Without it the server names itself alone, at its
+	// listening address.
+	Cluster func(context.Context) (wire.ClusterInfo, error)
 	// Version is reported in OpHello; default "ferrymq".
 	Version string
 	// Trace, when set, records the hops of traced messages produced over

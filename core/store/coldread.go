@@ -123,8 +123,8 @@ func (c *coldRecords) record(k int) ([]byte, error) {
 		hi := min((pos+span+vfs.DirectAlign-1)&^(vfs.DirectAlign-1), (segEnd-sg.base+vfs.DirectAlign-1)&^(vfs.DirectAlign-1))
 		if 2*useful >= hi-lo {
 			buf := vfs.AlignedBuffer(int(hi - lo))
-			k, err := d.ReadAt(buf, lo)
-			if int64(k) >= pos+span-lo { // the file may end in the last block
+			got, err := d.ReadAt(buf, lo)
+			if int64(got) >= pos+span-lo { // the file may end in the last block
 				c.buf, c.bufOff = buf[pos-lo:pos-lo+span], e.off
 				c.direct += span
 				c.passed(e.off, end)

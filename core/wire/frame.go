@@ -46,6 +46,7 @@ const (
 	OpTopicGet    Op = 0x52 // JSON {name} → JSON topic info
 	OpTopicDelete Op = 0x53 // JSON {name} → empty
 	OpTopicResize Op = 0x54 // JSON {name, queues} → JSON topic info
+	OpCluster     Op = 0x55 // JSON {} → JSON cluster info: the nodes and their core addresses (discovery)
 	OpGet         Op = 0x60 // 16-byte message ID → binary messages (one)
 	OpFindByKey   Op = 0x61 // JSON {topic, key, max, begin, end} → binary messages
 	OpCancelDelay Op = 0x62 // JSON {id} → JSON delayed message
@@ -194,7 +195,7 @@ var opNames = map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produc
 	OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpTopicDelete: "topic-delete", OpTopicResize: "topic-resize", OpGet: "get",
 	OpFindByKey: "find-by-key", OpCancelDelay: "cancel-delayed", OpListDelayed: "list-delayed", OpTrace: "trace", OpQuery: "query",
 	OpCheckTxn: "check-transaction", OpTxnHalf: "transaction-half", OpTxnEnd: "transaction-end",
-	OpTxnRegister: "transaction-register", OpTxnList: "transaction-list"}
+	OpTxnRegister: "transaction-register", OpTxnList: "transaction-list", OpCluster: "cluster"}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {

@@ -323,3 +323,21 @@ type QueryReq struct {
 	Max      int       `json:"max,omitempty"`
 	Cursor   string    `json:"cursor,omitempty"`
 }
+
+// ClusterInfo is the answer to OpCluster: the nodes a client may connect
+// to, so that it needs one address to learn them all.
+type ClusterInfo struct {
+	Nodes []NodeInfo `json:"nodes"`
+}
+
+// NodeInfo is one node of a ClusterInfo.
+type NodeInfo struct {
+	// Name is the node's name ("" for a lone server that has none).
+	Name string `json:"name,omitempty"`
+	// Core is the address its core port is reached at, host:port ("" when
+	// it has not listened yet and none is configured).
+	Core string `json:"core,omitempty"`
+	// Holder: it holds the core services (consumer groups, POP, retry,
+	// transactions) now.
+	Holder bool `json:"holder,omitempty"`
+}

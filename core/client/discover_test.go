@@ -1,0 +1,63 @@
+package client_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/client"
+	"github.com/ferrymq/ferrymq/core/server"
+	"github.com/ferrymq/ferrymq/core/server/servertest"
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// A lone server names itself, at its listening address.
+func TestClusterInfoOfALoneServer(t *testing.T) {
+	env := servertest.Start(t, servertest.Options{})
+	c, err := client.Dial(t.Context(), client.Options{Addr: env.Addr})
+	require.NoError(t, err)
+	defer c.Close()
+	info, err := c.Cluster(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, wire.ClusterInfo{Nodes: []wire.NodeInfo{{Core: env.Addr, Holder: true}}}, info)
+}
+
+// A client given one address learns the others from the server's cluster
+// view (Options.Discover) and, when that server goes away, reconnects to
+// one it learned: produces go on. (The cluster view is the test's: two
+// embedded servers do not know of each other; gateway/node tests the
+// view a JetStream cluster gives.)
+func TestDiscoverFindsTheOtherNodes(t *testing.T) {
+	b := servertest.Start(t, servertest.Options{})
+	var aAddr string
+	a := servertest.Start(t, servertest.Options{Server: server.Options{Cluster: func(context.Context) (wire.ClusterInfo, error) {
+		return wire.ClusterInfo{Nodes: []wire.NodeInfo{{Name: "a", Core: aAddr, Holder: true}, {Name: "b", Core: b.Addr}}}, nil
+	}}})
+	aAddr = a.Addr
+
+	c, err := client.Dial(t.Context(), client.Options{Addr: a.Addr, Discover: true, MaxBackoff: 50 * time.Millisecond,
+		DiscoverEvery: 50 * time.Millisecond})
+	require.NoError(t, err)
+	defer c.Close()
+	info, err := c.Cluster(t.Context())
+	require.NoError(t, err)
+	require.Len(t, info.Nodes, 2)
+	require.Eventually(t, func() bool { return slices.Contains(c.Addrs(), b.Addr) }, 10*time.Second, time.Millisecond,
+		"the view is learned in the background")
+	require.Equal(t, a.Addr, c.Addrs()[0], "the given address first")
+
+	a.Stop()
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := c.NewProducer().Send(ctx, &core.Message{Topic: "t", Body: []byte("after")})
+		return err == nil
+	}, 20*time.Second, 10*time.Millisecond, "the client reconnected to the node it learned")
+	res, err := b.Store.Read(t.Context(), core.ReadRequest{Topic: "t", Offset: 0, MaxCount: 10})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Messages, "stored on b")
+}
