@@ -73,7 +73,7 @@ func (o *clientOptions) dial(cmd *cobra.Command) (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 	defer cancel()
 	c, err := client.Dial(ctx, client.Options{Addr: o.server, Token: o.token, DialTimeout: o.timeout,
-		RequestTimeout: o.timeout, Logger: &log})
+		RequestTimeout: o.timeout, Logger: &log, Discover: true}) // one address finds the others
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", o.server, dialCause(err))
 	}

@@ -37,7 +37,7 @@ import (
 //	trace: {all: false, topics: [telemetry], node: gw-1, sample: 1.0}
 //	retry: {schedule: [10s, 30s, 1m, …], max_attempts: 16}
 //	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
-//	core: {addr: ":10911", token: "", max_frame_bytes: 8388608}
+//	core: {addr: ":10911", token: "", max_frame_bytes: 8388608, advertise: ""}
 //	http: {addr: ":18083", max_body_bytes: 8388608}
 //	mqtt: {addr: ":1883", ws: {addr: ":8083", path: /mqtt}, tls: [...], max_queued_messages: 262144, limits…}
 //	bridge: {uplink: [{filter, topic, key, tag}], events_topic: device-events}
@@ -92,6 +92,9 @@ type fileConfig struct {
 		Token string `yaml:"token"`
 		// MaxFrameBytes bounds a wire frame on the core port (0: 8 MiB).
 		MaxFrameBytes int `yaml:"max_frame_bytes"`
+		// Advertise is the address discovery names for the core port
+		// ("": the bound one, the host's name for every interface).
+		Advertise string `yaml:"advertise"`
 	} `yaml:"core"`
 	HTTP struct {
 		Addr string `yaml:"addr"`

@@ -179,6 +179,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"core.addr", cfg.Core.Addr, ":10911"},
 		{"core.token", cfg.Core.Token, ""},
 		{"core.max_frame_bytes", cfg.Core.MaxFrameBytes, wire.DefaultMaxFrame},
+		{"core.advertise", cfg.Core.Advertise, ""},
 		{"http.addr", cfg.HTTP.Addr, ":18083"},
 		{"http.max_body_bytes", cfg.HTTP.MaxBodyBytes, int64(httpapi.DefaultMaxBodyBytes)},
 

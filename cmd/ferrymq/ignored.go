@@ -46,7 +46,7 @@ type ignoredRule struct {
 var modeRules = []ignoredRule{
 	{modes: []string{modeCoreRemote}, flags: []string{"flush", "segment-bytes", "retention"}, keys: []string{"flush", "store"},
 		why: "the gateway has no store: the remote core's settings apply"},
-	{modes: []string{modeCoreRemote}, flags: []string{"core"}, keys: []string{"core.addr", "core.max_frame_bytes", "http.max_body_bytes", "delay", "retry", "transactions"},
+	{modes: []string{modeCoreRemote}, flags: []string{"core"}, keys: []string{"core.addr", "core.max_frame_bytes", "core.advertise", "http.max_body_bytes", "delay", "retry", "transactions"},
 		why: "the core services (the core port, the HTTP produce and consume API) run on the remote core"},
 	{modes: []string{modeCoreRemote}, flags: []string{"engine", "nats"}, keys: []string{"engine", "nats"},
 		why: "the gateway uses no engine of its own: the remote core's applies"},

@@ -328,6 +328,7 @@ func (o *serveOptions) nodeOptions(cfg fileConfig, out io.Writer) (node.Options,
 		Token:      o.token,
 		Core: &node.CoreOptions{
 			Addr:          o.coreAddr,
+			Advertise:     cfg.Core.Advertise,
 			MaxFrameBytes: cfg.Core.MaxFrameBytes,
 			Retry:         retry.Options{MaxAttempts: cfg.Retry.MaxAttempts},
 			Transactions: txn.Options{FirstCheck: time.Duration(cfg.Transactions.FirstCheck), CheckInterval: time.Duration(cfg.Transactions.CheckInterval),

@@ -147,3 +147,36 @@ func (e *Engine) Shared(ctx context.Context, name string, gen func() (string, er
 		// another node was first: read its value
 	}
 }
+
+// SetNodeInfo records what node advertises (for discovery: its core
+// address) in the engine's bucket, replacing what it recorded before.
+// Entries of nodes that are gone stay: readers keep only those of nodes
+// alive (their liveness leases).
+func (e *Engine) SetNodeInfo(ctx context.Context, node string, info []byte) error {
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	if _, err := e.meta.Put(ctx, "nodeinfo."+token(node), info); err != nil {
+		return e.unavailable("node info", err)
+	}
+	return nil
+}
+
+// NodeInfos returns what each node recorded with SetNodeInfo.
+func (e *Engine) NodeInfos(ctx context.Context) ([][]byte, error) {
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	l, err := e.meta.ListKeysFiltered(ctx, "nodeinfo.*")
+	if err != nil {
+		return nil, e.unavailable("list node infos", err)
+	}
+	defer func() { _ = l.Stop() }()
+	var out [][]byte
+	for k := range l.Keys() {
+		ent, err := e.meta.Get(ctx, k)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		out = append(out, ent.Value())
+	}
+	return out, nil
+}

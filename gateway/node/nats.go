@@ -131,6 +131,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 	}); err != nil {
 		return err // it names the step
 	}
+	n.recordNodeInfo(ctx) // the configured core address, for discovery
 	termCtx, stopTerms := context.WithCancel(context.Background())
 	n.terms = make(chan struct{})
 	n.stopTerms = stopTerms

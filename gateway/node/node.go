@@ -69,9 +69,10 @@ type Node struct {
 	core        *server.Server
 	bridge      *bridge.Hook
 	gateway     *gateway.Gateway
-	remote      *client.Client  // CoreRemote: the core server this gateway fronts
-	uplink      *client.Cluster // CoreRemote with several addresses: the uplink's sends, a breaker per core node
-	token       string          // required by the HTTP API (and the core port)
+	remote      *client.Client         // CoreRemote: the core server this gateway fronts
+	coreBound   atomic.Pointer[string] // the core port's bound address, once it listened (discovery)
+	uplink      *client.Cluster        // CoreRemote with several addresses: the uplink's sends, a breaker per core node
+	token       string                 // required by the HTTP API (and the core port)
 	http        *http.Server
 	httpAddr    net.Addr
 	httpCancel  context.CancelFunc // ends long polls in flight at shutdown
@@ -323,7 +324,7 @@ func (n *Node) startCore() error {
 	}
 	n.pop.Start()
 	n.core, err = server.New(server.Options{Addr: co.Addr, MaxFrame: co.MaxFrameBytes, Broker: n.broker, Groups: n.groups, Retry: n.retry, Pop: n.pop,
-		Delay: n.delay, Txn: n.txn, Trace: n.trace,
+		Delay: n.delay, Txn: n.txn, Trace: n.trace, Cluster: n.clusterInfo,
 		Token: n.token, Version: n.version(), Logger: n.log})
 	if err != nil {
 		return fmt.Errorf("core server: %w", err)
@@ -333,6 +334,9 @@ func (n *Node) startCore() error {
 		return fmt.Errorf("core server: %w", err)
 	}
 	n.services.Store(&coreServices{groups: n.groups, retry: n.retry, delay: n.delay})
+	bound := n.core.Addr().String()
+	n.coreBound.Store(&bound)
+	n.recordNodeInfo(context.Background()) // the bound port, for discovery
 	if n.opts.OnCore != nil {
 		n.opts.OnCore(n.core.Addr())
 	}

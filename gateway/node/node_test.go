@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/server/servertest"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/trace"
+	"github.com/ferrymq/ferrymq/core/wire"
 	"github.com/ferrymq/ferrymq/gateway/node"
 	"github.com/ferrymq/ferrymq/session"
 )
@@ -237,4 +239,109 @@ func TestRemoteCoreBreaker(t *testing.T) {
 	require.Contains(t, metrics, fmt.Sprintf(`ferrymq_core_remote_breaker_state{node=%q} 1`, core2.Addr))
 	require.Contains(t, metrics, fmt.Sprintf(`ferrymq_core_remote_breaker_state{node=%q} 0`, core1.CoreAddr().String()))
 	require.Contains(t, metrics, fmt.Sprintf(`ferrymq_core_remote_breaker_changes_total{node=%q,to="open"} 1`, core2.Addr))
+}
+
+// freeAddr is a loopback address with a port nothing listens on now (a
+// node with a fixed core port: discovery names it before it listens).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// Discovery on the JetStream engine: two nodes, the first holding the core
+// lease. A client given only its address learns the second's (wire
+// OpCluster: the live nodes and their advertised core addresses); when the
+// first node stops, the second takes the lease and listens, and the client
+// reconnects there by itself.
+func TestNATSDiscovery(t *testing.T) {
+	ns := natstest.RunServer(t)
+	nodeOpts := func(name string) (node.Options, chan net.Addr) {
+		o := options(t)
+		o.Engine = node.EngineNATS
+		o.NodeName = name
+		o.Core.Addr = freeAddr(t)
+		o.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second}
+		cores := make(chan net.Addr, 4)
+		o.OnCore = func(a net.Addr) { cores <- a }
+		return o, cores
+	}
+	o1, cores1 := nodeOpts("gw-1")
+	n1, err := node.New(t.Context(), o1, nil)
+	require.NoError(t, err)
+	stopped1 := false
+	defer func() {
+		if !stopped1 {
+			shutdown(t, n1)
+		}
+	}()
+	select {
+	case <-cores1:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first node did not take the core lease")
+	}
+	o2, cores2 := nodeOpts("gw-2")
+	n2, err := node.New(t.Context(), o2, nil)
+	require.NoError(t, err)
+	defer shutdown(t, n2)
+
+	c, err := client.Dial(t.Context(), client.Options{Addr: o1.Core.Addr, Discover: true, DiscoverEvery: 100 * time.Millisecond,
+		MaxBackoff: 100 * time.Millisecond})
+	require.NoError(t, err)
+	defer c.Close()
+	var info wire.ClusterInfo
+	require.Eventually(t, func() bool {
+		info, err = c.Cluster(t.Context())
+		return err == nil && len(info.Nodes) == 2
+	}, 10*time.Second, 20*time.Millisecond, "both nodes named")
+	require.Equal(t, []wire.NodeInfo{{Name: "gw-1", Core: o1.Core.Addr, Holder: true}, {Name: "gw-2", Core: o2.Core.Addr}}, info.Nodes)
+	require.Eventually(t, func() bool { return slices.Contains(c.Addrs(), o2.Core.Addr) }, 10*time.Second, 10*time.Millisecond)
+
+	shutdown(t, n1)
+	stopped1 = true
+	select {
+	case <-cores2:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second node did not take the core lease")
+	}
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := c.NewProducer().Send(ctx, &core.Message{Topic: "after-failover", ShardingKey: "car-1", Body: []byte("x")})
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "the client found the new holder by the address it learned")
+	msgs, err := n2.Broker().FindByKey(t.Context(), "after-failover", "car-1", core.KeyQuery{})
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+}
+
+// Discovery on the embedded engine: the node names itself, at the address
+// it advertises (core.advertise when set).
+func TestEmbeddedDiscovery(t *testing.T) {
+	o := options(t)
+	o.NodeName = "solo"
+	n, err := node.New(t.Context(), o, nil)
+	require.NoError(t, err)
+	defer shutdown(t, n)
+	c, err := client.Dial(t.Context(), client.Options{Addr: n.CoreAddr().String()})
+	require.NoError(t, err)
+	defer c.Close()
+	info, err := c.Cluster(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []wire.NodeInfo{{Name: "solo", Core: n.CoreAddr().String(), Holder: true}}, info.Nodes)
+
+	o = options(t)
+	o.Core.Advertise = "core.example.test:10911"
+	n2, err := node.New(t.Context(), o, nil)
+	require.NoError(t, err)
+	defer shutdown(t, n2)
+	c2, err := client.Dial(t.Context(), client.Options{Addr: n2.CoreAddr().String()})
+	require.NoError(t, err)
+	defer c2.Close()
+	info, err = c2.Cluster(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, "core.example.test:10911", info.Nodes[0].Core)
 }

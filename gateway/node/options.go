@@ -142,6 +142,10 @@ type Options struct {
 type CoreOptions struct {
 	// Addr is the core wire protocol's TCP address. Required.
 	Addr string
+	// Advertise is the address clients reach the core port at, named to
+	// them by discovery (wire OpCluster); default the bound address, with
+	// the host's name when it binds every interface.
+	Advertise string
 	// MaxFrameBytes bounds a frame on the core port both ways (announced
 	// to clients); 0: wire.DefaultMaxFrame (8 MiB).
 	MaxFrameBytes int

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ferrymq/ferrymq/core/wire"
+)
+
+// Discovery (wire OpCluster): the core port names the nodes a client may
+// connect to. The embedded engine is one node. With the JetStream engine
+// every node records its advertised core address in the engine's bucket
+// (at start, and again when it starts the core services and knows the
+// port it bound), and the core port — the lease holder's — names the
+// nodes whose liveness leases are alive, with their recorded addresses:
+// a client given one address learns where to go when its node goes away.
+
+// nodeInfo is what a node records for discovery.
+type nodeInfo struct {
+	Name string `json:"name"`
+	Core string `json:"core,omitempty"`
+}
+
+// advertised is the address clients reach this node's core port at:
+// Core.Advertise, else the bound address (the configured one before the
+// core port listens), with the host's name for an address that binds
+// every interface; "" while the port is not known (":0" before it
+// listens).
+func (n *Node) advertised() string {
+	co := n.opts.Core
+	if co == nil {
+		return ""
+	}
+	if co.Advertise != "" {
+		return co.Advertise
+	}
+	addr := co.Addr
+	if b := n.coreBound.Load(); b != nil {
+		addr = *b
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "0" || port == "" {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return ""
+		}
+		host = h
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// recordNodeInfo writes this node's nodeInfo to the engine's bucket
+// (JetStream engine only); failures are logged, discovery is best effort.
+func (n *Node) recordNodeInfo(ctx context.Context) {
+	if n.engine == nil {
+		return
+	}
+	b, err := json.Marshal(nodeInfo{Name: n.nodeName, Core: n.advertised()})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := n.engine.SetNodeInfo(ctx, n.nodeName, b); err != nil {
+		n.log.Warn().Err(err).Msg("node info for discovery not recorded")
+	}
+}
+
+// clusterInfo answers OpCluster.
+func (n *Node) clusterInfo(ctx context.Context) (wire.ClusterInfo, error) {
+	self := wire.NodeInfo{Name: n.nodeName, Core: n.advertised(), Holder: true}
+	if n.engine == nil {
+		return wire.ClusterInfo{Nodes: []wire.NodeInfo{self}}, nil
+	}
+	holders, err := n.engine.Holders(ctx, "", "node.")
+	if err != nil {
+		return wire.ClusterInfo{}, err
+	}
+	alive := map[string]bool{}
+	for _, h := range holders {
+		alive[h] = true
+	}
+	raws, err := n.engine.NodeInfos(ctx)
+	if err != nil {
+		return wire.ClusterInfo{}, err
+	}
+	out := wire.ClusterInfo{Nodes: []wire.NodeInfo{self}}
+	for _, raw := range raws {
+		var ni nodeInfo
+		if json.Unmarshal(raw, &ni) != nil || ni.Name == n.nodeName || !alive[ni.Name] {
+			continue
+		}
+		out.Nodes = append(out.Nodes, wire.NodeInfo{Name: ni.Name, Core: ni.Core})
+	}
+	slices.SortFunc(out.Nodes[1:], func(a, b wire.NodeInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
