@@ -36,6 +36,11 @@ type ClusterOptions struct {
 	// breaker (besides the log line), on the goroutine that caused it; it
 	// must not block.
 	OnStateChange func(addr string, from, to BreakerState)
+	// Discover asks a connected node for its cluster's nodes (wire
+	// CLUSTER) at once and every Client.DiscoverEvery (default 30 s), and
+	// adds those it does not know, each with a connection and a breaker of
+	// its own: Addrs may then name one node.
+	Discover bool
 }
 
 // ErrNoNode is returned when no node could take a send in its attempts.
@@ -64,7 +69,7 @@ var ErrNoNode = errors.New("client: no node took the request")
 type Cluster struct {
 	o     ClusterOptions
 	log   zerolog.Logger
-	nodes []*clusterNode
+	nodes atomic.Pointer[[]*clusterNode] // copied on write: discovery adds nodes
 	rr    atomic.Uint64
 
 	ctx    context.Context
@@ -114,16 +119,18 @@ func DialCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	co := o.Client.withDefaults()
 	cl := &Cluster{o: o, log: co.Logger.With().Str("component", "client-cluster").Logger()}
 	cl.ctx, cl.cancel = context.WithCancel(context.Background())
+	var nodes []*clusterNode
 	for _, a := range o.Addrs {
-		cl.nodes = append(cl.nodes, &clusterNode{addr: a, br: newBreaker(o.Breaker, time.Now)})
+		nodes = append(nodes, &clusterNode{addr: a, br: newBreaker(o.Breaker, time.Now)})
 	}
-	first := make(chan error, len(cl.nodes)) // each node's first try
-	for _, n := range cl.nodes {
+	cl.nodes.Store(&nodes)
+	first := make(chan error, len(nodes)) // each node's first try
+	for _, n := range nodes {
 		cl.wg.Go(func() { cl.dialNode(ctx, n, first) })
 	}
 	var errs []error
 	up := 0
-	for range cl.nodes {
+	for range nodes {
 		if err := <-first; err != nil {
 			errs = append(errs, err)
 		} else {
@@ -131,6 +138,9 @@ func DialCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		}
 	}
 	if up > 0 {
+		if o.Discover {
+			cl.wg.Go(cl.discover)
+		}
 		return cl, nil
 	}
 	_ = cl.Close()
@@ -183,6 +193,61 @@ func (cl *Cluster) dialNode(ctx context.Context, n *clusterNode, first chan<- er
 	}
 }
 
+// list is the nodes now.
+func (cl *Cluster) list() []*clusterNode { return *cl.nodes.Load() }
+
+// discover adds the nodes a connected node names (ClusterOptions.Discover)
+// until the Cluster closes.
+func (cl *Cluster) discover() {
+	every := cl.o.Client.withDefaults().DiscoverEvery
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		for _, n := range cl.list() {
+			c := n.c.Load()
+			if c == nil || !c.connected() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(cl.ctx, cl.o.AttemptTimeout)
+			info, err := c.Cluster(ctx)
+			cancel()
+			if err != nil {
+				cl.log.Debug().Err(err).Str("node", n.addr).Msg("cluster not discovered")
+				continue
+			}
+			for _, ni := range info.Nodes {
+				if ni.Core != "" {
+					cl.add(ni.Core)
+				}
+			}
+			break
+		}
+		select {
+		case <-t.C:
+		case <-cl.ctx.Done():
+			return
+		}
+	}
+}
+
+// add makes a node for addr unless there is one, and dials it.
+func (cl *Cluster) add(addr string) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.closed {
+		return
+	}
+	old := cl.list()
+	if slices.ContainsFunc(old, func(n *clusterNode) bool { return n.addr == addr }) {
+		return
+	}
+	n := &clusterNode{addr: addr, br: newBreaker(cl.o.Breaker, time.Now)}
+	nodes := append(slices.Clone(old), n)
+	cl.nodes.Store(&nodes)
+	cl.log.Info().Str("node", addr).Msg("node discovered")
+	cl.wg.Go(func() { cl.dialNode(cl.ctx, n, make(chan error, 1)) })
+}
+
 // Close closes every node's connection and stops the dialling; async
 // sends not yet answered fail with ErrClosed.
 func (cl *Cluster) Close() error {
@@ -192,7 +257,7 @@ func (cl *Cluster) Close() error {
 	cl.cancel()
 	cl.wg.Wait()
 	var errs []error
-	for _, n := range cl.nodes {
+	for _, n := range cl.list() {
 		if c := n.c.Swap(nil); c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -202,8 +267,9 @@ func (cl *Cluster) Close() error {
 
 // Nodes reports each node's breaker and counts, in the order of Addrs.
 func (cl *Cluster) Nodes() []NodeStatus {
-	out := make([]NodeStatus, len(cl.nodes))
-	for i, n := range cl.nodes {
+	nodes := cl.list()
+	out := make([]NodeStatus, len(nodes))
+	for i, n := range nodes {
 		st, calls, fails := n.br.snapshot()
 		c := n.c.Load()
 		out[i] = NodeStatus{Addr: n.addr, Connected: c != nil && c.connected(), State: st, WindowCalls: calls, WindowFailures: fails,
@@ -232,14 +298,14 @@ func (cl *Cluster) SendBatch(ctx context.Context, msgs []*core.Message) ([]core.
 		return nil, err
 	}
 	order := cl.rank(msgs[0].ShardingKey)
-	tried := make([]bool, len(cl.nodes))
+	tried := map[*clusterNode]bool{}
 	var errs []error
 	for attempt := 0; attempt < cl.o.Attempts; attempt++ {
 		n, probe := cl.pick(order, tried)
 		if n == nil {
 			break
 		}
-		tried[slices.Index(cl.nodes, n)] = true
+		tried[n] = true
 		b, err := cl.try(ctx, n, probe, payload)
 		if err == nil {
 			return decodeSend(b, msgs)
@@ -248,7 +314,7 @@ func (cl *Cluster) SendBatch(ctx context.Context, msgs []*core.Message) ([]core.
 		if ctx.Err() != nil || !nodeFault(err) {
 			return nil, err
 		}
-		if attempt == len(cl.nodes)-1 {
+		if len(tried) == len(order) {
 			clear(tried) // every node had a try: the next ones go round again
 		}
 	}
@@ -267,7 +333,7 @@ func (cl *Cluster) SendAsync(ctx context.Context, m *core.Message, done func(cor
 		done(core.SendResult{}, err)
 		return
 	}
-	a := &asyncSend{cl: cl, ctx: ctx, m: m, done: done, order: cl.rank(m.ShardingKey), tried: make([]bool, len(cl.nodes))}
+	a := &asyncSend{cl: cl, ctx: ctx, m: m, done: done, order: cl.rank(m.ShardingKey), tried: map[*clusterNode]bool{}}
 	a.next()
 }
 
@@ -278,7 +344,7 @@ type asyncSend struct {
 	m       *core.Message
 	done    func(core.SendResult, error)
 	order   []*clusterNode
-	tried   []bool
+	tried   map[*clusterNode]bool
 	attempt int
 	errs    []error
 }
@@ -299,7 +365,7 @@ func (a *asyncSend) next() {
 		a.done(core.SendResult{}, fmt.Errorf("%w in %d attempts: %w", ErrNoNode, a.attempt, errors.Join(a.errs...)))
 		return
 	}
-	a.tried[slices.Index(cl.nodes, n)] = true
+	a.tried[n] = true
 	a.attempt++
 	var once atomic.Bool
 	finish := func(res core.SendResult, err error) { // the try's outcome: the answer or the timer, whichever comes first
@@ -320,7 +386,7 @@ func (a *asyncSend) next() {
 			return
 		}
 		a.errs = append(a.errs, fmt.Errorf("%s: %w", n.addr, err))
-		if a.attempt%len(cl.nodes) == 0 {
+		if len(a.tried) == len(a.order) {
 			clear(a.tried) // every node had a try: the next ones go round again
 		}
 		// Off the connection's goroutine: a send may wait for room.
@@ -412,7 +478,7 @@ func nodeFault(err error) bool {
 // rank orders the nodes for key: by rendezvous hash, or from the next in a
 // round when there is no key.
 func (cl *Cluster) rank(key string) []*clusterNode {
-	out := slices.Clone(cl.nodes)
+	out := slices.Clone(cl.list())
 	if key == "" {
 		start := int(cl.rr.Add(1) % uint64(len(out)))
 		return append(out[start:], out[:start]...)
@@ -451,10 +517,10 @@ func mix64(x uint64) uint64 {
 // call through; if none does, the first untried node all the same (a send
 // with every breaker open still gets its attempts: better a try on an
 // isolated node than no try). probe is the breaker's answer.
-func (cl *Cluster) pick(order []*clusterNode, tried []bool) (*clusterNode, bool) {
+func (cl *Cluster) pick(order []*clusterNode, tried map[*clusterNode]bool) (*clusterNode, bool) {
 	var fallback *clusterNode
 	for _, n := range order {
-		if tried[slices.Index(cl.nodes, n)] {
+		if tried[n] {
 			continue
 		}
 		ok, probe, tr := n.br.allow()

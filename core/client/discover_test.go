@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -60,4 +61,28 @@ func TestDiscoverFindsTheOtherNodes(t *testing.T) {
 	res, err := b.Store.Read(t.Context(), core.ReadRequest{Topic: "t", Offset: 0, MaxCount: 10})
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Messages, "stored on b")
+}
+
+// A Cluster given one address with Discover adds the nodes it names, each
+// with a connection and a breaker, and sends to them.
+func TestClusterDiscover(t *testing.T) {
+	b := servertest.Start(t, servertest.Options{})
+	var aAddr string
+	a := servertest.Start(t, servertest.Options{Server: server.Options{Cluster: func(context.Context) (wire.ClusterInfo, error) {
+		return wire.ClusterInfo{Nodes: []wire.NodeInfo{{Name: "a", Core: aAddr, Holder: true}, {Name: "b", Core: b.Addr}}}, nil
+	}}})
+	aAddr = a.Addr
+	cl, err := client.DialCluster(t.Context(), client.ClusterOptions{Addrs: []string{a.Addr}, Discover: true,
+		Client: client.Options{DiscoverEvery: 50 * time.Millisecond}})
+	require.NoError(t, err)
+	defer cl.Close()
+	require.Eventually(t, func() bool {
+		nodes := cl.Nodes()
+		return len(nodes) == 2 && nodes[1].Addr == b.Addr && nodes[1].Connected
+	}, 10*time.Second, 5*time.Millisecond, "b discovered and connected")
+	for i := range 40 {
+		_, err := cl.Send(t.Context(), &core.Message{Topic: "t", ShardingKey: fmt.Sprint(i), Body: []byte("x")})
+		require.NoError(t, err)
+	}
+	require.Positive(t, cl.Nodes()[1].Sent, "the discovered node takes its keys")
 }
