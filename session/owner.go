@@ -354,7 +354,7 @@ func (k *kvBackend) owners(ctx context.Context, keep func(owner) bool) ([]jetstr
 // with a revision check (one claimed elsewhere meanwhile stays there), and
 // loads them. Those that were connected when their node stopped are
 // written as offline from now. failed names the log line of one not taken.
-func (k *kvBackend) takeOver(ctx context.Context, entries []jetstream.KeyValueEntry, failed string) []engine.StoredSession {
+func (k *kvBackend) takeOver(ctx context.Context, entries []jetstream.KeyValueEntry, failed string, install func(*engine.StoredSession)) []engine.StoredSession {
 	s := k.s
 	var out []engine.StoredSession
 	for _, cur := range entries {
@@ -362,23 +362,31 @@ func (k *kvBackend) takeOver(ctx context.Context, entries []jetstream.KeyValueEn
 		if err != nil {
 			continue
 		}
-		st, err := k.takeOne(ctx, o.id, cur)
+		st, err := k.takeOne(ctx, o.id, cur, func(st *engine.StoredSession) {
+			if st.Offline.IsZero() {
+				s.SaveOffline(o.id, time.Now())
+			}
+			if install != nil {
+				install(st)
+			}
+		})
 		switch {
 		case errors.Is(err, ErrFenced):
 			s.log.Debug().Err(err).Str(logClient, o.id).Str(logNode, o.node).Msg(failed)
 		case err != nil:
 			s.log.Warn().Err(err).Str(logClient, o.id).Str(logNode, o.node).Msg(failed)
 		case st != nil:
-			if st.Offline.IsZero() {
-				s.SaveOffline(o.id, time.Now())
-			}
 			out = append(out, *st)
 		}
 	}
 	return out
 }
 
-func (k *kvBackend) takeOne(ctx context.Context, id string, cur jetstream.KeyValueEntry) (*engine.StoredSession, error) {
+// takeOne claims session id from the owner record cur and loads it; then,
+// when there is a session, runs under the client's claim lock — so a
+// CONNECT of that client (Claim) finds the session either not held here
+// or held and installed by then, never held and not yet installed.
+func (k *kvBackend) takeOne(ctx context.Context, id string, cur jetstream.KeyValueEntry, then func(*engine.StoredSession)) (*engine.StoredSession, error) {
 	s := k.s
 	lk := k.claims.of(id)
 	lk.Lock()
@@ -396,6 +404,9 @@ func (k *kvBackend) takeOne(ctx context.Context, id string, cur jetstream.KeyVal
 		k.releaseLocked(id) // no client record: nothing to take
 		s.mu.Unlock()
 	}
+	if err == nil && st != nil {
+		then(st)
+	}
 	return st, err
 }
 
@@ -410,7 +421,7 @@ func (k *kvBackend) load() ([]engine.StoredSession, []*engine.Message, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("session: read owner records: %w", err)
 	}
-	sessions := k.takeOver(ctx, mine, "session this node owned not taken back")
+	sessions := k.takeOver(ctx, mine, "session this node owned not taken back", nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	retained := make([]*engine.Message, 0, len(k.initial))
@@ -444,10 +455,12 @@ func (s *Store) AdoptGone(ctx context.Context, alive func(node string) bool) (in
 	if err != nil {
 		return 0, fmt.Errorf("session: adopt sessions of gone nodes: %w", err)
 	}
-	sessions := k.takeOver(ctx, theirs, "session of a gone node not adopted")
-	for i := range sessions {
-		e.Adopt(&sessions[i])
-	}
+	// Each installed as it is claimed, under its claim lock: a device that
+	// reconnects here meanwhile must not find its session held by this
+	// node and not yet in the engine — it would get a new session, which
+	// the adoption then replaced, disconnecting it (its unacknowledged
+	// commands resent to nobody).
+	sessions := k.takeOver(ctx, theirs, "session of a gone node not adopted", e.Adopt)
 	if len(theirs) > 0 {
 		s.log.Info().Int("sessions", len(sessions)).Int("owned_by_gone_nodes", len(theirs)).Msg("sessions of gone nodes adopted")
 	}
