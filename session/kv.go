@@ -137,6 +137,10 @@ const (
 // bucket when the write lands; a write that fails is counted and logged,
 // not retried — the bucket misses that change, the node's memory has it.
 type kvBackend struct {
+	// afterClaim, set by tests only, runs in an adoption after a session
+	// was claimed and loaded, before it is installed, under its claim lock.
+	afterClaim func(id string)
+
 	s        *Store
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue

@@ -293,3 +293,51 @@ func TestKVDeleteMarkersExpire(t *testing.T) {
 		return err == nil && info.State.Msgs == 0
 	}, 10*time.Second, 50*time.Millisecond, "markers expired")
 }
+
+// TestKVAdoptGoneRacesAReconnect: a node dies with an offline session
+// holding a queued command; another node adopts it, and its device
+// reconnects to that node right after the adoption claimed the session
+// (a test hook starts the connect there and gives it time). The device
+// gets its command and stays connected: before the fix it found its
+// session held but not yet installed, got a new one, and was disconnected
+// when the adoption installed the claimed copy (CI saw "resent to 4 of 20
+// devices" in TestBinaryNATSGatewayNodeKillResumesSessions).
+func TestKVAdoptGoneRacesAReconnect(t *testing.T) {
+	ns, _ := natsJS(t)
+	a, b := kvNode(t, ns.URL, "a"), kvNode(t, ns.URL, "b")
+	for _, id := range []string{"car-1", "car-2"} {
+		sub, _ := dialV3(t, a.addr, id, persistent)
+		wait(t, sub.Subscribe("cmd/"+id, 1, nil))
+		sub.Disconnect(50)
+		require.Eventually(t, func() bool { return !a.e.Connected(id) }, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, a.e.Send(id, &engine.Message{Topic: "cmd/" + id, QoS: 1, Payload: []byte("queued " + id)}))
+		flush(t, a.s, id)
+	}
+	a.js.Conn().Close() // a dies
+	a.stop(t)
+
+	// The device of the session the adoption claims first reconnects at
+	// that moment; the adoption goes on to the second one slowly.
+	in := &inbox{}
+	var first string
+	var c paho3.Client
+	var connected paho3.Token
+	b.s.kv.afterClaim = func(id string) {
+		if first == "" {
+			first = id
+			c = paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + b.addr).SetClientID(id).SetCleanSession(false).
+				SetAutoReconnect(false).SetConnectRetry(false).SetProtocolVersion(4).SetDefaultPublishHandler(in.handler))
+			connected = c.Connect() // waits for this claim's lock, then goes on
+			return
+		}
+		time.Sleep(500 * time.Millisecond) // the first device's connect goes as far as it can meanwhile
+	}
+	n, err := b.s.AdoptGone(t.Context(), func(node string) bool { return node != "a" })
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	t.Cleanup(func() { c.Disconnect(50) })
+	wait(t, connected)
+	require.Eventually(t, func() bool { return in.count() == 1 }, 10*time.Second, 5*time.Millisecond, "the queued command came")
+	require.Equal(t, "queued "+first, in.payloads()[0])
+	require.Never(t, func() bool { return !c.IsConnectionOpen() }, 300*time.Millisecond, 10*time.Millisecond, "still connected")
+}

@@ -405,6 +405,9 @@ func (k *kvBackend) takeOne(ctx context.Context, id string, cur jetstream.KeyVal
 		s.mu.Unlock()
 	}
 	if err == nil && st != nil {
+		if k.afterClaim != nil {
+			k.afterClaim(id)
+		}
 		then(st)
 	}
 	return st, err
