@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/store/vfs"
 )
 
@@ -88,23 +87,18 @@ func newColdRecords(cl *commitLog, limit int64, exts []coldExtent) *coldRecords 
 func (c *coldRecords) record(k int) ([]byte, error) {
 	e := c.exts[k]
 	end := e.off + int64(e.size)
-	if e.off < 0 || e.size < 0 || end > c.limit {
-		return nil, fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, e.size, e.off, c.limit)
-	}
 	if c.buf != nil && e.off >= c.bufOff && end <= c.bufOff+int64(len(c.buf)) {
 		return c.buf[e.off-c.bufOff : end-c.bufOff : end-c.bufOff], nil
 	}
 	c.cl.mu.RLock()
-	i := c.cl.findLocked(e.off)
-	if i < 0 {
-		c.cl.mu.RUnlock()
-		return nil, fmt.Errorf("%w: offset %d not in the log", core.ErrMessageNotFound, e.off)
+	sg, err := c.cl.segmentForLocked(e.off, e.size, c.limit)
+	var segEnd int64
+	if err == nil {
+		segEnd = sg.end()
 	}
-	sg := c.cl.segs[i]
-	segEnd := sg.end()
 	c.cl.mu.RUnlock()
-	if end > segEnd {
-		return nil, fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, e.size, e.off, segmentName(sg.base))
+	if err != nil {
+		return nil, err
 	}
 	// The run: the records after k that are close, in the same segment,
 	// below the limit.

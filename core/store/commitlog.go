@@ -119,21 +119,32 @@ func (cl *commitLog) findLocked(off int64) int {
 	return i
 }
 
+// segmentForLocked returns the segment that holds the n bytes at global
+// offset off, below limit (the confirmed end of the log); ErrMessageNotFound
+// if they are not in the log or cross a segment's end. cl.mu is held.
+func (cl *commitLog) segmentForLocked(off int64, n int, limit int64) (*segment, error) {
+	if off < 0 || n < 0 || off+int64(n) > limit {
+		return nil, fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, n, off, limit)
+	}
+	i := cl.findLocked(off)
+	if i < 0 {
+		return nil, fmt.Errorf("%w: offset %d not in the log", core.ErrMessageNotFound, off)
+	}
+	s := cl.segs[i]
+	if off+int64(n) > s.end() {
+		return nil, fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, n, off, segmentName(s.base))
+	}
+	return s, nil
+}
+
 // readAt reads len(p) bytes at global offset off, which must lie within one
 // segment. limit caps what is readable (the confirmed end of the log).
 func (cl *commitLog) readAt(p []byte, off, limit int64) error {
-	if off < 0 || off+int64(len(p)) > limit {
-		return fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, len(p), off, limit)
-	}
 	cl.mu.RLock()
 	defer cl.mu.RUnlock()
-	i := cl.findLocked(off)
-	if i < 0 {
-		return fmt.Errorf("%w: offset %d not in the log", core.ErrMessageNotFound, off)
-	}
-	s := cl.segs[i]
-	if off+int64(len(p)) > s.end() {
-		return fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, len(p), off, segmentName(s.base))
+	s, err := cl.segmentForLocked(off, len(p), limit)
+	if err != nil {
+		return err
 	}
 	if cl.cache != nil && cl.cache.readAt(p, off) {
 		return nil
@@ -160,19 +171,12 @@ func (cl *commitLog) readAt(p []byte, off, limit int64) error {
 // into errors; so it must not keep the slice. Otherwise the bytes are read
 // into a buffer first.
 func (cl *commitLog) view(off int64, n int, limit int64, fn func([]byte) error) error {
-	if off < 0 || n < 0 || off+int64(n) > limit {
-		return fmt.Errorf("%w: %d bytes at %d beyond %d", core.ErrMessageNotFound, n, off, limit)
-	}
 	cl.mu.RLock()
-	i := cl.findLocked(off)
-	if i < 0 {
+	// Checked before anything is allocated: n may come from a message ID.
+	sg, err := cl.segmentForLocked(off, n, limit)
+	if err != nil {
 		cl.mu.RUnlock()
-		return fmt.Errorf("%w: offset %d not in the log", core.ErrMessageNotFound, off)
-	}
-	if sg := cl.segs[i]; off+int64(n) > sg.end() {
-		cl.mu.RUnlock()
-		// Checked before anything is allocated: n may come from a message ID.
-		return fmt.Errorf("%w: %d bytes at %d cross the end of segment %s", core.ErrMessageNotFound, n, off, segmentName(sg.base))
+		return err
 	}
 	if cl.cache != nil {
 		hit, err := cl.cache.view(off, n, fn)
@@ -183,7 +187,7 @@ func (cl *commitLog) view(off int64, n int, limit int64, fn func([]byte) error) 
 		}
 	}
 	cl.misses.Add(1)
-	if sg, pos := cl.segs[i], off-cl.segs[i].base; sg.mem != nil && pos+int64(n) <= int64(len(sg.mem)) {
+	if pos := off - sg.base; sg.mem != nil && pos+int64(n) <= int64(len(sg.mem)) {
 		err := viewMapped(sg.mem[pos:pos+int64(n)], fn)
 		cl.mu.RUnlock()
 		return err
