@@ -80,13 +80,22 @@ type Cluster struct {
 }
 
 type clusterNode struct {
-	addr   string
-	br     *breaker
-	c      atomic.Pointer[Client]   // nil until the first connection
-	p      atomic.Pointer[Producer] // c's, for SendAsync (its own retries off: the Cluster retries)
-	sent   atomic.Int64             // successful tries
-	fail   atomic.Int64             // failed tries
-	opened atomic.Int64             // times its breaker opened
+	addr    string
+	br      *breaker
+	c       atomic.Pointer[Client]   // nil until the first connection
+	p       atomic.Pointer[Producer] // c's, for SendAsync (its own retries off: the Cluster retries)
+	sent    atomic.Int64             // successful tries
+	fail    atomic.Int64             // failed tries
+	changes [3]atomic.Int64          // changes of its breaker, by the state changed to
+}
+
+// live is n's connection if it is up now, else nil (not yet connected, or
+// reconnecting).
+func (n *clusterNode) live() *Client {
+	if c := n.c.Load(); c != nil && c.connected() {
+		return c
+	}
+	return nil
 }
 
 // NodeStatus is a node's breaker and counts, from Cluster.Nodes.
@@ -98,9 +107,11 @@ type NodeStatus struct {
 	State     BreakerState
 	// WindowCalls and WindowFailures are the breaker's window.
 	WindowCalls, WindowFailures int
-	// Sent and Failed count tries since the Cluster was made; Opened the
-	// times the breaker opened.
-	Sent, Failed, Opened int64
+	// Sent and Failed count tries since the Cluster was made.
+	Sent, Failed int64
+	// Changes counts the breaker's changes since the Cluster was made, by
+	// the state changed to (Changes[BreakerOpen]: the times it opened).
+	Changes [3]int64
 }
 
 // DialCluster connects to the nodes, each within the client's DialTimeout:
@@ -273,7 +284,10 @@ func (cl *Cluster) Nodes() []NodeStatus {
 		st, calls, fails := n.br.snapshot()
 		c := n.c.Load()
 		out[i] = NodeStatus{Addr: n.addr, Connected: c != nil && c.connected(), State: st, WindowCalls: calls, WindowFailures: fails,
-			Sent: n.sent.Load(), Failed: n.fail.Load(), Opened: n.opened.Load()}
+			Sent: n.sent.Load(), Failed: n.fail.Load()}
+		for st := range out[i].Changes {
+			out[i].Changes[st] = n.changes[st].Load()
+		}
 	}
 	return out
 }
@@ -297,28 +311,31 @@ func (cl *Cluster) SendBatch(ctx context.Context, msgs []*core.Message) ([]core.
 	if err != nil {
 		return nil, err
 	}
-	order := cl.rank(msgs[0].ShardingKey)
-	tried := map[*clusterNode]bool{}
-	var errs []error
-	for attempt := 0; attempt < cl.o.Attempts; attempt++ {
-		n, probe := cl.pick(order, tried)
+	t := cl.attempts(msgs[0].ShardingKey)
+	for {
+		n, probe := t.next()
 		if n == nil {
-			break
+			return nil, t.err()
 		}
-		tried[n] = true
-		b, err := cl.try(ctx, n, probe, payload)
+		var b []byte
+		err := fmt.Errorf("%w: not connected", ErrConnLost) // not yet, or reconnecting: another node now
+		if c := n.live(); c != nil {
+			actx, cancel := context.WithTimeout(ctx, cl.o.AttemptTimeout)
+			b, err = c.call(actx, wire.OpProduce, payload)
+			cancel()
+			if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w: no answer within %s: %w", ErrAttemptTimeout, cl.o.AttemptTimeout, err)
+			}
+		}
+		cl.outcome(ctx, n, probe, err)
 		if err == nil {
 			return decodeSend(b, msgs)
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
 		if ctx.Err() != nil || !nodeFault(err) {
 			return nil, err
 		}
-		if len(tried) == len(order) {
-			clear(tried) // every node had a try: the next ones go round again
-		}
+		t.failed(n, err)
 	}
-	return nil, fmt.Errorf("%w in %d attempts: %w", ErrNoNode, cl.o.Attempts, errors.Join(errs...))
 }
 
 // SendAsync sends m without waiting; done is called once with the
@@ -333,20 +350,17 @@ func (cl *Cluster) SendAsync(ctx context.Context, m *core.Message, done func(cor
 		done(core.SendResult{}, err)
 		return
 	}
-	a := &asyncSend{cl: cl, ctx: ctx, m: m, done: done, order: cl.rank(m.ShardingKey), tried: map[*clusterNode]bool{}}
+	a := &asyncSend{cl: cl, ctx: ctx, m: m, done: done, t: cl.attempts(m.ShardingKey)}
 	a.next()
 }
 
 // asyncSend is one SendAsync's tries, made one after another.
 type asyncSend struct {
-	cl      *Cluster
-	ctx     context.Context
-	m       *core.Message
-	done    func(core.SendResult, error)
-	order   []*clusterNode
-	tried   map[*clusterNode]bool
-	attempt int
-	errs    []error
+	cl   *Cluster
+	ctx  context.Context
+	m    *core.Message
+	done func(core.SendResult, error)
+	t    *attempts
 }
 
 // next makes the next try, or ends the send with the errors so far.
@@ -356,39 +370,21 @@ func (a *asyncSend) next() {
 		a.done(core.SendResult{}, ErrClosed)
 		return
 	}
-	var n *clusterNode
-	var probe bool
-	if a.attempt < cl.o.Attempts {
-		n, probe = cl.pick(a.order, a.tried)
-	}
+	n, probe := a.t.next()
 	if n == nil {
-		a.done(core.SendResult{}, fmt.Errorf("%w in %d attempts: %w", ErrNoNode, a.attempt, errors.Join(a.errs...)))
+		a.done(core.SendResult{}, a.t.err())
 		return
 	}
-	a.tried[n] = true
-	a.attempt++
 	var once atomic.Bool
 	finish := func(res core.SendResult, err error) { // the try's outcome: the answer or the timer, whichever comes first
 		if !once.CompareAndSwap(false, true) {
 			return
 		}
-		ok := err == nil || !nodeFault(err)
-		if a.ctx.Err() == nil || ok {
-			if ok {
-				n.sent.Add(1)
-			} else {
-				n.fail.Add(1)
-			}
-			cl.changed(n, n.br.record(ok, probe))
-		}
-		if ok || a.ctx.Err() != nil {
+		if cl.outcome(a.ctx, n, probe, err) || a.ctx.Err() != nil {
 			a.done(res, err)
 			return
 		}
-		a.errs = append(a.errs, fmt.Errorf("%s: %w", n.addr, err))
-		if len(a.tried) == len(a.order) {
-			clear(a.tried) // every node had a try: the next ones go round again
-		}
+		a.t.failed(n, err)
 		// Off the connection's goroutine: a send may wait for room.
 		cl.mu.Lock()
 		if cl.closed {
@@ -403,8 +399,7 @@ func (a *asyncSend) next() {
 			a.next()
 		}()
 	}
-	p := n.p.Load()
-	if c := n.c.Load(); p == nil || c == nil || !c.connected() {
+	if n.live() == nil {
 		finish(core.SendResult{}, fmt.Errorf("%w: not connected", ErrConnLost))
 		return
 	}
@@ -414,7 +409,7 @@ func (a *asyncSend) next() {
 	// The node's producer queues the send; while the node stalls its
 	// queue fills, and queuing must not hold the caller past the try.
 	qctx, cancel := context.WithTimeout(a.ctx, cl.o.AttemptTimeout)
-	p.SendAsync(qctx, a.m, func(res core.SendResult, err error) {
+	n.p.Load().SendAsync(qctx, a.m, func(res core.SendResult, err error) {
 		timer.Stop()
 		cancel()
 		if err != nil && a.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -424,37 +419,63 @@ func (a *asyncSend) next() {
 	})
 }
 
-// try sends one produce request to n within the attempt timeout, and
-// records the outcome in n's breaker.
-func (cl *Cluster) try(ctx context.Context, n *clusterNode, probe bool, payload []byte) ([]byte, error) {
-	c := n.c.Load()
-	var b []byte
-	var err error
-	if c == nil || !c.connected() {
-		// Not yet, or reconnecting: another node now, rather than wait
-		// out the try for this one.
-		err = fmt.Errorf("%w: not connected", ErrConnLost)
-	} else {
-		actx, cancel := context.WithTimeout(ctx, cl.o.AttemptTimeout)
-		b, err = c.call(actx, wire.OpProduce, payload)
-		cancel()
-		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w: no answer within %s: %w", ErrAttemptTimeout, cl.o.AttemptTimeout, err)
-		}
+// attempts is one send's tries: the nodes in the order its key ranks them
+// (the list when it began), those tried, the failures so far.
+type attempts struct {
+	cl    *Cluster
+	order []*clusterNode
+	tried map[*clusterNode]bool
+	made  int
+	errs  []error
+}
+
+func (cl *Cluster) attempts(key string) *attempts {
+	return &attempts{cl: cl, order: cl.rank(key), tried: map[*clusterNode]bool{}}
+}
+
+// next picks the node of the next try (pick); nil once Attempts tries
+// were made or there is no node.
+func (t *attempts) next() (*clusterNode, bool) {
+	if t.made >= t.cl.o.Attempts {
+		return nil, false
 	}
-	ok := err == nil
-	if !ok && !nodeFault(err) {
-		ok = true // the node answered; the request was at fault
+	n, probe := t.cl.pick(t.order, t.tried)
+	if n != nil {
+		t.tried[n] = true
+		t.made++
+	}
+	return n, probe
+}
+
+// failed notes a try that failed for the node's fault.
+func (t *attempts) failed(n *clusterNode, err error) {
+	t.errs = append(t.errs, fmt.Errorf("%s: %w", n.addr, err))
+	if len(t.tried) == len(t.order) {
+		clear(t.tried) // every node had a try: the next ones go round again
+	}
+}
+
+// err is the send's error when no try succeeded.
+func (t *attempts) err() error {
+	return fmt.Errorf("%w in %d attempts: %w", ErrNoNode, t.made, errors.Join(t.errs...))
+}
+
+// outcome counts a try's outcome against n and in its breaker, and
+// reports whether the node did its part: it answered, or refused the
+// request for the request's own fault. A failed try the caller had given
+// up on (ctx ended) counts for nothing.
+func (cl *Cluster) outcome(ctx context.Context, n *clusterNode, probe bool, err error) (ok bool) {
+	ok = err == nil || !nodeFault(err)
+	if !ok && ctx.Err() != nil {
+		return ok
 	}
 	if ok {
 		n.sent.Add(1)
 	} else {
 		n.fail.Add(1)
 	}
-	if ctx.Err() == nil || ok {
-		cl.changed(n, n.br.record(ok, probe))
-	}
-	return b, err
+	cl.changed(n, n.br.record(ok, probe))
+	return ok
 }
 
 // ErrAttemptTimeout is a try that got no answer within
@@ -540,9 +561,7 @@ func (cl *Cluster) changed(n *clusterNode, tr *transition) {
 	if tr == nil {
 		return
 	}
-	if tr.to == BreakerOpen {
-		n.opened.Add(1)
-	}
+	n.changes[tr.to].Add(1)
 	st, calls, fails := n.br.snapshot()
 	ev := cl.log.Info()
 	if tr.to == BreakerOpen {

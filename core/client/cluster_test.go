@@ -150,7 +150,7 @@ func TestClusterIsolatesAFaultyNode(t *testing.T) {
 	for k, n := range sent {
 		require.GreaterOrEqual(t, got[k], n, "key %s", k)
 	}
-	require.Positive(t, status().Opened)
+	require.Positive(t, status().Changes[client.BreakerOpen])
 }
 
 // A node that is down when the Cluster is made is dialled in the

@@ -217,19 +217,16 @@ func (n *Node) startRemote(ctx context.Context) error {
 	// knows would give an "expired" receipt from each node but one.
 	bo := o.Bridge
 	bo.Core, bo.Node, bo.Trace = bridge.Remote(c, n.log), name, n.trace
-	var breakers *breakerCollector
 	if addrs := strings.Split(o.CoreRemote, ","); len(addrs) > 1 {
 		// Uplink to every core node at once, each behind a circuit
 		// breaker (client.Cluster): a node that fails or stalls is left
 		// for the others, and a failed send tried on another.
-		breakers = newBreakerCollector()
 		up, err := client.DialCluster(ctx, client.ClusterOptions{Addrs: addrs,
-			Client:        client.Options{Token: o.Token, ClientID: name + "-uplink", Logger: n.log},
-			OnStateChange: breakers.changed})
+			Client: client.Options{Token: o.Token, ClientID: name + "-uplink", Logger: n.log}})
 		if err != nil {
 			return fmt.Errorf("core-remote %s: uplink: %w", o.CoreRemote, err)
 		}
-		n.uplink, breakers.cluster = up, up
+		n.uplink = up
 		bo.Core = bridge.RemoteVia(c, up, n.log)
 	}
 	if bo.HoldUnknown == 0 {
@@ -239,8 +236,8 @@ func (n *Node) startRemote(ctx context.Context) error {
 		return err
 	}
 	n.gateway.Registry().MustRegister(newCoreCollector(nil, nil, n.trace))
-	if breakers != nil {
-		n.gateway.Registry().MustRegister(breakers)
+	if n.uplink != nil {
+		n.gateway.Registry().MustRegister(newBreakerCollector(n.uplink))
 	}
 	n.log.Info().Str(logCoreRemote, o.CoreRemote).Str(logNode, name).Msg("gateway only")
 	return n.startGateway()
