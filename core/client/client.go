@@ -206,12 +206,7 @@ func (c *Client) discover() {
 		info, err := c.Cluster(ctx)
 		cancel()
 		if err == nil {
-			var addrs []string
-			for _, n := range info.Nodes {
-				if n.Core != "" {
-					addrs = append(addrs, n.Core)
-				}
-			}
+			addrs := info.Addrs()
 			if old := c.discovered.Swap(&addrs); old == nil || !slices.Equal(*old, addrs) {
 				c.log.Info().Strs("nodes", addrs).Msg("cluster discovered")
 			}
@@ -263,7 +258,7 @@ func (c *Client) maintain() {
 		c.ready = make(chan struct{})
 		c.mu.Unlock()
 		c.log.Warn().Err(s.err).Msg("connection lost; reconnecting")
-		backoff := 50 * time.Millisecond
+		b := backoff{max: c.opts.MaxBackoff}
 		for {
 			ns, err := c.connect(c.ctx)
 			if err == nil {
@@ -271,19 +266,33 @@ func (c *Client) maintain() {
 				c.log.Info().Msg("reconnected")
 				break
 			}
-			if c.ctx.Err() != nil {
+			if !b.wait(c.ctx) {
 				return
 			}
-			t := time.NewTimer(backoff + time.Duration(rand.Int64N(int64(backoff)/2+1)))
-			select {
-			case <-t.C:
-			case <-c.ctx.Done():
-				t.Stop()
-				return
-			}
-			backoff = min(2*backoff, c.opts.MaxBackoff)
 		}
 	}
+}
+
+// backoff paces reconnection attempts: 50 ms, doubled after each wait up
+// to max, each wait up to half again longer at random.
+type backoff struct {
+	d, max time.Duration
+}
+
+// wait sleeps the next pause; false if ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	if b.d == 0 {
+		b.d = 50 * time.Millisecond
+	}
+	t := time.NewTimer(b.d + time.Duration(rand.Int64N(int64(b.d)/2+1)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	b.d = min(2*b.d, b.max)
+	return true
 }
 
 // connected reports whether the client has a live session now (false while

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -164,7 +163,7 @@ func DialCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 func (cl *Cluster) dialNode(ctx context.Context, n *clusterNode, first chan<- error) {
 	o := cl.o.Client
 	o.Addr = n.addr
-	backoff := 50 * time.Millisecond
+	b := backoff{max: o.withDefaults().MaxBackoff}
 	for try := 0; ; try++ {
 		dctx := cl.ctx
 		if try == 0 {
@@ -189,18 +188,11 @@ func (cl *Cluster) dialNode(ctx context.Context, n *clusterNode, first chan<- er
 		}
 		if try == 0 {
 			first <- fmt.Errorf("%s: %w", n.addr, err)
-		}
-		if try == 0 {
 			cl.log.Warn().Err(err).Str("node", n.addr).Msg("node not reachable; dialling it again in the background")
 		}
-		t := time.NewTimer(backoff + time.Duration(rand.Int64N(int64(backoff)/2+1)))
-		select {
-		case <-t.C:
-		case <-cl.ctx.Done():
-			t.Stop()
+		if !b.wait(cl.ctx) {
 			return
 		}
-		backoff = min(2*backoff, o.withDefaults().MaxBackoff)
 	}
 }
 
@@ -226,10 +218,8 @@ func (cl *Cluster) discover() {
 				cl.log.Debug().Err(err).Str("node", n.addr).Msg("cluster not discovered")
 				continue
 			}
-			for _, ni := range info.Nodes {
-				if ni.Core != "" {
-					cl.add(ni.Core)
-				}
+			for _, a := range info.Addrs() {
+				cl.add(a)
 			}
 			break
 		}

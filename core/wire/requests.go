@@ -330,6 +330,18 @@ type ClusterInfo struct {
 	Nodes []NodeInfo `json:"nodes"`
 }
 
+// Addrs are the core addresses the nodes have (those not yet known left
+// out), in order.
+func (c ClusterInfo) Addrs() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		if n.Core != "" {
+			out = append(out, n.Core)
+		}
+	}
+	return out
+}
+
 // NodeInfo is one node of a ClusterInfo.
 type NodeInfo struct {
 	// Name is the node's name ("" for a lone server that has none).
