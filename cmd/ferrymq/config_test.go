@@ -356,17 +356,26 @@ func yamlKeys(n *yaml.Node, path string) []string {
 
 func ptr[T any](v T) *T { return &v }
 
-// An empty listener address in the file disables that listener, as the
-// empty flag does; an absent one keeps the default.
-func TestConfigEmptyListenerDisables(t *testing.T) {
+// configured resolves serve's flags args over a config file holding cfg,
+// as serve does, and returns the options, the command (its flags parsed)
+// and the file's contents.
+func configured(t *testing.T, cfg string, args ...string) (*serveOptions, *cobra.Command, fileConfig) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("mqtt:\n  ws: {addr: \"\"}\n"), 0o644))
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	o := &serveOptions{}
 	cmd := &cobra.Command{Use: "serve"}
 	o.AddFlags(cmd)
-	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
-	_, err := o.applyConfig(cmd)
+	require.NoError(t, cmd.Flags().Parse(append([]string{"--config", path}, args...)))
+	fc, err := o.applyConfig(cmd)
 	require.NoError(t, err)
+	return o, cmd, fc
+}
+
+// An empty listener address in the file disables that listener, as the
+// empty flag does; an absent one keeps the default.
+func TestConfigEmptyListenerDisables(t *testing.T) {
+	o, _, _ := configured(t, "mqtt:\n  ws: {addr: \"\"}\n")
 	require.Equal(t, "", o.wsAddr, "ws disabled by the file")
 	require.Equal(t, ":1883", o.mqttAddr, "mqtt keeps its default")
 }
@@ -398,14 +407,7 @@ func TestNATSTLSFromConfig(t *testing.T) {
 // connected client's queue: they reach the gateway's MaxQueuedOnline and
 // MaxQueuedOnlineBytes; absent, the gateway's defaults stay.
 func TestConfigMaxQueuedMessages(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("mqtt: {max_queued_messages: 1000, max_queued_messages_bytes: 1048576}\n"), 0o644))
-	o := &serveOptions{}
-	cmd := &cobra.Command{Use: "serve"}
-	o.AddFlags(cmd)
-	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
-	cfg, err := o.applyConfig(cmd)
-	require.NoError(t, err)
+	o, _, cfg := configured(t, "mqtt: {max_queued_messages: 1000, max_queued_messages_bytes: 1048576}\n")
 	nopts, err := o.nodeOptions(cfg, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 1000, nopts.Gateway.MaxQueuedOnline)
@@ -422,14 +424,7 @@ func TestConfigMaxQueuedMessages(t *testing.T) {
 // store.tail_cache_bytes and the cold-read budgets reach the store's
 // options as given (negative: none, no bound); absent, the store's defaults.
 func TestConfigTailCacheAndColdReads(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("store: {tail_cache_bytes: -1, reader_cold_read_bytes_per_sec: 52428800, cold_read_bytes_per_sec: 104857600, cold_read_max_bytes: -1}\n"), 0o644))
-	o := &serveOptions{}
-	cmd := &cobra.Command{Use: "serve"}
-	o.AddFlags(cmd)
-	require.NoError(t, cmd.Flags().Parse([]string{"--config", path}))
-	cfg, err := o.applyConfig(cmd)
-	require.NoError(t, err)
+	o, _, cfg := configured(t, "store: {tail_cache_bytes: -1, reader_cold_read_bytes_per_sec: 52428800, cold_read_bytes_per_sec: 104857600, cold_read_max_bytes: -1}\n")
 	nopts, err := o.nodeOptions(cfg, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, int64(-1), nopts.Store.TailCacheBytes)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,14 +15,7 @@ import (
 // does, and returns the keys ignoredSettings reports, with the mode.
 func ignoredFor(t *testing.T, cfg string, args ...string) (string, []string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "ferrymq.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
-	o := &serveOptions{}
-	cmd := &cobra.Command{Use: "serve"}
-	o.AddFlags(cmd)
-	require.NoError(t, cmd.Flags().Parse(append([]string{"--config", path}, args...)))
-	fc, err := o.applyConfig(cmd)
-	require.NoError(t, err)
+	o, cmd, fc := configured(t, cfg, args...)
 	var keys []string
 	for _, s := range ignoredSettings(o.mode(), o, fc, cmd.Flags().Changed) {
 		require.NotEmpty(t, s.Why, s.Key)
