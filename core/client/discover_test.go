@@ -27,18 +27,24 @@ func TestClusterInfoOfALoneServer(t *testing.T) {
 	require.Equal(t, wire.ClusterInfo{Nodes: []wire.NodeInfo{{Core: env.Addr, Holder: true}}}, info)
 }
 
-// A client given one address learns the others from the server's cluster
-// view (Options.Discover) and, when that server goes away, reconnects to
-// one it learned: produces go on. (The cluster view is the test's: two
-// embedded servers do not know of each other; gateway/node tests the
-// view a JetStream cluster gives.)
-func TestDiscoverFindsTheOtherNodes(t *testing.T) {
-	b := servertest.Start(t, servertest.Options{})
+// twoNodes starts two servers, a and b, a naming both as its cluster (the
+// view is the test's: two embedded servers do not know of each other;
+// gateway/node tests the view a JetStream cluster gives).
+func twoNodes(t *testing.T) (a, b *servertest.Env) {
+	b = servertest.Start(t, servertest.Options{})
 	var aAddr string
-	a := servertest.Start(t, servertest.Options{Server: server.Options{Cluster: func(context.Context) (wire.ClusterInfo, error) {
+	a = servertest.Start(t, servertest.Options{Server: server.Options{Cluster: func(context.Context) (wire.ClusterInfo, error) {
 		return wire.ClusterInfo{Nodes: []wire.NodeInfo{{Name: "a", Core: aAddr, Holder: true}, {Name: "b", Core: b.Addr}}}, nil
 	}}})
 	aAddr = a.Addr
+	return a, b
+}
+
+// A client given one address learns the others from the server's cluster
+// view (Options.Discover) and, when that server goes away, reconnects to
+// one it learned: produces go on.
+func TestDiscoverFindsTheOtherNodes(t *testing.T) {
+	a, b := twoNodes(t)
 
 	c, err := client.Dial(t.Context(), client.Options{Addr: a.Addr, Discover: true, MaxBackoff: 50 * time.Millisecond,
 		DiscoverEvery: 50 * time.Millisecond})
@@ -66,12 +72,7 @@ func TestDiscoverFindsTheOtherNodes(t *testing.T) {
 // A Cluster given one address with Discover adds the nodes it names, each
 // with a connection and a breaker, and sends to them.
 func TestClusterDiscover(t *testing.T) {
-	b := servertest.Start(t, servertest.Options{})
-	var aAddr string
-	a := servertest.Start(t, servertest.Options{Server: server.Options{Cluster: func(context.Context) (wire.ClusterInfo, error) {
-		return wire.ClusterInfo{Nodes: []wire.NodeInfo{{Name: "a", Core: aAddr, Holder: true}, {Name: "b", Core: b.Addr}}}, nil
-	}}})
-	aAddr = a.Addr
+	a, b := twoNodes(t)
 	cl, err := client.DialCluster(t.Context(), client.ClusterOptions{Addrs: []string{a.Addr}, Discover: true,
 		Client: client.Options{DiscoverEvery: 50 * time.Millisecond}})
 	require.NoError(t, err)
