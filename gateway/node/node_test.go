@@ -321,27 +321,24 @@ func TestNATSDiscovery(t *testing.T) {
 // Discovery on the embedded engine: the node names itself, at the address
 // it advertises (core.advertise when set).
 func TestEmbeddedDiscovery(t *testing.T) {
+	clusterOf := func(o node.Options) (*node.Node, wire.ClusterInfo) {
+		n, err := node.New(t.Context(), o, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { shutdown(t, n) })
+		c, err := client.Dial(t.Context(), client.Options{Addr: n.CoreAddr().String()})
+		require.NoError(t, err)
+		defer c.Close()
+		info, err := c.Cluster(t.Context())
+		require.NoError(t, err)
+		return n, info
+	}
 	o := options(t)
 	o.NodeName = "solo"
-	n, err := node.New(t.Context(), o, nil)
-	require.NoError(t, err)
-	defer shutdown(t, n)
-	c, err := client.Dial(t.Context(), client.Options{Addr: n.CoreAddr().String()})
-	require.NoError(t, err)
-	defer c.Close()
-	info, err := c.Cluster(t.Context())
-	require.NoError(t, err)
+	n, info := clusterOf(o)
 	require.Equal(t, []wire.NodeInfo{{Name: "solo", Core: n.CoreAddr().String(), Holder: true}}, info.Nodes)
 
 	o = options(t)
 	o.Core.Advertise = "core.example.test:10911"
-	n2, err := node.New(t.Context(), o, nil)
-	require.NoError(t, err)
-	defer shutdown(t, n2)
-	c2, err := client.Dial(t.Context(), client.Options{Addr: n2.CoreAddr().String()})
-	require.NoError(t, err)
-	defer c2.Close()
-	info, err = c2.Cluster(t.Context())
-	require.NoError(t, err)
+	_, info = clusterOf(o)
 	require.Equal(t, "core.example.test:10911", info.Nodes[0].Core)
 }
