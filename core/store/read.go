@@ -217,28 +217,20 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 		return res, nil
 	}
 	// Cold records are charged to the reader's budget first (this Read
-	// waits if it is spent), then read with pread.
+	// waits if it is spent), then read (coldRecords).
+	var exts []coldExtent
 	var coldBytes int64
-	if cache != nil {
-		for _, w := range wants {
-			if w.e.offset < coldStart {
-				coldBytes += int64(w.e.size)
-			}
-		}
-	}
-	if coldBytes > 0 {
-		if err := s.budgets.charge(ctx, req.Reader, coldBytes); err != nil {
-			res.NextOffset = off
-			return res, fmt.Errorf("read %s/%d from %d: waiting for reader %q's cold-read budget: %w", req.Topic, req.Queue, off, req.Reader, err)
+	for _, w := range wants {
+		if w.e.offset < coldStart {
+			exts = append(exts, coldExtent{w.e.offset, int(w.e.size)})
+			coldBytes += int64(w.e.size)
 		}
 	}
 	var cold *coldRecords
 	if coldBytes > 0 {
-		exts := make([]coldExtent, 0, len(wants))
-		for _, w := range wants {
-			if w.e.offset < coldStart {
-				exts = append(exts, coldExtent{w.e.offset, int(w.e.size)})
-			}
+		if err := s.budgets.charge(ctx, req.Reader, coldBytes); err != nil {
+			res.NextOffset = off
+			return res, fmt.Errorf("read %s/%d from %d: waiting for reader %q's cold-read budget: %w", req.Topic, req.Queue, off, req.Reader, err)
 		}
 		cold = newColdRecords(s.cl, limit, exts)
 		defer func() {

@@ -93,8 +93,6 @@ type Store struct {
 
 	// budgets are the cold-read budgets.
 	budgets *readBudgets
-	// tailCacheBytes is the tail cache's capacity (0: none).
-	tailCacheBytes int64
 }
 
 type stats struct {
@@ -150,7 +148,9 @@ func (s *Store) Stats() Stats {
 		TailCacheHits: s.cl.hits.Load(), TailCacheMisses: s.cl.misses.Load(),
 		ColdReads: s.stats.coldReads.Load(), ColdReadBytes: s.stats.coldBytes.Load(), ColdReadDirectBytes: s.stats.coldDirectBytes.Load(),
 		ColdReadDelays: s.budgets.delayed.Load(), ColdReadDelay: time.Duration(s.budgets.waited.Load())}
-	st.TailCacheBytes = s.tailCacheBytes
+	if c := s.cl.cache; c != nil {
+		st.TailCacheBytes = c.capacity
+	}
 	return st
 }
 

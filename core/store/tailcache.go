@@ -72,7 +72,6 @@ func (s *Store) openTailCache() error {
 		off += n
 	}
 	s.cl.cache = c
-	s.tailCacheBytes = c.capacity
 	return nil
 }
 
