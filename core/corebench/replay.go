@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/group"
 )
 
@@ -72,56 +73,13 @@ func RunReplay(ctx context.Context, o ReplayOptions) (res ReplayResult, err erro
 		return res, err
 	}
 	closers = append(closers, func(context.Context) error { return admin.Close() })
-	info, err := admin.Topic(ctx, o.Topic)
+	rp, err := newReplay(ctx, admin, o.Topic)
 	if err != nil {
-		return res, fmt.Errorf("topic %s: %w", o.Topic, err)
+		return res, err
 	}
-	for _, q := range info.Ranges {
-		res.Total += q.Max - q.Min
-	}
-	if res.Total == 0 {
-		return res, fmt.Errorf("topic %s is empty", o.Topic)
-	}
-
-	var (
-		mu          sync.Mutex // guards the counts and stopped
-		msgs, bytes int64
-		stopped     bool         // counting ended: the result is taken
-		firstAt     atomic.Int64 // unix ns of the first message
-		firstOnce   sync.Once
-		doneOnce    sync.Once
-		first       = make(chan struct{})
-		done        = make(chan struct{})
-	)
-	for i := range o.Consumers {
-		c, err := tr.dial(ctx, fmt.Sprintf("c%d", i))
-		if err != nil {
-			return res, err
-		}
-		closers = append(closers, func(context.Context) error { return c.Close() })
-		pc, err := tr.consume(ctx, c, run, o.Topic, group.FromEarliest, func(m *core.StoredMessage) {
-			firstOnce.Do(func() { firstAt.Store(time.Now().UnixNano()); close(first) })
-			mu.Lock()
-			defer mu.Unlock()
-			if stopped {
-				return
-			}
-			bytes += int64(len(m.Body))
-			if msgs++; msgs == res.Total {
-				doneOnce.Do(func() { close(done) })
-			}
-		})
-		if err != nil {
-			return res, err
-		}
-		closers = append(closers, pc.Close)
-	}
-	select {
-	case <-first:
-	case <-time.After(30 * time.Second):
-		return res, errors.New("the replay received nothing within 30 s")
-	case <-ctx.Done():
-		return res, context.Cause(ctx)
+	res.Total = rp.total
+	if err := tr.startReplay(ctx, rp, run, "c", o.Consumers, &closers); err != nil {
+		return res, err
 	}
 	if o.Started != nil {
 		fmt.Fprintf(o.Started, "replaying %s: first message received\n", o.Topic)
@@ -133,19 +91,95 @@ func RunReplay(ctx context.Context, o ReplayOptions) (res ReplayResult, err erro
 		limit = t.C
 	}
 	select {
-	case <-done:
+	case <-rp.done:
 		res.Done = true
 	case <-limit:
 	case <-ctx.Done():
 	}
-	mu.Lock()
 	end := time.Now()
-	stopped = true
-	res.Messages, res.Bytes = msgs, bytes
-	mu.Unlock()
-	res.Seconds = end.Sub(time.Unix(0, firstAt.Load())).Seconds()
+	res.Messages, res.Bytes = rp.counts()
+	res.Seconds = end.Sub(time.Unix(0, rp.firstAt.Load())).Seconds()
 	if res.Seconds > 0 {
 		res.MBPerSec = float64(res.Bytes) / res.Seconds / 1e6
 	}
 	return res, nil
+}
+
+// replay is a new consumer group replaying a topic from its earliest
+// message (RunReplay's, and RunTail's backlog group): what it received,
+// and when it had its first message and the whole topic.
+type replay struct {
+	topic string
+	total int64 // the topic's messages when the replay began
+
+	mu          sync.Mutex // guards msgs and bytes, read together
+	msgs, bytes int64
+
+	firstAt             atomic.Int64  // unix ns of the first message
+	first, done         chan struct{} // closed at the first message, and when all came
+	firstOnce, doneOnce sync.Once
+}
+
+// newReplay counts topic's messages; an empty or missing topic is an error.
+func newReplay(ctx context.Context, admin *client.Client, topic string) (*replay, error) {
+	info, err := admin.Topic(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: %w", topic, err)
+	}
+	p := &replay{topic: topic, first: make(chan struct{}), done: make(chan struct{})}
+	for _, q := range info.Ranges {
+		p.total += q.Max - q.Min
+	}
+	if p.total == 0 {
+		return nil, fmt.Errorf("topic %s is empty", topic)
+	}
+	return p, nil
+}
+
+// startReplay starts consumers consumers of a new group grp replaying p's
+// topic from its earliest message, each on a connection of its own named
+// conn and a number (their closers appended to closers), and waits for the
+// first message.
+func (r *tailRun) startReplay(ctx context.Context, p *replay, grp, conn string, consumers int, closers *[]func(context.Context) error) error {
+	for i := range consumers {
+		c, err := r.dial(ctx, fmt.Sprintf("%s%d", conn, i))
+		if err != nil {
+			return err
+		}
+		*closers = append(*closers, func(context.Context) error { return c.Close() })
+		pc, err := r.consume(ctx, c, grp, p.topic, group.FromEarliest, p.received)
+		if err != nil {
+			return err
+		}
+		*closers = append(*closers, pc.Close)
+	}
+	select {
+	case <-p.first:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("group %s received nothing of %s within 30 s", grp, p.topic)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (p *replay) received(m *core.StoredMessage) {
+	p.firstOnce.Do(func() { p.firstAt.Store(time.Now().UnixNano()); close(p.first) })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bytes += int64(len(m.Body))
+	if p.msgs++; p.msgs == p.total {
+		p.doneOnce.Do(func() { close(p.done) })
+	}
+}
+
+// counts returns the messages and bytes received so far (none for a nil
+// replay).
+func (p *replay) counts() (msgs, bytes int64) {
+	if p == nil {
+		return 0, 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.msgs, p.bytes
 }

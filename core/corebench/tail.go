@@ -141,16 +141,9 @@ type tailRun struct {
 	winStart time.Time    // zero until the window opens
 	winEnd   time.Time
 
-	sent          atomic.Int64
-	backlogMsgs   atomic.Int64
-	backlogBytes  atomic.Int64
-	backlogFirst  chan struct{} // closed at the backlog group's first message
-	backlogDone   chan struct{} // closed when it received the whole backlog
-	backlogTotal  int64
-	firstOnce     sync.Once
-	doneOnce      sync.Once
-	fail          context.CancelCauseFunc
-	backlogWindow [2]int64 // messages and bytes at the window's start
+	sent    atomic.Int64
+	backlog *replay // nil without a backlog group
+	fail    context.CancelCauseFunc
 }
 
 type tailSample struct {
@@ -171,7 +164,6 @@ func (r *tailRun) run1(ctx context.Context) (res TailResult, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.fail = cancel
-	r.backlogFirst, r.backlogDone = make(chan struct{}), make(chan struct{})
 	var closers []func(context.Context) error
 	defer func() {
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
@@ -194,15 +186,8 @@ func (r *tailRun) run1(ctx context.Context) (res TailResult, err error) {
 		return res, fmt.Errorf("topic %s: %w", o.Topic, err)
 	}
 	if o.BacklogTopic != "" {
-		info, err := admin.Topic(ctx, o.BacklogTopic)
-		if err != nil {
-			return res, fmt.Errorf("backlog topic %s: %w", o.BacklogTopic, err)
-		}
-		for _, q := range info.Ranges {
-			r.backlogTotal += q.Max - q.Min
-		}
-		if r.backlogTotal == 0 {
-			return res, fmt.Errorf("backlog topic %s is empty", o.BacklogTopic)
+		if r.backlog, err = newReplay(ctx, admin, o.BacklogTopic); err != nil {
+			return res, fmt.Errorf("backlog: %w", err)
 		}
 	}
 
@@ -263,44 +248,23 @@ func (r *tailRun) run1(ctx context.Context) (res TailResult, err error) {
 	if err := sleep(ctx, o.Warmup); err != nil {
 		return res, context.Cause(ctx)
 	}
-	var backlogGroup string
-	if o.BacklogTopic != "" {
-		backlogGroup = r.run + "-backlog"
-		for i := range o.BacklogConsumers {
-			bc, err := r.dial(ctx, fmt.Sprintf("b%d", i))
-			if err != nil {
-				return res, err
-			}
-			closers = append(closers, func(context.Context) error { return bc.Close() })
-			pc, err := r.consume(ctx, bc, backlogGroup, o.BacklogTopic, group.FromEarliest, func(m *core.StoredMessage) {
-				r.firstOnce.Do(func() { close(r.backlogFirst) })
-				r.backlogBytes.Add(int64(len(m.Body)))
-				if r.backlogMsgs.Add(1) == r.backlogTotal {
-					r.doneOnce.Do(func() { close(r.backlogDone) })
-				}
-			})
-			if err != nil {
-				return res, err
-			}
-			closers = append(closers, pc.Close)
+	backlogGroup := r.run + "-backlog"
+	var backlogDone chan struct{} // nil without a backlog: never ready
+	if r.backlog != nil {
+		if err := r.startReplay(ctx, r.backlog, backlogGroup, "b", o.BacklogConsumers, &closers); err != nil {
+			return res, err
 		}
-		select {
-		case <-r.backlogFirst:
-		case <-time.After(30 * time.Second):
-			return res, errors.New("the backlog group received nothing within 30 s")
-		case <-ctx.Done():
-			return res, context.Cause(ctx)
-		}
+		backlogDone = r.backlog.done
 	}
 	r.mu.Lock()
 	r.winStart = time.Now()
-	r.backlogWindow = [2]int64{r.backlogMsgs.Load(), r.backlogBytes.Load()}
+	msgs0, bytes0 := r.backlog.counts()
 	r.mu.Unlock()
 	done := false
 	t := time.NewTimer(o.Duration)
 	select {
 	case <-t.C:
-	case <-r.backlogDone:
+	case <-backlogDone:
 		done = true
 	case <-ctx.Done():
 		t.Stop()
@@ -309,12 +273,13 @@ func (r *tailRun) run1(ctx context.Context) (res TailResult, err error) {
 	t.Stop()
 	r.mu.Lock()
 	r.winEnd = time.Now()
-	msgs, bytes := r.backlogMsgs.Load()-r.backlogWindow[0], r.backlogBytes.Load()-r.backlogWindow[1]
+	msgs, bytes := r.backlog.counts()
+	msgs, bytes = msgs-msgs0, bytes-bytes0
 	r.mu.Unlock()
 
 	res = r.result()
 	if o.BacklogTopic != "" {
-		res.Backlog = &BacklogResult{Topic: o.BacklogTopic, Group: backlogGroup, Total: r.backlogTotal, Messages: msgs, Bytes: bytes,
+		res.Backlog = &BacklogResult{Topic: o.BacklogTopic, Group: backlogGroup, Total: r.backlog.total, Messages: msgs, Bytes: bytes,
 			MBPerSec: float64(bytes) / res.Window / 1e6, Done: done}
 	}
 	return res, nil
@@ -430,7 +395,7 @@ func (r *tailRun) progress(ctx context.Context, start time.Time) (stop func()) {
 			if len(lats) > 0 {
 				p99 = float64(lats[min(len(lats)*99/100, len(lats)-1)]) / 1e6
 			}
-			b := r.backlogBytes.Load()
+			_, b := r.backlog.counts()
 			fmt.Fprintf(r.o.Progress, "%6.1fs  tail %6d msgs/s  p99 %7.2f ms  backlog %8.1f MB/s\n",
 				time.Since(start).Seconds(), len(recent), p99, float64(b-lastB)/1e6)
 			lastB = b
