@@ -247,22 +247,35 @@ func (e *Engine) Holders(ctx context.Context, bucket, prefix string) (map[string
 	if err != nil {
 		return nil, e.unavailable("lease bucket", err)
 	}
-	l, err := kv.ListKeysFiltered(ctx, "lease.*")
+	want := leaseKey(prefix) // token() escapes byte by byte: a name's prefix is its key's prefix
+	vals, err := values(ctx, kv, "lease.*", func(k string) bool { return strings.HasPrefix(k, want) })
 	if err != nil {
 		return nil, e.unavailable("list leases", err)
 	}
+	out := make(map[string]string, len(vals))
+	for k, v := range vals {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+// values returns the values of kv's keys that match filter (a subject
+// pattern) and that keep accepts; a key deleted or expired between the
+// listing and its read is left out.
+func values(ctx context.Context, kv jetstream.KeyValue, filter string, keep func(key string) bool) (map[string][]byte, error) {
+	l, err := kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
 	defer func() { _ = l.Stop() }()
-	out := map[string]string{}
-	want := leaseKey(prefix) // token() escapes byte by byte: a name's prefix is its key's prefix
+	out := map[string][]byte{}
 	for k := range l.Keys() {
-		if !strings.HasPrefix(k, want) {
+		if !keep(k) {
 			continue
 		}
-		ent, err := kv.Get(ctx, k)
-		if err != nil {
-			continue // expired meanwhile
+		if ent, err := kv.Get(ctx, k); err == nil {
+			out[k] = ent.Value()
 		}
-		out[k] = string(ent.Value())
 	}
 	return out, nil
 }

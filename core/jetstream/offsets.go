@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -165,18 +167,9 @@ func (e *Engine) SetNodeInfo(ctx context.Context, node string, info []byte) erro
 func (e *Engine) NodeInfos(ctx context.Context) ([][]byte, error) {
 	ctx, cancel := e.reqCtx(ctx)
 	defer cancel()
-	l, err := e.meta.ListKeysFiltered(ctx, "nodeinfo.*")
+	vals, err := values(ctx, e.meta, "nodeinfo.*", func(string) bool { return true })
 	if err != nil {
 		return nil, e.unavailable("list node infos", err)
 	}
-	defer func() { _ = l.Stop() }()
-	var out [][]byte
-	for k := range l.Keys() {
-		ent, err := e.meta.Get(ctx, k)
-		if err != nil {
-			continue // deleted meanwhile
-		}
-		out = append(out, ent.Value())
-	}
-	return out, nil
+	return slices.Collect(maps.Values(vals)), nil
 }
