@@ -116,7 +116,7 @@ type Client struct {
 	slot chan struct{} // in-flight bound
 
 	nextID     atomic.Uint64
-	lastAddr   atomic.Int32             // index in addrs() of the address that answered last
+	lastAddr   atomic.Int32             // index in Addrs() of the address that answered last
 	discovered atomic.Pointer[[]string] // core addresses OpCluster named (Options.Discover)
 	reconnects chan struct{}            // a connect happened (Options.Discover looks again)
 
@@ -225,9 +225,7 @@ func (c *Client) discover() {
 // Addrs are the addresses the client (re)connects to, in the order it
 // tries them from the first: Options.Addr's, then those discovered
 // (Options.Discover) that it does not list.
-func (c *Client) Addrs() []string { return c.addrs() }
-
-func (c *Client) addrs() []string {
+func (c *Client) Addrs() []string {
 	var out []string
 	for _, a := range strings.Split(c.opts.Addr, ",") {
 		out = append(out, strings.TrimSpace(a))
@@ -480,13 +478,13 @@ type session struct {
 // dial connects to the first address that answers, starting with the one
 // that answered last.
 func (c *Client) dial(ctx context.Context) (net.Conn, error) {
-	addrs := c.addrs()
+	addrs := c.Addrs()
 	d := net.Dialer{Timeout: c.opts.DialTimeout}
 	var errs []error
 	start := int(c.lastAddr.Load())
 	for i := range addrs {
 		k := (start + i) % len(addrs)
-		a := strings.TrimSpace(addrs[k])
+		a := addrs[k]
 		nc, err := d.DialContext(ctx, "tcp", a)
 		if err == nil {
 			c.lastAddr.Store(int32(k))
