@@ -50,16 +50,25 @@ func New(b core.Broker) *Gate {
 // under. start tells where the group would start a queue it never
 // committed (nil: the oldest message).
 func (g *Gate) Until(ctx context.Context, group, topic string, queue int, start func(queue int) (int64, error)) (int64, error) {
+	until, _, err := g.until(ctx, group, topic, queue, start)
+	return until, err
+}
+
+// until is Until, also returning how many epochs the limit was computed
+// from: a read that reports more must be read again behind a new limit,
+// however many epochs the gate knows of by then (another reader may have
+// refreshed them in between).
+func (g *Gate) until(ctx context.Context, group, topic string, queue int, start func(queue int) (int64, error)) (int64, int, error) {
 	epochs, err := g.topicEpochs(ctx, topic)
 	if err != nil || len(epochs) < 2 {
-		return -1, err
+		return -1, len(epochs), err
 	}
 	k := openKey{group, topic, queue}
 	g.mu.Lock()
 	known := g.open[k]
 	g.mu.Unlock()
 	if known == len(epochs) {
-		return -1, nil
+		return -1, known, nil
 	}
 	if start == nil {
 		start = func(int) (int64, error) { return 0, nil }
@@ -87,14 +96,14 @@ func (g *Gate) Until(ctx context.Context, group, topic string, queue int, start 
 		return max(off, ranges[p].Min), nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("gate %s/%d for %s: %w", topic, queue, group, err)
+		return 0, 0, fmt.Errorf("gate %s/%d for %s: %w", topic, queue, group, err)
 	}
 	if until < 0 {
 		g.mu.Lock()
 		g.open[k] = len(epochs)
 		g.mu.Unlock()
 	}
-	return until, nil
+	return until, len(epochs), nil
 }
 
 // Read reads req for group behind the topic's barriers. held is true, and
@@ -102,7 +111,7 @@ func (g *Gate) Until(ctx context.Context, group, topic string, queue int, start 
 // the group's commits in other queues. start is as for Until.
 func (g *Gate) Read(ctx context.Context, group string, req core.ReadRequest, start func(queue int) (int64, error)) (res core.ReadResult, held bool, err error) {
 	for {
-		until, err := g.Until(ctx, group, req.Topic, req.Queue, start)
+		until, seen, err := g.until(ctx, group, req.Topic, req.Queue, start)
 		if err != nil {
 			return core.ReadResult{}, false, err
 		}
@@ -114,12 +123,16 @@ func (g *Gate) Read(ctx context.Context, group string, req core.ReadRequest, sta
 		if err != nil {
 			return res, false, err
 		}
-		if stale, err := g.Stale(ctx, req.Topic, res.Epochs); err != nil {
-			return core.ReadResult{}, false, err
-		} else if !stale {
+		if res.Epochs <= seen {
 			return res, false, nil
 		}
-		// Resized since the gate looked: read again behind the new barriers.
+		// Resized since the limit was computed: read again behind the new
+		// barriers. Compared with the epochs the limit saw, not with those
+		// the gate knows now: another reader may have refreshed them
+		// meanwhile, and this read was still made without their barriers.
+		if _, err := g.Stale(ctx, req.Topic, res.Epochs); err != nil {
+			return core.ReadResult{}, false, err
+		}
 	}
 }
 

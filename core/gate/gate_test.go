@@ -1,7 +1,9 @@
 package gate_test
 
 import (
+	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,4 +96,48 @@ func TestUntil(t *testing.T) {
 	until, err = g.Until(ctx, "grp", "t", 3, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(0), until)
+}
+
+// refreshingReads is the real store with one thing added: its first read
+// of queue 3 lets another reader refresh the gate's epochs first, as a
+// second group member reading another queue does between this read's limit
+// and its check. A wrapper because the interleaving must be exact.
+type refreshingReads struct {
+	*store.Store
+	g    *gate.Gate
+	once sync.Once
+}
+
+func (r *refreshingReads) Read(ctx context.Context, req core.ReadRequest) (core.ReadResult, error) {
+	if req.Queue == 3 {
+		r.once.Do(func() { _, _ = r.g.Stale(ctx, req.Topic, 2) })
+	}
+	return r.Store.Read(ctx, req)
+}
+
+// TestReadBehindARefreshByAnotherReader: a read made with a limit computed
+// before the gate knew of a resize is read again behind the new barriers,
+// even when another reader refreshed the gate's epochs in the meantime
+// (the check compared the read with the epochs the gate knew at the end,
+// and handed out a new epoch's messages before their keys' older ones).
+func TestReadBehindARefreshByAnotherReader(t *testing.T) {
+	ctx := t.Context()
+	s := openStore(t)
+	_, err := s.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 2})
+	require.NoError(t, err)
+	produce(t, s, "t", 20)
+	r := &refreshingReads{Store: s}
+	g := gate.New(r)
+	r.g = g
+	until, err := g.Until(ctx, "grp", "t", 1, nil) // the gate knows one epoch
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), until)
+
+	_, err = s.ResizeTopic(ctx, "t", 4)
+	require.NoError(t, err)
+	produce(t, s, "t", 20)
+	res, held, err := g.Read(ctx, "grp", core.ReadRequest{Topic: "t", Queue: 3, MaxCount: 100}, nil)
+	require.NoError(t, err)
+	require.True(t, held, "queue 3 waits for queue 1's old messages; got %d messages", len(res.Messages))
+	require.Empty(t, res.Messages)
 }
