@@ -134,8 +134,9 @@ type Engine struct {
 	// engine published again with the new epoch.
 	republished atomic.Int64
 
-	fenceMu   sync.Mutex
-	fenceSeen map[string]streamSubjects // the fence's view of streams, by name
+	fenceMu     sync.Mutex
+	fenceSeen   map[string]streamSubjects // the fence's view of streams, by name
+	subjectsTTL time.Duration             // how long fenceSeen is trusted: subjectsTTL (tests set more)
 
 	mu      sync.RWMutex
 	topics  map[string]*topicState // by name
@@ -192,8 +193,8 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	e := &Engine{opts: opts, log: opts.Logger.With().Str("component", "jetstream").Logger(),
 		topics: map[string]*topicState{}, byHash: map[uint64]string{}, loading: map[string]*load{},
 		acks: make(chan *pending, 1024), checked: make(chan *pending, 1024), closing: make(chan struct{}),
-		fenceSeen: map[string]streamSubjects{},
-		holder:    opts.Name + "/" + randomID()}
+		fenceSeen: map[string]streamSubjects{}, subjectsTTL: subjectsTTL,
+		holder: opts.Name + "/" + randomID()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	nc := opts.Conn
 	if nc == nil {

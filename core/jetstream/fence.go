@@ -221,7 +221,8 @@ func (f *fences) close() {
 }
 
 // subjectsTTL is how long the fence trusts what it read of a stream's
-// subjects: a stale node's whole pipeline is answered from one read.
+// subjects when it refuses: a stale node's whole pipeline is answered from
+// one read. Letting go is never decided on a cached read (takes).
 const subjectsTTL = 100 * time.Millisecond
 
 type streamSubjects struct {
@@ -230,6 +231,10 @@ type streamSubjects struct {
 }
 
 // takes reports whether the topic stream of a queue subject takes it now.
+// A cached answer that it does is looked at again: the cache may be from
+// before a resize swapped these very subjects out (a fence that let go on
+// it would leave the publish unanswered, its producer to time out), and
+// letting go is rare while refusing is not.
 func (e *Engine) takes(subject string) (bool, error) {
 	rest, _ := strings.CutPrefix(subject, subjectPrefix)
 	tok, _, _ := strings.Cut(rest, ".")
@@ -237,27 +242,33 @@ func (e *Engine) takes(subject string) (bool, error) {
 	e.fenceMu.Lock()
 	c, ok := e.fenceSeen[stream]
 	e.fenceMu.Unlock()
-	if !ok || time.Since(c.at) > subjectsTTL {
-		ctx, cancel := context.WithTimeout(e.ctx, e.opts.Timeout)
-		defer cancel()
-		c = streamSubjects{at: time.Now()}
-		s, err := e.js.Stream(ctx, stream)
-		switch {
-		case err == nil:
-			c.subjects = s.CachedInfo().Config.Subjects
-		case !errors.Is(err, jetstream.ErrStreamNotFound):
-			return false, fmt.Errorf("jetstream: subjects of stream %s: %w", stream, err)
-		}
-		e.fenceMu.Lock()
-		e.fenceSeen[stream] = c
-		e.fenceMu.Unlock()
+	if ok && time.Since(c.at) <= e.subjectsTTL && !subjectsMatch(c.subjects, subject) {
+		return false, nil
 	}
-	for _, p := range c.subjects {
+	ctx, cancel := context.WithTimeout(e.ctx, e.opts.Timeout)
+	defer cancel()
+	c = streamSubjects{at: time.Now()}
+	s, err := e.js.Stream(ctx, stream)
+	switch {
+	case err == nil:
+		c.subjects = s.CachedInfo().Config.Subjects
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return false, fmt.Errorf("jetstream: subjects of stream %s: %w", stream, err)
+	}
+	e.fenceMu.Lock()
+	e.fenceSeen[stream] = c
+	e.fenceMu.Unlock()
+	return subjectsMatch(c.subjects, subject), nil
+}
+
+// subjectsMatch reports whether one of patterns matches subject.
+func subjectsMatch(patterns []string, subject string) bool {
+	for _, p := range patterns {
 		if subjectMatch(p, subject) {
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // subjectMatch reports whether a NATS subject matches a pattern ('*' one

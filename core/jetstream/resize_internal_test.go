@@ -142,3 +142,45 @@ func TestResizeWithLargeMessages(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, info.Epochs[1].Begin)
 }
+
+// TestFenceAnswersAfterASecondResize: a node with a stale queue count is
+// refused by the resizing node's fence, which reads (and caches) the
+// stream's subjects to do so; the topic is resized again before that
+// cache expires, and the stale node publishes with the count it learned,
+// which the second resize ended. The fence must refuse that publish too —
+// it let go instead (the cached subjects said the stream still took it),
+// left it unanswered, and the producer timed out (CI:
+// TestServicesGroupAcrossResize). The cache is made to last an hour so the
+// interleaving does not depend on the machine's speed.
+func TestFenceAnswersAfterASecondResize(t *testing.T) {
+	ctx := t.Context()
+	s := natstest.RunServer(t, natstest.SyncAlways())
+	open := func() *Engine {
+		e, err := Open(ctx, Options{URLs: []string{s.URL}, Timeout: 2 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = e.Close() })
+		return e
+	}
+	resizer, stale := open(), open()
+	resizer.subjectsTTL = time.Hour
+	_, err := resizer.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 2})
+	require.NoError(t, err)
+	produce := func(round int) {
+		t.Helper()
+		for k := range 8 {
+			res, err := stale.Produce(ctx, &core.Message{Topic: "t", ShardingKey: "k" + strconv.Itoa(k), Body: fmt.Appendf(nil, "%d", round)})
+			require.NoError(t, err, "round %d key %d", round, k)
+			info, err := resizer.Topic(ctx, "t")
+			require.NoError(t, err)
+			require.Equal(t, core.QueueFor("k"+strconv.Itoa(k), info.Queues), res.Queue)
+		}
+	}
+	produce(0) // stale learns 2 queues
+	for round, n := range []int{4, 8, 3} {
+		_, err := resizer.ResizeTopic(ctx, "t", n)
+		require.NoError(t, err)
+		before := stale.republished.Load()
+		produce(round + 1)
+		require.Positive(t, stale.republished.Load()-before, "round %d: the stale node was refused and published again", round+1)
+	}
+}
