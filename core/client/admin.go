@@ -42,7 +42,7 @@ func (c *Client) Topics(ctx context.Context) ([]wire.TopicInfo, error) {
 // Groups lists groups with live members.
 func (c *Client) Groups(ctx context.Context) ([]wire.GroupInfo, error) {
 	var out []wire.GroupInfo
-	err := c.callJSON(ctx, wire.OpGroups, struct{}{}, &out)
+	err := c.callShardJSON(ctx, shardServices, wire.OpGroups, struct{}{}, &out)
 	return out, err
 }
 
@@ -50,7 +50,7 @@ func (c *Client) Groups(ctx context.Context) ([]wire.GroupInfo, error) {
 // own progress; empty otherwise).
 func (c *Client) Lag(ctx context.Context, group, member string) ([]wire.QueueLag, error) {
 	var out []wire.QueueLag
-	err := c.callJSON(ctx, wire.OpLag, wire.LagReq{Group: group, Member: member}, &out)
+	err := c.callShardJSON(ctx, group, wire.OpLag, wire.LagReq{Group: group, Member: member}, &out)
 	return out, err
 }
 
@@ -58,7 +58,7 @@ func (c *Client) Lag(ctx context.Context, group, member string) ([]wire.QueueLag
 // after t (zero: the earliest, or the latest if latest is set).
 func (c *Client) ResetOffsets(ctx context.Context, group, topic string, t time.Time, latest bool) ([]int64, error) {
 	var out wire.ResetReply
-	err := c.callJSON(ctx, wire.OpReset, wire.ResetReq{Group: group, Topic: topic, Time: t, Latest: latest}, &out)
+	err := c.callShardJSON(ctx, group, wire.OpReset, wire.ResetReq{Group: group, Topic: topic, Time: t, Latest: latest}, &out)
 	return out.Offsets, err
 }
 
@@ -112,7 +112,7 @@ func (c *Client) Pull(ctx context.Context, topic string, queue int, offset int64
 // cancelled (delay.ErrAlreadyCancelled).
 func (c *Client) CancelDelayed(ctx context.Context, id core.MessageID) (wire.Delayed, error) {
 	var out wire.Delayed
-	err := c.callJSON(ctx, wire.OpCancelDelay, wire.DelayedReq{ID: id.String()}, &out)
+	err := c.callShardJSON(ctx, shardServices, wire.OpCancelDelay, wire.DelayedReq{ID: id.String()}, &out)
 	return out, err
 }
 
@@ -120,14 +120,14 @@ func (c *Client) CancelDelayed(ctx context.Context, id core.MessageID) (wire.Del
 // the reply's NextLevel and NextOffset until Done.
 func (c *Client) ListDelayed(ctx context.Context, req wire.ListDelayedReq) (wire.ListDelayedReply, error) {
 	var out wire.ListDelayedReply
-	err := c.callJSON(ctx, wire.OpListDelayed, req, &out)
+	err := c.callShardJSON(ctx, shardServices, wire.OpListDelayed, req, &out)
 	return out, err
 }
 
 // PendingTransactions lists the server's unresolved half messages.
 func (c *Client) PendingTransactions(ctx context.Context) ([]wire.TxnPending, error) {
 	var out []wire.TxnPending
-	err := c.callJSON(ctx, wire.OpTxnList, struct{}{}, &out)
+	err := c.callShardJSON(ctx, shardServices, wire.OpTxnList, struct{}{}, &out)
 	return out, err
 }
 

@@ -125,8 +125,15 @@ type Client struct {
 	ready  chan struct{} // closed while sess is usable
 	closed bool
 	// txnProducers are the open transaction producers by group: announced
-	// in every hello, and where check-back pushes go.
+	// in every hello, and where check-back pushes go (on a peer: its
+	// parent's).
 	txnProducers map[string]*TransactionProducer
+	// parent is, for a peer (route.go), the client that dialed it; peers
+	// are the clients of other nodes shards were moved to, by address, and
+	// routes the address each such shard is served at.
+	parent *Client
+	peers  map[string]*Client
+	routes map[string]string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -136,13 +143,18 @@ type Client struct {
 // Dial connects to the server (the first connection must succeed) and keeps
 // the client connected until Close.
 func Dial(ctx context.Context, opts Options) (*Client, error) {
+	return dial(ctx, opts, nil)
+}
+
+// dial is Dial, of a peer of parent if not nil.
+func dial(ctx context.Context, opts Options, parent *Client) (*Client, error) {
 	opts = opts.withDefaults()
 	if opts.Addr == "" {
 		return nil, errors.New("client: no server address")
 	}
 	c := &Client{opts: opts, log: opts.Logger.With().Str("component", "client").Str("server", opts.Addr).Logger(),
 		slot: make(chan struct{}, opts.MaxInflight), ready: make(chan struct{}), txnProducers: map[string]*TransactionProducer{},
-		reconnects: make(chan struct{}, 1)}
+		reconnects: make(chan struct{}, 1), parent: parent, peers: map[string]*Client{}, routes: map[string]string{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	s, err := c.connect(ctx)
 	if err != nil {
@@ -172,6 +184,7 @@ func (c *Client) Close() error {
 	c.closed = true
 	s := c.sess
 	c.mu.Unlock()
+	c.closePeers()
 	c.cancel()
 	if s != nil {
 		s.shutdown(ErrClosed)
@@ -442,11 +455,16 @@ func (c *Client) send(ctx context.Context, op wire.Op, payload []byte, flags byt
 // callJSON marshals req, calls op and unmarshals the response into resp (if
 // not nil).
 func (c *Client) callJSON(ctx context.Context, op wire.Op, req, resp any) error {
+	return c.callJSONVia(ctx, op, req, resp, c.call)
+}
+
+// callJSONVia is callJSON calling through call.
+func (c *Client) callJSONVia(ctx context.Context, op wire.Op, req, resp any, call func(context.Context, wire.Op, []byte) ([]byte, error)) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	p, err := c.call(ctx, op, b)
+	p, err := call(ctx, op, b)
 	if err != nil {
 		return err
 	}
@@ -503,7 +521,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	hello, _ := json.Marshal(wire.Hello{Version: wire.Version, Token: c.opts.Token, ClientID: c.opts.ClientID, ProducerGroups: c.producerGroups()})
+	hello, _ := json.Marshal(wire.Hello{Version: wire.Version, Token: c.opts.Token, ClientID: c.opts.ClientID, ProducerGroups: c.root().producerGroups()})
 	_ = nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
 	if _, err := nc.Write(wire.AppendFrame(nil, wire.Frame{Op: wire.OpHello, ID: 0, Payload: hello})); err != nil {
 		_ = nc.Close()
@@ -574,7 +592,7 @@ func (s *session) readLoop() {
 		}
 		if f.Flags&wire.FlagResponse == 0 {
 			if f.Flags&wire.FlagPush != 0 && f.Op == wire.OpCheckTxn {
-				s.c.onCheck(f)
+				s.c.root().onCheck(f)
 			}
 			continue
 		}

@@ -62,7 +62,7 @@ func (r *remoteGroups) Heartbeat(ctx context.Context, req group.HeartbeatRequest
 		w.Subscriptions = append(w.Subscriptions, wire.Subscription{Topic: s.Topic, Tags: s.Tags})
 	}
 	var a wire.Assignment
-	if err := r.c.callJSON(ctx, wire.OpHeartbeat, w, &a); err != nil {
+	if err := r.c.callShardJSON(ctx, req.Group, wire.OpHeartbeat, w, &a); err != nil {
 		return group.Assignment{}, err
 	}
 	out := group.Assignment{Version: a.Version}
@@ -81,7 +81,7 @@ func (r *remoteGroups) pullOnce(ctx context.Context, req group.PullRequest) (gro
 	}
 	ctx, cancel := withWait(ctx, r.c, req.Wait)
 	defer cancel()
-	p, err := r.c.call(ctx, wire.OpGroupPull, b)
+	p, err := r.c.callShard(ctx, req.Group, wire.OpGroupPull, b)
 	if err != nil {
 		return group.PullResult{}, err
 	}
@@ -93,17 +93,17 @@ func (r *remoteGroups) pullOnce(ctx context.Context, req group.PullRequest) (gro
 }
 
 func (r *remoteGroups) Commit(ctx context.Context, g, clientID string, ref group.QueueRef, offset int64) error {
-	return r.c.callJSON(ctx, wire.OpCommit, wire.CommitReq{Group: g, ClientID: clientID, Topic: ref.Topic, Queue: ref.Queue, Offset: offset}, nil)
+	return r.c.callShardJSON(ctx, g, wire.OpCommit, wire.CommitReq{Group: g, ClientID: clientID, Topic: ref.Topic, Queue: ref.Queue, Offset: offset}, nil)
 }
 
 func (r *remoteGroups) Release(ctx context.Context, g, clientID string, ref group.QueueRef) error {
 	r.closeStream(streamKey{group: g, clientID: clientID, topic: ref.Topic, queue: ref.Queue})
-	return r.c.callJSON(ctx, wire.OpRelease, wire.CommitReq{Group: g, ClientID: clientID, Topic: ref.Topic, Queue: ref.Queue}, nil)
+	return r.c.callShardJSON(ctx, g, wire.OpRelease, wire.CommitReq{Group: g, ClientID: clientID, Topic: ref.Topic, Queue: ref.Queue}, nil)
 }
 
 func (r *remoteGroups) Leave(ctx context.Context, g, clientID string) error {
 	r.closeStreams(g, clientID)
-	return r.c.callJSON(ctx, wire.OpLeave, wire.CommitReq{Group: g, ClientID: clientID}, nil)
+	return r.c.callShardJSON(ctx, g, wire.OpLeave, wire.CommitReq{Group: g, ClientID: clientID}, nil)
 }
 
 // remoteRetry implements consumer.Retrier over the wire.
@@ -111,7 +111,7 @@ type remoteRetry struct{ c *Client }
 
 func (r remoteRetry) SendBack(ctx context.Context, g string, m *core.StoredMessage, reason string) (retry.Outcome, error) {
 	var out wire.SendBackReply
-	if err := r.c.callJSON(ctx, wire.OpSendBack, wire.SendBackReq{Group: g, ID: m.ID.String(), Reason: reason}, &out); err != nil {
+	if err := r.c.callShardJSON(ctx, g, wire.OpSendBack, wire.SendBackReq{Group: g, ID: m.ID.String(), Reason: reason}, &out); err != nil {
 		return 0, err
 	}
 	if out.Outcome == retry.DeadLettered.String() {
@@ -121,7 +121,7 @@ func (r remoteRetry) SendBack(ctx context.Context, g string, m *core.StoredMessa
 }
 
 func (r remoteRetry) DeadLetter(ctx context.Context, g string, m *core.StoredMessage, reason string) error {
-	return r.c.callJSON(ctx, wire.OpDeadLetter, wire.SendBackReq{Group: g, ID: m.ID.String(), Reason: reason, Reconsume: m.ReconsumeCount}, nil)
+	return r.c.callShardJSON(ctx, g, wire.OpDeadLetter, wire.SendBackReq{Group: g, ID: m.ID.String(), Reason: reason, Reconsume: m.ReconsumeCount}, nil)
 }
 
 // SimpleConsumer consumes by POP: the server picks the messages, each
@@ -160,7 +160,7 @@ func (s *SimpleConsumer) Receive(ctx context.Context, max int, wait time.Duratio
 	}
 	ctx, cancel := withWait(ctx, s.c, wait)
 	defer cancel()
-	p, err := s.c.call(ctx, wire.OpPop, b)
+	p, err := s.c.callShard(ctx, s.group, wire.OpPop, b)
 	if err != nil {
 		return nil, err
 	}
@@ -177,13 +177,13 @@ func (s *SimpleConsumer) Receive(ctx context.Context, max int, wait time.Duratio
 
 // Ack marks a received message consumed.
 func (s *SimpleConsumer) Ack(ctx context.Context, handle string) error {
-	return s.c.callJSON(ctx, wire.OpAck, wire.HandleReq{Handle: handle}, nil)
+	return s.c.callShardJSON(ctx, s.group, wire.OpAck, wire.HandleReq{Handle: handle}, nil)
 }
 
 // ChangeInvisibleTime gives a received message d more invisible time from
 // now and returns its new handle (the old one stops working).
 func (s *SimpleConsumer) ChangeInvisibleTime(ctx context.Context, handle string, d time.Duration) (string, error) {
 	var out wire.HandleReq
-	err := s.c.callJSON(ctx, wire.OpChangeInvis, wire.HandleReq{Handle: handle, InvisibleMS: d.Milliseconds()}, &out)
+	err := s.c.callShardJSON(ctx, s.group, wire.OpChangeInvis, wire.HandleReq{Handle: handle, InvisibleMS: d.Milliseconds()}, &out)
 	return out.Handle, err
 }

@@ -67,7 +67,18 @@ func (r *remoteGroups) Pull(ctx context.Context, req group.PullRequest) (group.P
 			return group.PullResult{}, err
 		}
 	}
-	return r.take(ctx, k, st, req)
+	res, err := r.take(ctx, k, st, req)
+	if addr, moved := wire.MovedTo(err); moved && r.c.parent == nil {
+		// The group is served by another node (route.go): stream from there.
+		if _, ferr := r.c.follow(ctx, req.Group, addr); ferr != nil {
+			return group.PullResult{}, fmt.Errorf("%w; following it: %w", err, ferr)
+		}
+		if st, err = r.openStream(ctx, k, req); err != nil {
+			return group.PullResult{}, err
+		}
+		return r.take(ctx, k, st, req)
+	}
+	return res, err
 }
 
 func (r *remoteGroups) openStream(ctx context.Context, k streamKey, req group.PullRequest) (*pullStream, error) {
@@ -91,7 +102,7 @@ func (r *remoteGroups) openStream(ctx context.Context, k streamKey, req group.Pu
 			}
 		}
 	}
-	st.s, st.id, err = r.c.send(ctx, wire.OpGroupPull, b, 0,
+	st.s, st.id, err = r.c.routeOf(req.Group).send(ctx, wire.OpGroupPull, b, 0,
 		func(res result) { put(streamAnswer{res: res}) },
 		func(res result) { put(streamAnswer{res: res, last: true}) })
 	if err != nil {

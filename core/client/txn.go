@@ -113,7 +113,7 @@ func (p *TransactionProducer) SendHalf(ctx context.Context, m *core.Message) (co
 	if err != nil {
 		return core.SendResult{}, err
 	}
-	out, err := p.c.call(ctx, wire.OpTxnHalf, b)
+	out, err := p.c.callShard(ctx, shardServices, wire.OpTxnHalf, b)
 	if err != nil {
 		return core.SendResult{}, err
 	}
@@ -141,7 +141,7 @@ func (p *TransactionProducer) Rollback(ctx context.Context, id core.MessageID) e
 }
 
 func (p *TransactionProducer) end(ctx context.Context, id core.MessageID, a TxnAction, fromCheck bool) (core.SendResult, error) {
-	out, err := p.c.call(ctx, wire.OpTxnEnd, mustJSON(wire.TxnEndReq{ID: id.String(), Group: p.group, Action: a.wire(), FromCheck: fromCheck}))
+	out, err := p.c.callShard(ctx, shardServices, wire.OpTxnEnd, mustJSON(wire.TxnEndReq{ID: id.String(), Group: p.group, Action: a.wire(), FromCheck: fromCheck}))
 	if err != nil {
 		return core.SendResult{}, err
 	}
@@ -272,16 +272,40 @@ func (c *Client) announceLater() {
 // one; each is checked against the groups when its answer comes and sent
 // again if they changed meanwhile, so the last one the server applies is
 // current.
+//
+// Where another node serves the transactions (wire.CodeMoved), the
+// announcement goes to the peer connected to it (route.go), whose hello
+// carried the groups already; every peer is told of a change, and one
+// whose node does not serve transactions ignores it.
 func (c *Client) announce(ctx context.Context) error {
+	root := c.root()
 	for {
-		groups := c.producerGroups()
-		if err := c.callJSON(ctx, wire.OpTxnRegister, wire.TxnRegisterReq{Groups: groups}, nil); err != nil {
+		groups := root.producerGroups()
+		err := c.callJSON(ctx, wire.OpTxnRegister, wire.TxnRegisterReq{Groups: groups}, nil)
+		if addr, moved := wire.MovedTo(err); moved {
+			if c.parent != nil {
+				return nil
+			}
+			peer, err := c.follow(ctx, shardServices, addr)
+			if err != nil {
+				return err
+			}
+			if peer == c {
+				return err
+			}
+			return peer.announce(ctx)
+		}
+		if err != nil {
 			return err
 		}
-		if slices.Equal(groups, c.producerGroups()) {
-			return nil
+		if slices.Equal(groups, root.producerGroups()) {
+			break
 		}
 	}
+	if c.parent == nil {
+		c.eachPeer(func(p *Client) { p.announceLater() })
+	}
+	return nil
 }
 
 // producerGroups lists the groups to announce in a hello.

@@ -93,37 +93,55 @@ func (s *signer) encode(h handle) string {
 // decode parses and authenticates a handle. Every error wraps
 // ErrInvalidHandle.
 func (s *signer) decode(text string) (handle, error) {
-	var h handle
-	if text == "" {
-		return h, fmt.Errorf("%w: empty", ErrInvalidHandle)
-	}
-	if len(text) > handleEncoding.EncodedLen(handleMaxRaw) {
-		return h, fmt.Errorf("%w: %d characters, at most %d", ErrInvalidHandle, len(text), handleEncoding.EncodedLen(handleMaxRaw))
-	}
-	var buf [handleMaxRaw]byte
-	n, err := handleEncoding.Decode(buf[:], []byte(text))
+	h, b, err := parseHandle(text)
 	if err != nil {
-		return h, fmt.Errorf("%w: %v", ErrInvalidHandle, err)
-	}
-	b := buf[:n]
-	if len(b) < handleMinRaw {
-		return h, fmt.Errorf("%w: %d bytes, at least %d", ErrInvalidHandle, len(b), handleMinRaw)
-	}
-	if b[0] != handleVersion {
-		return h, fmt.Errorf("%w: version %d", ErrInvalidHandle, b[0])
-	}
-	g := int(b[handleFixed-1])
-	if g < 1 || g > maxGroupLen || handleFixed+g+1 > len(b) {
-		return h, fmt.Errorf("%w: group length %d", ErrInvalidHandle, g)
-	}
-	t := int(b[handleFixed+g])
-	if t < 1 || t > maxTopicLen || handleFixed+g+1+t+handleTagLen != len(b) {
-		return h, fmt.Errorf("%w: topic length %d in %d bytes", ErrInvalidHandle, t, len(b))
+		return h, err
 	}
 	body := b[:len(b)-handleTagLen]
 	var want [handleTagLen]byte
 	if !hmac.Equal(s.tag(want[:0], body), b[len(body):]) {
-		return h, fmt.Errorf("%w: tag mismatch", ErrInvalidHandle)
+		return handle{}, fmt.Errorf("%w: tag mismatch", ErrInvalidHandle)
+	}
+	return h, nil
+}
+
+// GroupOf returns the consumer group a receipt handle names, without
+// authenticating it (only the Service that handed it out can): enough to
+// send an ack to the node that serves the group. Every error wraps
+// ErrInvalidHandle.
+func GroupOf(text string) (string, error) {
+	h, _, err := parseHandle(text)
+	return h.group, err
+}
+
+// parseHandle decodes a handle's fields, checking its lengths and version;
+// raw is its bytes, tag last.
+func parseHandle(text string) (h handle, raw []byte, err error) {
+	if text == "" {
+		return h, nil, fmt.Errorf("%w: empty", ErrInvalidHandle)
+	}
+	if len(text) > handleEncoding.EncodedLen(handleMaxRaw) {
+		return h, nil, fmt.Errorf("%w: %d characters, at most %d", ErrInvalidHandle, len(text), handleEncoding.EncodedLen(handleMaxRaw))
+	}
+	var buf [handleMaxRaw]byte
+	n, err := handleEncoding.Decode(buf[:], []byte(text))
+	if err != nil {
+		return h, nil, fmt.Errorf("%w: %v", ErrInvalidHandle, err)
+	}
+	b := buf[:n]
+	if len(b) < handleMinRaw {
+		return h, nil, fmt.Errorf("%w: %d bytes, at least %d", ErrInvalidHandle, len(b), handleMinRaw)
+	}
+	if b[0] != handleVersion {
+		return h, nil, fmt.Errorf("%w: version %d", ErrInvalidHandle, b[0])
+	}
+	g := int(b[handleFixed-1])
+	if g < 1 || g > maxGroupLen || handleFixed+g+1 > len(b) {
+		return h, nil, fmt.Errorf("%w: group length %d", ErrInvalidHandle, g)
+	}
+	t := int(b[handleFixed+g])
+	if t < 1 || t > maxTopicLen || handleFixed+g+1+t+handleTagLen != len(b) {
+		return h, nil, fmt.Errorf("%w: topic length %d in %d bytes", ErrInvalidHandle, t, len(b))
 	}
 	be := binary.BigEndian
 	h.queue = int(be.Uint16(b[1:]))
@@ -132,7 +150,7 @@ func (s *signer) decode(text string) (handle, error) {
 	h.deadline = int64(be.Uint64(b[19:]))
 	h.group = string(b[handleFixed : handleFixed+g])
 	h.topic = string(b[handleFixed+g+1 : handleFixed+g+1+t])
-	return h, nil
+	return h, b, nil
 }
 
 // expiredAt reports whether the handle's deadline has passed at now.

@@ -191,8 +191,13 @@ func (c *conn) handshake() bool {
 		return refuse(wire.CodeUnauthorized, "bad token")
 	}
 	if len(h.ProducerGroups) > 0 {
-		if err := c.registerProducers(h.ProducerGroups); err != nil {
-			return refuse(wire.CodeOf(err), err.Error())
+		// Where the transactions are served elsewhere (Options.Placement),
+		// the producer's transactional requests are answered CodeMoved and
+		// its client registers there.
+		if svc, err := c.s.services(c.ctx, ""); err == nil {
+			if err := c.registerProducers(svc.Txn, h.ProducerGroups); err != nil {
+				return refuse(wire.CodeOf(err), err.Error())
+			}
 		}
 	}
 	reply, _ := json.Marshal(wire.HelloReply{Version: wire.Version, Server: c.s.opts.Version,
@@ -269,8 +274,12 @@ func (c *conn) fail(f wire.Frame, err error) {
 	if code == wire.CodeInternal {
 		c.log.Error().Err(err).Str("op", f.Op.String()).Msg("request failed")
 	}
+	msg := err.Error()
+	if we, ok := err.(*wire.Error); ok {
+		msg = we.Message // as it was made (a CodeMoved's names a node), not wrapped again
+	}
 	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse | wire.FlagError, ID: f.ID,
-		Payload: wire.EncodeError(code, err.Error())}, release: true}
+		Payload: wire.EncodeError(code, msg)}, release: true}
 }
 
 // writeLoop batches queued frames into few write calls. Large payloads (a

@@ -9,7 +9,11 @@ import (
 )
 
 func (c *conn) delayedOp(f wire.Frame) ([]byte, error) {
-	d := c.s.opts.Delay
+	svc, err := c.s.services(c.ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	d := svc.Delay
 	if d == nil {
 		return nil, fmt.Errorf("delayed delivery: %w", wire.ErrNotEnabled)
 	}

@@ -17,8 +17,11 @@ import (
 // responses holds; when none is free the answer in hand is the stream's
 // last, and the client opens another.
 func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
-	o := &c.s.opts
-	s := &groupStream{pull: o.Groups.Pull,
+	svc, err := c.s.services(c.ctx, r.Group)
+	if err != nil {
+		return nil, err
+	}
+	s := &groupStream{pull: svc.Groups.Pull,
 		req: group.PullRequest{Group: r.Group, ClientID: r.ClientID, Queue: group.QueueRef{Topic: r.Topic, Queue: r.Queue},
 			Offset: r.Offset, Max: r.Max}}
 	first, err := s.pull(c.ctx, s.req)
@@ -40,7 +43,7 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 	if stream {
 		p.more = s.more
 	}
-	if heads, ok := o.Broker.(core.QueueHeads); ok {
+	if heads, ok := c.s.opts.Broker.(core.QueueHeads); ok {
 		// The coordinator reads the server's broker: its offsets are the
 		// queue's own, so a queue that ends where the poll stands has
 		// nothing for it.

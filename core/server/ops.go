@@ -114,7 +114,11 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		for _, s := range r.Subscriptions {
 			req.Subscriptions = append(req.Subscriptions, group.Subscription{Topic: s.Topic, Tags: s.Tags})
 		}
-		a, err := o.Groups.Heartbeat(ctx, req)
+		svc, err := c.s.services(ctx, r.Group)
+		if err != nil {
+			return nil, err
+		}
+		a, err := svc.Groups.Heartbeat(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -137,14 +141,17 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 			return nil, err
 		}
 		ref := group.QueueRef{Topic: r.Topic, Queue: r.Queue}
-		var err error
+		svc, err := c.s.services(ctx, r.Group)
+		if err != nil {
+			return nil, err
+		}
 		switch f.Op {
 		case wire.OpCommit:
-			err = o.Groups.Commit(ctx, r.Group, r.ClientID, ref, r.Offset)
+			err = svc.Groups.Commit(ctx, r.Group, r.ClientID, ref, r.Offset)
 		case wire.OpRelease:
-			err = o.Groups.Release(ctx, r.Group, r.ClientID, ref)
+			err = svc.Groups.Release(ctx, r.Group, r.ClientID, ref)
 		default:
-			err = o.Groups.Leave(ctx, r.Group, r.ClientID)
+			err = svc.Groups.Leave(ctx, r.Group, r.ClientID)
 		}
 		return nil, err
 
@@ -157,15 +164,19 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		svc, err := c.s.services(ctx, r.Group)
+		if err != nil {
+			return nil, err
+		}
 		m, err := o.Broker.Get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		if f.Op == wire.OpDeadLetter {
 			m.ReconsumeCount = max(m.ReconsumeCount, r.Reconsume)
-			return nil, o.Retry.DeadLetter(ctx, r.Group, m, r.Reason)
+			return nil, svc.Retry.DeadLetter(ctx, r.Group, m, r.Reason)
 		}
-		out, err := o.Retry.SendBack(ctx, r.Group, m, r.Reason)
+		out, err := svc.Retry.SendBack(ctx, r.Group, m, r.Reason)
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +196,11 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 			}
 			return wire.EncodePopped(out)
 		}
-		ps, err := o.Pop.Pop(ctx, req)
+		svc, err := c.s.services(ctx, r.Group)
+		if err != nil {
+			return nil, err
+		}
+		ps, err := svc.Pop.Pop(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +212,7 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		// topic: it waits for any arrival.
 		c.s.hold.park("", "", &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
 			try: func(ctx context.Context) ([]byte, bool, error) {
-				ps, err := o.Pop.Pop(ctx, req)
+				ps, err := svc.Pop.Pop(ctx, req)
 				if err != nil || len(ps) == 0 {
 					return nil, false, err
 				}
@@ -211,10 +226,18 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		if err := decode(f, &r); err != nil {
 			return nil, err
 		}
-		if f.Op == wire.OpAck {
-			return nil, o.Pop.Ack(ctx, r.Handle)
+		grp, err := pop.GroupOf(r.Handle)
+		if err != nil {
+			return nil, err
 		}
-		h, err := o.Pop.ChangeInvisibleTime(ctx, r.Handle, time.Duration(r.InvisibleMS)*time.Millisecond)
+		svc, err := c.s.services(ctx, grp)
+		if err != nil {
+			return nil, err
+		}
+		if f.Op == wire.OpAck {
+			return nil, svc.Pop.Ack(ctx, r.Handle)
+		}
+		h, err := svc.Pop.ChangeInvisibleTime(ctx, r.Handle, time.Duration(r.InvisibleMS)*time.Millisecond)
 		if err != nil {
 			return nil, err
 		}
@@ -225,7 +248,11 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		if err := decode(f, &r); err != nil {
 			return nil, err
 		}
-		lags, err := o.Groups.Lag(ctx, r.Group, r.Member)
+		svc, err := c.s.services(ctx, r.Group)
+		if err != nil {
+			return nil, err
+		}
+		lags, err := svc.Groups.Lag(ctx, r.Group, r.Member)
 		if err != nil {
 			return nil, err
 		}
@@ -241,15 +268,23 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		if err := decode(f, &r); err != nil {
 			return nil, err
 		}
-		offs, err := o.Groups.ResetOffsets(ctx, r.Group, r.Topic, group.ResetTarget{Time: r.Time, Latest: r.Latest})
+		svc, err := c.s.services(ctx, r.Group)
+		if err != nil {
+			return nil, err
+		}
+		offs, err := svc.Groups.ResetOffsets(ctx, r.Group, r.Topic, group.ResetTarget{Time: r.Time, Latest: r.Latest})
 		if err != nil {
 			return nil, err
 		}
 		return marshal(wire.ResetReply{Offsets: offs})
 
 	case wire.OpGroups:
+		svc, err := c.s.services(ctx, "")
+		if err != nil {
+			return nil, err
+		}
 		out := []wire.GroupInfo{}
-		for _, g := range o.Groups.Groups() {
+		for _, g := range svc.Groups.Groups() {
 			gi := wire.GroupInfo{Group: g.Name, Mode: string(g.Mode), Members: []wire.MemberInfo{}}
 			for _, m := range g.Members {
 				mi := wire.MemberInfo{ClientID: m.ClientID, LastHeartbeat: m.LastHeartbeat, Queues: []wire.QueueRef{}}

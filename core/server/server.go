@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -54,6 +55,15 @@ type Options struct {
 	WriteTimeout time.Duration
 	// MaxWait caps a long poll; default 30 s.
 	MaxWait time.Duration
+	// Placement, when set, says which node serves a shard: a consumer
+	// group's operations (heartbeat, group pull, commit, release, leave,
+	// send back, dead letter, POP, ack, change invisible time, lag, reset;
+	// shard: the group's name) and the node-wide services' (group listing,
+	// delayed messages, transactions; shard ""). A request of a shard
+	// served elsewhere is answered with wire.CodeMoved naming that node,
+	// and the client sends it there. Nil: every shard is served here. With
+	// Placement set, Groups, Retry and Pop may be nil until SetServices.
+	Placement func(ctx context.Context, shard string) (Route, error)
 	// Cluster, when set, answers OpCluster (discovery): the nodes a client
 	// may connect to. Without it the server names itself alone, at its
 	// listening address.
@@ -109,8 +119,11 @@ func (o Options) withDefaults() Options {
 
 func (o Options) validate() error {
 	var errs []error
-	if o.Broker == nil || o.Groups == nil || o.Retry == nil || o.Pop == nil {
-		errs = append(errs, errors.New("broker, groups, retry and pop are required"))
+	switch {
+	case o.Broker == nil:
+		errs = append(errs, errors.New("broker is required"))
+	case o.Placement == nil && (o.Groups == nil || o.Retry == nil || o.Pop == nil):
+		errs = append(errs, errors.New("groups, retry and pop are required (or a placement, and SetServices)"))
 	}
 	if o.MaxFrame < 1<<16 || o.MaxInflight < 1 || o.Handlers < 1 || o.MaxConns < 1 {
 		errs = append(errs, errors.New("max frame (≥ 64 KiB), max in-flight, handlers and max conns must be positive"))
@@ -121,12 +134,32 @@ func (o Options) validate() error {
 	return nil
 }
 
+// Services are the stateful services a server hands the requests of
+// consumer groups, POP, delayed messages and transactions to. Delay and
+// Txn may be nil (not enabled).
+type Services struct {
+	Groups *group.Coordinator
+	Retry  *retry.Service
+	Pop    *pop.Service
+	Delay  *delay.Service
+	Txn    *txn.Service
+}
+
+// Route is where a shard is served (Options.Placement).
+type Route struct {
+	// Here: this server serves it.
+	Here bool
+	// Node and Addr name the node that does and its core address.
+	Node, Addr string
+}
+
 // Server is a core wire-protocol server.
 type Server struct {
 	opts Options
 	log  zerolog.Logger
 	ln   net.Listener
 	hold *holder
+	svc  atomic.Pointer[Services] // nil: none here (Placement set, before SetServices)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -147,7 +180,58 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger.With().Str("component", "core-server").Logger(), conns: map[*conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hold = newHolder(s.ctx, opts.Broker, &s.wg)
+	if opts.Groups != nil {
+		s.svc.Store(&Services{Groups: opts.Groups, Retry: opts.Retry, Pop: opts.Pop, Delay: opts.Delay, Txn: opts.Txn})
+	}
 	return s, nil
+}
+
+// SetServices hands the stateful services' requests to svc from now on
+// (nil: none; with a Placement that says a shard is served here, its
+// requests are then refused as retryable, core.ErrClosed). Connections
+// registered as transactional producers with the services before are
+// closed: their clients reconnect and register again where the
+// transactions are now served.
+func (s *Server) SetServices(svc *Services) {
+	old := s.svc.Swap(svc)
+	if old == nil || old.Txn == nil || (svc != nil && svc.Txn == old.Txn) {
+		return
+	}
+	s.mu.Lock()
+	var drop []*conn
+	for c := range s.conns {
+		if c.registered() {
+			drop = append(drop, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range drop {
+		c.log.Info().Msg("transactions moved: closing a producer's connection so that it registers again")
+		_ = c.nc.Close() // its reader ends and closes the rest
+	}
+}
+
+// services returns the services serving shard here, or the error that
+// answers the request: wire.CodeMoved naming the node that serves it, or
+// core.ErrClosed while the services are not running here yet.
+func (s *Server) services(ctx context.Context, shard string) (*Services, error) {
+	if p := s.opts.Placement; p != nil {
+		r, err := p(ctx, shard)
+		if err != nil {
+			return nil, err
+		}
+		if !r.Here {
+			if r.Addr == "" {
+				return nil, fmt.Errorf("%w: no node serves %q now (retry shortly)", core.ErrClosed, shard)
+			}
+			return nil, wire.MovedError(shard, r.Node, r.Addr)
+		}
+	}
+	svc := s.svc.Load()
+	if svc == nil {
+		return nil, fmt.Errorf("%w: the services are starting on this node (retry shortly)", core.ErrClosed)
+	}
+	return svc, nil
 }
 
 // Start listens on Addr and serves in the background.

@@ -35,8 +35,7 @@ func (c *conn) CheckTransaction(half *core.StoredMessage) error {
 // registered before but not listed are dropped, so that a client whose
 // transaction producer closed stops getting — and using up — the check-backs
 // of its group while it stays connected.
-func (c *conn) registerProducers(groups []string) error {
-	t := c.s.opts.Txn
+func (c *conn) registerProducers(t *txn.Service, groups []string) error {
 	if t == nil {
 		return fmt.Errorf("transactions: %w", wire.ErrNotEnabled)
 	}
@@ -71,6 +70,13 @@ func (c *conn) registerProducers(groups []string) error {
 	return nil
 }
 
+// registered reports whether producer groups are registered here.
+func (c *conn) registered() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.producerOf) > 0
+}
+
 // unregisterProducers ends every registration (at close).
 func (c *conn) unregisterProducers() {
 	c.mu.Lock()
@@ -83,7 +89,11 @@ func (c *conn) unregisterProducers() {
 }
 
 func (c *conn) txnOp(f wire.Frame) ([]byte, error) {
-	t := c.s.opts.Txn
+	svc, err := c.s.services(c.ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	t := svc.Txn
 	if t == nil {
 		return nil, fmt.Errorf("transactions: %w", wire.ErrNotEnabled)
 	}
@@ -133,7 +143,7 @@ func (c *conn) txnOp(f wire.Frame) ([]byte, error) {
 		if err := decode(f, &r); err != nil {
 			return nil, err
 		}
-		return nil, c.registerProducers(r.Groups)
+		return nil, c.registerProducers(t, r.Groups)
 
 	case wire.OpTxnList:
 		out := []wire.TxnPending{}

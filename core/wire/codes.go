@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -59,6 +60,7 @@ const (
 	CodeTxnGroupMismatch   Code = 72 // half message of another producer group
 	CodeTxnTooManyPending  Code = 73 // retry later
 	CodeNotEnabled         Code = 74 // the server does not run this service (e.g. a gateway without a store)
+	CodeMoved              Code = 75 // another node serves the request's shard: the message names it (MovedError); send it there
 	CodeInternal           Code = 50
 	CodeShuttingDown       Code = 51 // retry on another connection
 	CodeOverloaded         Code = 52 // retry later
@@ -109,6 +111,7 @@ var sentinels = []struct {
 	{CodeBadRequest, query.ErrBadRequest},
 	{CodeShuttingDown, txn.ErrClosed},
 	{CodeNotEnabled, ErrNotEnabled},
+	{CodeMoved, ErrMoved},
 	{CodeBadRequest, retry.ErrInvalidMax},
 	{CodeBadRequest, ErrBadPayload},
 	{CodeFrameTooLarge, ErrFrameTooLarge},
@@ -159,6 +162,36 @@ func CodeOf(err error) Code {
 		}
 	}
 	return CodeInternal
+}
+
+// movedPrefix begins the message of a CodeMoved error: the address comes
+// next, up to a space, then the node's name in parentheses and a text.
+const movedPrefix = "moved to "
+
+// MovedError is the answer for a request of shard (a consumer group's
+// name, or "" for the node-wide services) that node serves at addr, its
+// core address.
+func MovedError(shard, node, addr string) *Error {
+	what := "the node-wide services (delayed delivery, transactions, group listing)"
+	if shard != "" {
+		what = "consumer group " + shard
+	}
+	return &Error{Code: CodeMoved, Message: movedPrefix + addr + " (" + node + "): " + what + " is served there"}
+}
+
+// MovedTo returns the core address a CodeMoved error names; ok is false
+// for any other error, or one that names no address.
+func MovedTo(err error) (addr string, ok bool) {
+	var we *Error
+	if !errors.As(err, &we) || we.Code != CodeMoved {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(we.Message, movedPrefix)
+	if !ok {
+		return "", false
+	}
+	addr, _, _ = strings.Cut(rest, " ")
+	return addr, addr != ""
 }
 
 // maxErrorText bounds the message of an error frame.

@@ -94,6 +94,11 @@ var (
 	// does not run (delayed delivery or transactions on a gateway without a
 	// store).
 	ErrNotEnabled = errors.New("wire: not enabled on this server")
+	// ErrMoved is returned for an operation of a shard (a consumer group,
+	// or the node-wide services) that another node of the cluster serves:
+	// the error (a *Error, MovedTo) names it, and the client sends the
+	// request there.
+	ErrMoved = errors.New("wire: served by another node")
 )
 
 // AppendFrame appends f's encoding to dst.
