@@ -46,7 +46,7 @@ func startNATSNode(t *testing.T, bin, urls, name string, replicas int) *process 
 // cluster (R3, fsync always): devices publish through both nodes, a backend
 // consumes everything from the node holding the core lease, commands reach
 // each device through its own node exactly once, the standby node's API
-// answers 503 not_leader, and when the leader is SIGKILLed the other node
+// serves queries and answers consume with 503 not_leader, and when the leader is SIGKILLed the other node
 // takes the core services over within the lease TTL and serves the group
 // where it stopped.
 func TestBinaryNATSTwoNodes(t *testing.T) {
@@ -60,7 +60,8 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	nodeB := startNATSNode(t, bin, cl.URLs(), "node-b", 3)
 	addrB := printedAddrsWithin(t, nodeB, 90*time.Second, "tcp", "http")
 
-	// The standby serves MQTT and health, but not the core API.
+	// The standby serves MQTT, health and the stateless part of the core
+	// API (produce, query, trace); the consume endpoints name the holder.
 	status := func(url string) (int, string) {
 		resp, err := http.Get(url)
 		require.NoError(t, err)
@@ -69,6 +70,9 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	code, body := status("http://" + addrB["http"] + "/api/v1/messages?key=x&topic=telemetry")
+	require.NotEqual(t, http.StatusServiceUnavailable, code, body)
+	require.NotContains(t, body, "not_leader")
+	code, body = status("http://" + addrB["http"] + "/api/v1/topics/telemetry/messages?group=backend")
 	require.Equal(t, http.StatusServiceUnavailable, code, body)
 	require.Contains(t, body, "not_leader")
 	require.Contains(t, body, "node-a")

@@ -246,7 +246,10 @@ func TestBinaryNATSKill9ResizeKeepsKeyOrder(t *testing.T) {
 	runResizeKill9(t, func() (*process, string) {
 		p := startProcess(t, bin, "serve", "--config", cfg, "--data", data,
 			"--core", addr(0), "--http", addr(1), "--mqtt", addr(2), "--ws", "")
-		printedAddrsWithin(t, p, time.Minute, "core") // the core lease of the killed incarnation expires first (lease_ttl 3 s)
+		// Every node serves the core port from its start (produce goes on
+		// at once); the consumer groups wait for the core lease of the
+		// killed incarnation to expire (lease_ttl 3 s).
+		printedAddrsWithin(t, p, time.Minute, "tcp")
 		return p, addr(0)
 	})
 }

@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ferrymq/ferrymq/core/wire"
 )
@@ -34,20 +36,41 @@ func (c *Client) root() *Client {
 }
 
 // callShard is call for a request of shard: sent where the shard is
-// served, following one CodeMoved answer.
+// served, following CodeMoved answers (up to maxMoves), and sent again
+// after a pause while the node answers that the shard's services are not
+// running yet or any more (CodeShuttingDown: a node starting, or handing
+// the shard over), until ctx ends.
 func (c *Client) callShard(ctx context.Context, shard string, op wire.Op, payload []byte) ([]byte, error) {
-	target := c.routeOf(shard)
-	p, err := target.call(ctx, op, payload)
-	addr, moved := wire.MovedTo(err)
-	if !moved || c.parent != nil {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+	}
+	b := backoff{max: time.Second}
+	moves := 0
+	for {
+		p, err := c.routeOf(shard).call(ctx, op, payload)
+		if c.parent != nil || err == nil {
+			return p, err
+		}
+		if addr, moved := wire.MovedTo(err); moved && moves < maxMoves {
+			moves++
+			if _, ferr := c.follow(ctx, shard, addr); ferr != nil {
+				return nil, fmt.Errorf("%w; following it: %w", err, ferr)
+			}
+			continue
+		}
+		var we *wire.Error
+		if errors.As(err, &we) && we.Code == wire.CodeShuttingDown && b.wait(ctx) {
+			continue
+		}
 		return p, err
 	}
-	next, ferr := c.follow(ctx, shard, addr)
-	if ferr != nil {
-		return nil, fmt.Errorf("%w; following it: %w", err, ferr)
-	}
-	return next.call(ctx, op, payload)
 }
+
+// maxMoves bounds the CodeMoved answers one request follows: shards move
+// when nodes come and go, not back and forth.
+const maxMoves = 3
 
 // callShardJSON is callJSON for a request of shard.
 func (c *Client) callShardJSON(ctx context.Context, shard string, op wire.Op, req, resp any) error {

@@ -92,7 +92,7 @@ func (a *api) popMessages(w http.ResponseWriter, r *http.Request) error {
 		return errMethod(w, r, "GET, POST")
 	}
 	if a.pop == nil {
-		return errConsumeDisabled
+		return a.disabled(w, errConsumeDisabled)
 	}
 	topic := r.PathValue("topic")
 	if err := core.ValidateTopic(topic); err != nil {
@@ -296,7 +296,7 @@ func (a *api) changeInvisible(w http.ResponseWriter, r *http.Request) error {
 // decoded strictly into v.
 func (a *api) handleBody(w http.ResponseWriter, r *http.Request, v any, fields []string) error {
 	if a.pop == nil {
-		return errConsumeDisabled
+		return a.disabled(w, errConsumeDisabled)
 	}
 	if err := core.ValidateTopic(r.PathValue("topic")); err != nil {
 		return err

@@ -19,11 +19,20 @@ type delayedPage struct {
 	Next string `json:"next,omitempty"`
 }
 
-func (a *api) delayService() (*delay.Service, error) {
+func (a *api) delayService(w http.ResponseWriter) (*delay.Service, error) {
 	if a.opts.Delay == nil {
-		return nil, httperr.New(http.StatusNotImplemented, CodeDelayDisabled, "this server runs without delayed delivery")
+		return nil, a.disabled(w, httperr.New(http.StatusNotImplemented, CodeDelayDisabled, "this server runs without delayed delivery"))
 	}
 	return a.opts.Delay, nil
+}
+
+// disabled answers an endpoint whose service is nil: Options.Elsewhere's
+// answer, else err.
+func (a *api) disabled(w http.ResponseWriter, err error) error {
+	if a.opts.Elsewhere != nil {
+		return a.opts.Elsewhere(w)
+	}
+	return err
 }
 
 func pathID(r *http.Request) (core.MessageID, error) {
@@ -36,7 +45,7 @@ func pathID(r *http.Request) (core.MessageID, error) {
 
 // listDelayed serves GET /api/v1/delayed?topic=&max=&cursor=.
 func (a *api) listDelayed(w http.ResponseWriter, r *http.Request) error {
-	d, err := a.delayService()
+	d, err := a.delayService(w)
 	if err != nil {
 		return err
 	}
@@ -73,7 +82,7 @@ func (a *api) listDelayed(w http.ResponseWriter, r *http.Request) error {
 
 // getDelayed serves GET /api/v1/delayed/{id}.
 func (a *api) getDelayed(w http.ResponseWriter, r *http.Request) error {
-	d, err := a.delayService()
+	d, err := a.delayService(w)
 	if err != nil {
 		return err
 	}
@@ -91,7 +100,7 @@ func (a *api) getDelayed(w http.ResponseWriter, r *http.Request) error {
 
 // cancelDelayed serves DELETE /api/v1/delayed/{id}.
 func (a *api) cancelDelayed(w http.ResponseWriter, r *http.Request) error {
-	d, err := a.delayService()
+	d, err := a.delayService(w)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -39,6 +40,11 @@ type Options struct {
 	// Broker should then be its Broker, so that produces with a delay are
 	// delayed.
 	Delay *delay.Service
+	// Elsewhere, when set, answers the endpoints of Pop and Delay while
+	// they are nil instead of 501: a cluster node whose stateful services
+	// run on another node (the node: 503 not_leader naming it). w is the
+	// response, for headers (Retry-After).
+	Elsewhere func(w http.ResponseWriter) error
 	// Logger receives one line per failed request; default: discard.
 	Logger *zerolog.Logger
 	// MaxBodyBytes bounds a request body; larger ones are answered 413

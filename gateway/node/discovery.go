@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ferrymq/ferrymq/core/wire"
@@ -15,10 +16,11 @@ import (
 // Discovery (wire OpCluster): the core port names the nodes a client may
 // connect to. The embedded engine is one node. With the JetStream engine
 // every node records its advertised core address in the engine's bucket
-// (at start, and again when it starts the core services and knows the
-// port it bound), and the core port — the lease holder's — names the
-// nodes whose liveness leases are alive, with their recorded addresses:
-// a client given one address learns where to go when its node goes away.
+// (at start, and again once its core port listens and knows the port it
+// bound), and every node's core port names the nodes whose liveness
+// leases are alive, with their recorded addresses and which one holds the
+// core services: a client given one address learns where to go when its
+// node goes away.
 
 // nodeInfo is what a node records for discovery.
 type nodeInfo struct {
@@ -80,6 +82,11 @@ func (n *Node) clusterInfo(ctx context.Context) (wire.ClusterInfo, error) {
 	if n.engine == nil {
 		return wire.ClusterInfo{Nodes: []wire.NodeInfo{self}}, nil
 	}
+	holder := ""
+	if el := n.coreLease.Load(); el != nil {
+		holder = el.Holder()
+	}
+	self.Holder = holder == n.nodeName
 	holders, err := n.engine.Holders(ctx, "", "node.")
 	if err != nil {
 		return wire.ClusterInfo{}, err
@@ -98,8 +105,41 @@ func (n *Node) clusterInfo(ctx context.Context) (wire.ClusterInfo, error) {
 		if json.Unmarshal(raw, &ni) != nil || ni.Name == n.nodeName || !alive[ni.Name] {
 			continue
 		}
-		out.Nodes = append(out.Nodes, wire.NodeInfo{Name: ni.Name, Core: ni.Core})
+		out.Nodes = append(out.Nodes, wire.NodeInfo{Name: ni.Name, Core: ni.Core, Holder: ni.Name == holder})
 	}
 	slices.SortFunc(out.Nodes[1:], func(a, b wire.NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// peerAddrs caches the core addresses the nodes recorded (nodeInfo), for
+// naming the node a shard is served by (placement): a lookup in the
+// engine's bucket at most every peerAddrsTTL.
+type peerAddrs struct {
+	n  *Node
+	mu sync.Mutex
+	at time.Time
+	by map[string]string // node name → core address
+}
+
+const peerAddrsTTL = time.Second
+
+// addrOf returns the core address node recorded ("" when none).
+func (p *peerAddrs) addrOf(ctx context.Context, node string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if addr, ok := p.by[node]; ok && time.Since(p.at) < peerAddrsTTL {
+		return addr, nil
+	}
+	raws, err := p.n.engine.NodeInfos(ctx)
+	if err != nil {
+		return "", err
+	}
+	p.by, p.at = map[string]string{}, time.Now()
+	for _, raw := range raws {
+		var ni nodeInfo
+		if json.Unmarshal(raw, &ni) == nil && ni.Name != "" {
+			p.by[ni.Name] = ni.Core
+		}
+	}
+	return p.by[node], nil
 }

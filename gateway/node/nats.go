@@ -3,7 +3,6 @@ package node
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,8 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/delay"
+	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/jetstream"
+	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/trace"
 )
 
@@ -132,6 +134,15 @@ func (n *Node) startNATS(ctx context.Context) error {
 		return err // it names the step
 	}
 	n.recordNodeInfo(ctx) // the configured core address, for discovery
+	n.coreLease.Store(n.election)
+	if o.Core != nil {
+		// Every node serves the core port: produce, reads, queries and
+		// topics here; the requests of consumer groups, POP, delayed
+		// messages and transactions where the services run (placement).
+		if err := n.startCoreServer(n.frontBroker(), n.placement(n.election)); err != nil {
+			return err
+		}
+	}
 	termCtx, stopTerms := context.WithCancel(context.Background())
 	n.terms = make(chan struct{})
 	n.stopTerms = stopTerms
@@ -180,7 +191,7 @@ func (n *Node) startTerm(period time.Duration) error {
 	if n.opts.Core == nil {
 		return nil
 	}
-	if err := n.startCore(); err != nil {
+	if err := n.startServices(); err != nil {
 		return err
 	}
 	api, err := n.newHTTPAPI()
@@ -202,6 +213,7 @@ func (n *Node) startTerm(period time.Duration) error {
 		}()
 	}
 	n.log.Info().Str(logCore, n.core.Addr().String()).Msg("core services started: this node holds the core lease")
+	n.coreStarted()
 	return nil
 }
 
@@ -211,9 +223,24 @@ func (n *Node) stopTerm() error {
 		n.stopJanitor()
 		n.stopJanitor = nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return n.stopCore(ctx)
+	return n.stopServices()
+}
+
+// placement is the core server's Options.Placement on the JetStream
+// engine: every shard is served by the core lease holder (el's), reached
+// at the core address it recorded for discovery.
+func (n *Node) placement(el *jetstream.Election) func(context.Context, string) (server.Route, error) {
+	return func(ctx context.Context, _ string) (server.Route, error) {
+		holder := el.Holder()
+		switch holder {
+		case n.nodeName:
+			return server.Route{Here: true}, nil // the server answers "retry" until the services run
+		case "":
+			return server.Route{}, nil // none yet: retry
+		}
+		addr, err := n.peers.addrOf(ctx, holder)
+		return server.Route{Node: holder, Addr: addr}, err
+	}
 }
 
 // adoptGone runs while this node holds the core lease: every period it
@@ -258,11 +285,14 @@ func (n *Node) adoptGone(ctx context.Context, period time.Duration) {
 
 // coreSwitches route HTTP requests for the core services to the current
 // term's handlers; while this node is not the lease holder the HTTP API
-// answers 503 not_leader and the admin API serves its gateway part.
+// serves produce, queries and traces itself and answers its consume and
+// delayed-message endpoints 503 not_leader naming the holder, and the
+// admin API serves its gateway part.
 type coreSwitches struct {
 	api, admin atomic.Pointer[http.Handler]
 	extra      atomic.Pointer[func(ctx context.Context) map[string]any]
 	standby    http.Handler // admin API without the core services
+	standbyAPI http.Handler // HTTP API without them
 }
 
 func newCoreSwitches() *coreSwitches { return &coreSwitches{} }
@@ -279,14 +309,33 @@ func (c *coreSwitches) set(api, admin http.Handler, extra func(ctx context.Conte
 	c.extra.Store(&extra)
 }
 
-func (c *coreSwitches) apiHandler(holder func() string) http.Handler {
+func (c *coreSwitches) apiHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h := c.api.Load(); h != nil {
 			(*h).ServeHTTP(w, r)
 			return
 		}
-		notLeader(w, holder())
+		c.standbyAPI.ServeHTTP(w, r)
 	})
+}
+
+// frontBroker is what the core port and the HTTP API of every node produce
+// and read through (JetStream engine): the engine, with the gateway's
+// delay producer in front when delayed delivery is on (it writes first
+// copies; the lease holder's delay service moves them).
+func (n *Node) frontBroker() core.Broker {
+	if n.producer != nil {
+		return n.producer.Broker()
+	}
+	return n.engine
+}
+
+// notLeaderErr is the HTTP API's answer for an endpoint of the core
+// services on a node that does not run them.
+func notLeaderErr(w http.ResponseWriter, holder string) error {
+	w.Header().Set("Retry-After", "1")
+	return httperr.New(http.StatusServiceUnavailable, "not_leader",
+		"the consume and delayed-message endpoints are served by the node holding the core lease: %s", cmp.Or(holder, "none yet"))
 }
 
 func (c *coreSwitches) adminHandler() http.Handler {
@@ -304,17 +353,6 @@ func (c *coreSwitches) statsExtra(ctx context.Context) map[string]any {
 		return (*f)(ctx)
 	}
 	return map[string]any{}
-}
-
-func notLeader(w http.ResponseWriter, holder string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Retry-After", "1")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{
-		"code":    "not_leader",
-		"message": "the core services run on the node holding the core lease: " + cmp.Or(holder, "none yet"),
-		"leader":  holder,
-	}})
 }
 
 // whileUnavailable runs step until it succeeds, fails for another reason

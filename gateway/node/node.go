@@ -69,10 +69,12 @@ type Node struct {
 	core        *server.Server
 	bridge      *bridge.Hook
 	gateway     *gateway.Gateway
-	remote      *client.Client         // CoreRemote: the core server this gateway fronts
-	coreBound   atomic.Pointer[string] // the core port's bound address, once it listened (discovery)
-	uplink      *client.Cluster        // CoreRemote with several addresses: the uplink's sends, a breaker per core node
-	token       string                 // required by the HTTP API (and the core port)
+	remote      *client.Client                     // CoreRemote: the core server this gateway fronts
+	coreBound   atomic.Pointer[string]             // the core port's bound address, once it listened (discovery)
+	peers       peerAddrs                          // EngineNATS: the nodes' core addresses (placement)
+	coreLease   atomic.Pointer[jetstream.Election] // election, kept after Shutdown clears that (the core port's readers)
+	uplink      *client.Cluster                    // CoreRemote with several addresses: the uplink's sends, a breaker per core node
+	token       string                             // required by the HTTP API (and the core port)
 	http        *http.Server
 	httpAddr    net.Addr
 	httpCancel  context.CancelFunc // ends long polls in flight at shutdown
@@ -100,6 +102,7 @@ func New(ctx context.Context, o Options, log *zerolog.Logger) (_ *Node, err erro
 		log = &nop
 	}
 	n := &Node{opts: o, log: log, summary: o.summary()}
+	n.peers.n = n
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startFailedShutdown)
@@ -285,8 +288,22 @@ func (n *Node) newHTTPAPI() (http.Handler, error) {
 // startCore starts the core services over n.base: transactions, consumer
 // groups, retry, POP and the core TCP server (delayed delivery runs
 // already: startDelay). With the embedded engine they run for the life of
-// the node; with the JetStream engine only while it holds the core lease.
+// the node; with the JetStream engine the core port runs for the life of
+// the node (startCoreServer) and the services only while it holds the core
+// lease (startTerm).
 func (n *Node) startCore() error {
+	if err := n.startServices(); err != nil {
+		return err
+	}
+	if err := n.startCoreServer(n.broker, nil); err != nil {
+		return err
+	}
+	n.coreStarted()
+	return nil
+}
+
+// startServices starts transactions, consumer groups, retry and POP.
+func (n *Node) startServices() error {
 	co := n.opts.Core
 	tco := co.Transactions
 	if tco.Logger == nil {
@@ -320,24 +337,47 @@ func (n *Node) startCore() error {
 		return fmt.Errorf("pop: %w", err)
 	}
 	n.pop.Start()
-	n.core, err = server.New(server.Options{Addr: co.Addr, MaxFrame: co.MaxFrameBytes, Broker: n.broker, Groups: n.groups, Retry: n.retry, Pop: n.pop,
-		Delay: n.delay, Txn: n.txn, Trace: n.trace, Cluster: n.clusterInfo,
-		Token: n.token, Version: n.version(), Logger: n.log})
-	if err != nil {
+	if n.core != nil { // the port outlives the services (JetStream engine)
+		n.core.SetServices(n.serverServices())
+	}
+	n.services.Store(&coreServices{groups: n.groups, retry: n.retry, delay: n.delay})
+	return nil
+}
+
+// serverServices are the running services, as the core server takes them.
+func (n *Node) serverServices() *server.Services {
+	return &server.Services{Groups: n.groups, Retry: n.retry, Pop: n.pop, Delay: n.delay, Txn: n.txn}
+}
+
+// startCoreServer starts the core TCP server: with the services running
+// (placement nil), or with none yet and placement saying where each shard
+// is served (the JetStream engine: startServices hands them over).
+func (n *Node) startCoreServer(broker core.Broker, placement func(context.Context, string) (server.Route, error)) error {
+	co := n.opts.Core
+	so := server.Options{Addr: co.Addr, MaxFrame: co.MaxFrameBytes, Broker: broker, Placement: placement,
+		Trace: n.trace, Cluster: n.clusterInfo, Token: n.token, Version: n.version(), Logger: n.log}
+	if placement == nil {
+		so.Groups, so.Retry, so.Pop, so.Delay, so.Txn = n.groups, n.retry, n.pop, n.delay, n.txn
+	}
+	var err error
+	if n.core, err = server.New(so); err != nil {
 		return fmt.Errorf("core server: %w", err)
 	}
 	if err := n.core.Start(); err != nil {
 		n.core = nil
 		return fmt.Errorf("core server: %w", err)
 	}
-	n.services.Store(&coreServices{groups: n.groups, retry: n.retry, delay: n.delay})
 	bound := n.core.Addr().String()
 	n.coreBound.Store(&bound)
 	n.recordNodeInfo(context.Background()) // the bound port, for discovery
+	return nil
+}
+
+// coreStarted tells Options.OnCore that the core services run here.
+func (n *Node) coreStarted() {
 	if n.opts.OnCore != nil {
 		n.opts.OnCore(n.core.Addr())
 	}
-	return nil
 }
 
 // startDelay starts delayed delivery over n.base; producers then use
@@ -398,7 +438,14 @@ func (n *Node) startHTTP() error {
 			return err
 		}
 		n.switches.standby = standby
-		h.Handle("/api/", requireToken(n.token, n.switches.apiHandler(n.election.Holder)))
+		holder := n.election.Holder
+		api, err := httpapi.New(httpapi.Options{Broker: n.frontBroker(), Trace: n.trace, Logger: n.log, MaxWait: httpAPIMaxWait,
+			MaxBodyBytes: n.opts.HTTPMaxBodyBytes, Elsewhere: func(w http.ResponseWriter) error { return notLeaderErr(w, holder()) }})
+		if err != nil {
+			return fmt.Errorf("http api: %w", err)
+		}
+		n.switches.standbyAPI = api
+		h.Handle("/api/", requireToken(n.token, n.switches.apiHandler()))
 		for _, p := range admin.Patterns() {
 			h.Handle(p, requireToken(n.token, n.switches.adminHandler()))
 		}
@@ -578,12 +625,23 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 // stopCore stops what startCore and startDelay started, in reverse order.
 func (n *Node) stopCore(ctx context.Context) error {
-	n.services.Store(nil)
 	var errs []error
 	if n.core != nil {
 		errs = append(errs, n.core.Shutdown(ctx))
 		n.core = nil
 	}
+	return errors.Join(append(errs, n.stopServices())...)
+}
+
+// stopServices stops what startServices and startDelay started, in
+// reverse order; a core port that outlives them answers their requests as
+// not served here from the start.
+func (n *Node) stopServices() error {
+	n.services.Store(nil)
+	if n.core != nil {
+		n.core.SetServices(nil)
+	}
+	var errs []error
 	if n.txn != nil {
 		errs = append(errs, n.txn.Close())
 		n.txn = nil
@@ -631,12 +689,12 @@ func (n *Node) Listeners() []string {
 	return n.gateway.Listeners()
 }
 
-// CoreAddr is the bound address of the core TCP port, nil while the core
-// services do not run here (Core nil, CoreRemote, or with EngineNATS a
-// node that does not hold the core lease — read it from Options.OnCore
-// there).
+// CoreAddr is the bound address of the core TCP port, nil without one
+// (Core nil, CoreRemote). With EngineNATS every node has one; the
+// stateful services behind it run on the core lease holder (Options.OnCore
+// says when they start here).
 func (n *Node) CoreAddr() net.Addr {
-	if n.engine != nil || n.core == nil {
+	if n.core == nil {
 		return nil
 	}
 	return n.core.Addr()
