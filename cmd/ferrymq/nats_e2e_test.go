@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
+	"github.com/ferrymq/ferrymq/core/rendezvous"
 )
 
 // natsConfigFile writes a serve config for node name on the JetStream
@@ -46,7 +47,8 @@ func startNATSNode(t *testing.T, bin, urls, name string, replicas int) *process 
 // cluster (R3, fsync always): devices publish through both nodes, a backend
 // consumes everything from the node holding the core lease, commands reach
 // each device through its own node exactly once, the standby node's API
-// serves queries and answers consume with 503 not_leader, and when the leader is SIGKILLed the other node
+// serves queries, names the node serving a group it does not serve and
+// the holder for delayed messages, and when the leader is SIGKILLed the other node
 // takes the core services over within the lease TTL and serves the group
 // where it stopped.
 func TestBinaryNATSTwoNodes(t *testing.T) {
@@ -72,9 +74,19 @@ func TestBinaryNATSTwoNodes(t *testing.T) {
 	code, body := status("http://" + addrB["http"] + "/api/v1/messages?key=x&topic=telemetry")
 	require.NotEqual(t, http.StatusServiceUnavailable, code, body)
 	require.NotContains(t, body, "not_leader")
-	code, body = status("http://" + addrB["http"] + "/api/v1/topics/telemetry/messages?group=backend")
+	// A consumer group is served by the node rendezvous hashing places it
+	// on; the other names it.
+	grp := "backend"
+	for rendezvous.Pick([]string{"node-a", "node-b"}, grp) != "node-a" {
+		grp += "x"
+	}
+	code, body = status("http://" + addrB["http"] + "/api/v1/topics/telemetry/messages?group=" + grp)
 	require.Equal(t, http.StatusServiceUnavailable, code, body)
-	require.Contains(t, body, "not_leader")
+	require.Contains(t, body, "moved")
+	require.Contains(t, body, "node-a")
+	code, body = status("http://" + addrB["http"] + "/api/v1/delayed")
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	require.Contains(t, body, "not_leader", "delayed messages: the core lease holder's")
 	require.Contains(t, body, "node-a")
 	code, _ = status("http://" + addrB["http"] + "/readyz")
 	require.Equal(t, http.StatusOK, code)

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -47,14 +49,20 @@ func (o *nodesOptions) run(cmd *cobra.Command, _ []string) error {
 		if o.json {
 			return writeJSON(cmd.OutOrStdout(), info)
 		}
+		byNode := map[string][]string{}
+		for g, node := range info.Groups {
+			byNode[node] = append(byNode[node], g)
+		}
 		tw := newTable(cmd.OutOrStdout())
-		fmt.Fprintln(tw, "NODE\tCORE\tHOLDER")
+		fmt.Fprintln(tw, "NODE\tCORE\tHOLDER\tGROUPS")
 		for _, n := range info.Nodes {
 			holder := ""
 			if n.Holder {
 				holder = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", benchDash(n.Name), benchDash(n.Core), holder)
+			groups := byNode[n.Name]
+			slices.Sort(groups)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", benchDash(n.Name), benchDash(n.Core), holder, benchDash(strings.Join(groups, ",")))
 		}
 		return tw.Flush()
 	})

@@ -24,9 +24,10 @@ func TestNodesCmd(t *testing.T) {
 	require.Equal(t, []wire.NodeInfo{{Core: env.Addr, Holder: true}}, info.Nodes)
 
 	two := servertest.Start(t, servertest.Options{Server: server.Options{Cluster: func(context.Context) (wire.ClusterInfo, error) {
-		return wire.ClusterInfo{Nodes: []wire.NodeInfo{{Name: "gw-1", Core: "10.0.0.1:10911", Holder: true}, {Name: "gw-2"}}}, nil
+		return wire.ClusterInfo{Nodes: []wire.NodeInfo{{Name: "gw-1", Core: "10.0.0.1:10911", Holder: true}, {Name: "gw-2"}},
+			Groups: map[string]string{"billing": "gw-2", "audit": "gw-2", "ops": "gw-1"}}, nil
 	}}})
 	r = cli(t, t.Context(), "", "nodes", "--server", two.Addr)
 	require.NoError(t, r.runErr, r.err)
-	require.Regexp(t, `NODE +CORE +HOLDER\ngw-1 +10\.0\.0\.1:10911 +yes\ngw-2 +- +\n`, r.out)
+	require.Regexp(t, `NODE +CORE +HOLDER +GROUPS\ngw-1 +10\.0\.0\.1:10911 +yes +ops\ngw-2 +- +audit,billing\n`, r.out)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/rendezvous"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
 
@@ -494,13 +494,7 @@ func (cl *Cluster) rank(key string) []*clusterNode {
 		start := int(cl.rr.Add(1) % uint64(len(out)))
 		return append(out[start:], out[:start]...)
 	}
-	score := func(n *clusterNode) uint64 {
-		h := fnv.New64a()
-		h.Write([]byte(n.addr))
-		h.Write([]byte{0})
-		h.Write([]byte(key))
-		return mix64(h.Sum64())
-	}
+	score := func(n *clusterNode) uint64 { return rendezvous.Score(n.addr, key) }
 	slices.SortFunc(out, func(a, b *clusterNode) int {
 		sa, sb := score(a), score(b)
 		switch {
@@ -512,16 +506,6 @@ func (cl *Cluster) rank(key string) []*clusterNode {
 		return 0
 	})
 	return out
-}
-
-// mix64 is splitmix64's finalizer: FNV-1a alone leaves scores of names
-// that differ only in their last bytes (ports, device numbers) correlated.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
 
 // pick returns the first node in order not yet tried whose breaker lets a

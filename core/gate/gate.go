@@ -153,12 +153,12 @@ func (g *Gate) Stale(ctx context.Context, topic string, epochs int) (bool, error
 }
 
 // Forget drops what is remembered of group's barriers on topic: its
-// offsets there moved back.
+// offsets there moved back. An empty group or topic stands for all.
 func (g *Gate) Forget(group, topic string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for k := range g.open {
-		if k.topic == topic && (group == "" || k.group == group) {
+		if (topic == "" || k.topic == topic) && (group == "" || k.group == group) {
 			delete(g.open, k)
 		}
 	}

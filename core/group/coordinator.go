@@ -214,6 +214,27 @@ func (c *Coordinator) Start() {
 	}()
 }
 
+// Drop forgets group here — its members, their assignment and queue
+// leases, what its barriers were seen to allow — as a node does when
+// another node takes the group over: the members' next requests go there
+// (the cluster's placement), and should the group come back it starts
+// afresh from its committed offsets, which stay in the broker. Broadcast
+// members' own offset keys (group@member) go with it.
+func (c *Coordinator) Drop(group string) {
+	c.mu.Lock()
+	g := c.groups[group]
+	delete(c.groups, group)
+	c.mu.Unlock()
+	if g == nil {
+		return
+	}
+	c.gate.Forget(group, "")
+	for id := range g.members {
+		c.gate.Forget(group+"@"+id, "")
+	}
+	c.log.Info().Str("group", group).Msg("group dropped: served by another node now")
+}
+
 // Close stops the coordinator and waits for its goroutine.
 func (c *Coordinator) Close() error {
 	c.mu.Lock()

@@ -91,9 +91,6 @@ func (a *api) popMessages(w http.ResponseWriter, r *http.Request) error {
 		// messages nobody receives.
 		return errMethod(w, r, "GET, POST")
 	}
-	if a.pop == nil {
-		return a.disabled(w, errConsumeDisabled)
-	}
 	topic := r.PathValue("topic")
 	if err := core.ValidateTopic(topic); err != nil {
 		return err
@@ -101,6 +98,12 @@ func (a *api) popMessages(w http.ResponseWriter, r *http.Request) error {
 	req, err := a.popRequest(topic, r.URL.RawQuery)
 	if err != nil {
 		return err
+	}
+	if err := a.elsewhere(w, req.Group); err != nil {
+		return err
+	}
+	if a.pop == nil {
+		return errConsumeDisabled
 	}
 	got, err := a.pop.Pop(r.Context(), req)
 	if err != nil {
@@ -239,6 +242,9 @@ func (a *api) ack(w http.ResponseWriter, r *http.Request) error {
 	case len(handles) > a.opts.MaxBatch:
 		return httperr.New(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "more than %d handles", a.opts.MaxBatch)
 	}
+	if err := a.handlesHere(w, handles...); err != nil {
+		return err
+	}
 	out := struct {
 		Results []ackResult `json:"results"`
 	}{Results: make([]ackResult, len(handles))}
@@ -281,6 +287,9 @@ func (a *api) changeInvisible(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return httperr.BadRequest("invisible %q: want a duration such as 30s", req.Invisible)
 	}
+	if err := a.handlesHere(w, req.Handle); err != nil {
+		return err
+	}
 	h, err := a.pop.ChangeInvisibleTime(r.Context(), req.Handle, d)
 	if err != nil {
 		return err
@@ -291,12 +300,33 @@ func (a *api) changeInvisible(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// handlesHere checks, with Options.Elsewhere, that the groups of handles
+// are served here (a handle that does not decode is answered by Pop);
+// then that consumption is enabled.
+func (a *api) handlesHere(w http.ResponseWriter, handles ...string) error {
+	seen := map[string]bool{}
+	for _, h := range handles {
+		g, err := pop.GroupOf(h)
+		if err != nil || seen[g] {
+			continue
+		}
+		seen[g] = true
+		if err := a.elsewhere(w, g); err != nil {
+			return err
+		}
+	}
+	if a.pop == nil {
+		return errConsumeDisabled
+	}
+	return nil
+}
+
 // handleBody is the common start of the handle endpoints (ack, invisible):
 // consumption enabled, a valid topic in the path, a JSON object body
 // decoded strictly into v.
 func (a *api) handleBody(w http.ResponseWriter, r *http.Request, v any, fields []string) error {
-	if a.pop == nil {
-		return a.disabled(w, errConsumeDisabled)
+	if a.pop == nil && a.opts.Elsewhere == nil {
+		return errConsumeDisabled
 	}
 	if err := core.ValidateTopic(r.PathValue("topic")); err != nil {
 		return err

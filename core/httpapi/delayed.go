@@ -20,19 +20,21 @@ type delayedPage struct {
 }
 
 func (a *api) delayService(w http.ResponseWriter) (*delay.Service, error) {
+	if err := a.elsewhere(w, ""); err != nil {
+		return nil, err
+	}
 	if a.opts.Delay == nil {
-		return nil, a.disabled(w, httperr.New(http.StatusNotImplemented, CodeDelayDisabled, "this server runs without delayed delivery"))
+		return nil, httperr.New(http.StatusNotImplemented, CodeDelayDisabled, "this server runs without delayed delivery")
 	}
 	return a.opts.Delay, nil
 }
 
-// disabled answers an endpoint whose service is nil: Options.Elsewhere's
-// answer, else err.
-func (a *api) disabled(w http.ResponseWriter, err error) error {
-	if a.opts.Elsewhere != nil {
-		return a.opts.Elsewhere(w)
+// elsewhere is Options.Elsewhere's answer for shard (nil without it).
+func (a *api) elsewhere(w http.ResponseWriter, shard string) error {
+	if a.opts.Elsewhere == nil {
+		return nil
 	}
-	return err
+	return a.opts.Elsewhere(w, shard)
 }
 
 func pathID(r *http.Request) (core.MessageID, error) {

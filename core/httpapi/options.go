@@ -40,11 +40,13 @@ type Options struct {
 	// Broker should then be its Broker, so that produces with a delay are
 	// delayed.
 	Delay *delay.Service
-	// Elsewhere, when set, answers the endpoints of Pop and Delay while
-	// they are nil instead of 501: a cluster node whose stateful services
-	// run on another node (the node: 503 not_leader naming it). w is the
-	// response, for headers (Retry-After).
-	Elsewhere func(w http.ResponseWriter) error
+	// Elsewhere, when set, is asked before the endpoints of Pop (shard:
+	// the consumer group, of a handle's for acks) and Delay (shard "")
+	// serve a request: a cluster node answers for a shard another node
+	// serves (503 not_leader naming it; w for headers such as
+	// Retry-After), nil for one it serves — and then Pop or Delay nil
+	// answer 501 as without it.
+	Elsewhere func(w http.ResponseWriter, shard string) error
 	// Logger receives one line per failed request; default: discard.
 	Logger *zerolog.Logger
 	// MaxBodyBytes bounds a request body; larger ones are answered 413

@@ -279,3 +279,19 @@ func values(ctx context.Context, kv jetstream.KeyValue, filter string, keep func
 	}
 	return out, nil
 }
+
+// LeaseHolders is Holders by lease name: name → holder, for the leases in
+// the default bucket whose name starts with prefix.
+func (e *Engine) LeaseHolders(ctx context.Context, prefix string) (map[string]string, error) {
+	byKey, err := e.Holders(ctx, "", prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(byKey))
+	for k, holder := range byKey {
+		if name, ok := untoken(strings.TrimPrefix(k, "lease.")); ok {
+			out[name] = holder
+		}
+	}
+	return out, nil
+}

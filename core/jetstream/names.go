@@ -180,3 +180,26 @@ func idParts(id core.MessageID) (hash, seq uint64) {
 	}
 	return hash, seq
 }
+
+// untoken inverts token; ok is false for a string token never makes.
+func untoken(tok string) (string, bool) {
+	var b strings.Builder
+	b.Grow(len(tok))
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if c != '_' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(tok) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(tok[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), true
+}

@@ -328,6 +328,11 @@ type QueryReq struct {
 // to, so that it needs one address to learn them all.
 type ClusterInfo struct {
 	Nodes []NodeInfo `json:"nodes"`
+	// Groups names, per consumer group, the node serving it now (the
+	// groups a node serves; absent on a lone server, which serves them
+	// all). A client sends a group's requests there; a node asked for a
+	// group it does not serve answers CodeMoved naming it.
+	Groups map[string]string `json:"groups,omitempty"`
 }
 
 // Addrs are the core addresses the nodes have (those not yet known left

@@ -108,6 +108,11 @@ func (n *Node) clusterInfo(ctx context.Context) (wire.ClusterInfo, error) {
 		out.Nodes = append(out.Nodes, wire.NodeInfo{Name: ni.Name, Core: ni.Core, Holder: ni.Name == holder})
 	}
 	slices.SortFunc(out.Nodes[1:], func(a, b wire.NodeInfo) int { return strings.Compare(a.Name, b.Name) })
+	if n.shards != nil {
+		if out.Groups, err = n.shards.holders(ctx); err != nil {
+			return wire.ClusterInfo{}, err
+		}
+	}
 	return out, nil
 }
 

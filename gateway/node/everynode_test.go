@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -15,6 +16,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/consumer"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
+	"github.com/ferrymq/ferrymq/core/rendezvous"
 	"github.com/ferrymq/ferrymq/gateway/node"
 )
 
@@ -112,4 +114,99 @@ func TestNATSEveryNodeServesTheCore(t *testing.T) {
 	produce(50, 100)
 	require.Eventually(t, all, 30*time.Second, 10*time.Millisecond, "the group goes on, served by the second node")
 	t.Logf("%d messages, %d deliveries (again after the move: at least once)", len(sent), deliveries.Load())
+}
+
+// TestNATSGroupsSpreadAcrossNodes: three nodes, six consumer groups
+// consumed through one node's address. Each group is served by the node
+// rendezvous hashing picks among the live nodes (discovery names it, and
+// its lease says so); every group gets every message. When one node stops,
+// its groups move to the nodes left — again by rendezvous over them — and
+// go on where they committed.
+func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
+	ns := natstest.RunServer(t)
+	names := []string{"gw-1", "gw-2", "gw-3"}
+	nodes := map[string]*node.Node{}
+	stopped := map[string]bool{}
+	for _, name := range names {
+		o := options(t)
+		o.Engine = node.EngineNATS
+		o.NodeName = name
+		o.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second}
+		n, err := node.New(t.Context(), o, nil)
+		require.NoError(t, err)
+		nodes[name] = n
+	}
+	defer func() {
+		for name, n := range nodes {
+			if !stopped[name] {
+				shutdown(t, n)
+			}
+		}
+	}()
+	ctx := t.Context()
+	c, err := client.Dial(ctx, client.Options{Addr: nodes["gw-1"].CoreAddr().String(), MaxBackoff: 100 * time.Millisecond, RequestTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.CreateTopic(ctx, "orders", 4)
+	require.NoError(t, err)
+	p := c.NewProducer()
+	total := 0
+	produce := func(count int) {
+		t.Helper()
+		for i := range count {
+			_, err := p.Send(ctx, &core.Message{Topic: "orders", ShardingKey: "car-" + string(rune('a'+i%7)), Body: []byte{byte(i)}})
+			require.NoError(t, err)
+		}
+		total += count
+	}
+	produce(30)
+
+	groups := []string{"billing", "audit", "fraud", "search", "metrics", "archive"}
+	got := map[string]*atomic.Int64{}
+	for _, g := range groups {
+		got[g] = &atomic.Int64{}
+		counter := got[g]
+		pc, err := c.NewPushConsumer(consumer.Options{Group: g, Subscriptions: []group.Subscription{{Topic: "orders"}},
+			HeartbeatInterval: 100 * time.Millisecond, PollWait: 200 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
+			Listener: func(context.Context, *core.StoredMessage) consumer.Result {
+				counter.Add(1)
+				return consumer.Success
+			}})
+		require.NoError(t, err)
+		require.NoError(t, pc.Start(ctx))
+		defer func() { _ = pc.Close(context.Background()) }()
+	}
+	allGot := func() bool {
+		for _, g := range groups {
+			if got[g].Load() < int64(total) {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, allGot, 30*time.Second, 10*time.Millisecond)
+
+	placed := func(live []string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			info, err := c.Cluster(ctx)
+			if !assert.NoError(ct, err) {
+				return
+			}
+			share := map[string]int{}
+			for _, g := range groups {
+				want := rendezvous.Pick(live, g)
+				assert.Equal(ct, want, info.Groups[g], "group %s", g)
+				share[want]++
+			}
+			t.Logf("groups per node: %v", share)
+		}, 20*time.Second, 50*time.Millisecond)
+	}
+	placed(names)
+
+	shutdown(t, nodes["gw-2"])
+	stopped["gw-2"] = true
+	produce(30)
+	require.Eventually(t, allGot, 40*time.Second, 10*time.Millisecond, "the groups of the stopped node go on elsewhere")
+	placed([]string{"gw-1", "gw-3"})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/httperr"
 	"github.com/ferrymq/ferrymq/core/jetstream"
+	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
 	"github.com/ferrymq/ferrymq/core/trace"
 )
@@ -137,11 +138,17 @@ func (n *Node) startNATS(ctx context.Context) error {
 	n.coreLease.Store(n.election)
 	if o.Core != nil {
 		// Every node serves the core port: produce, reads, queries and
-		// topics here; the requests of consumer groups, POP, delayed
-		// messages and transactions where the services run (placement).
+		// topics itself; each consumer group (its heartbeats, pulls,
+		// commits, POP) on the node placed to serve it (shards.go), and
+		// delayed messages and transactions on the core lease holder.
+		if err := n.startGroupServices(false); err != nil {
+			return err
+		}
+		n.shards = newGroupShards(n, ttl)
 		if err := n.startCoreServer(n.frontBroker(), n.placement(n.election)); err != nil {
 			return err
 		}
+		n.core.SetServices(n.serverServices())
 	}
 	termCtx, stopTerms := context.WithCancel(context.Background())
 	n.terms = make(chan struct{})
@@ -191,9 +198,16 @@ func (n *Node) startTerm(period time.Duration) error {
 	if n.opts.Core == nil {
 		return nil
 	}
-	if err := n.startServices(); err != nil {
+	if err := n.startTxn(); err != nil {
 		return err
 	}
+	var err error
+	if n.schedules, err = retry.New(n.base, n.retryOptions()); err != nil {
+		return fmt.Errorf("retry: %w", err)
+	}
+	n.schedules.Start()
+	n.core.SetServices(n.serverServices())
+	n.services.Store(&coreServices{groups: n.groups, retry: n.schedules, delay: n.delay})
 	api, err := n.newHTTPAPI()
 	if err != nil {
 		return fmt.Errorf("http api: %w", err)
@@ -223,14 +237,22 @@ func (n *Node) stopTerm() error {
 		n.stopJanitor()
 		n.stopJanitor = nil
 	}
-	return n.stopServices()
+	n.services.Store(nil)
+	if n.core != nil {
+		n.core.SetServices(&server.Services{Groups: n.groups, Retry: n.retry, Pop: n.pop}) // the groups stay
+	}
+	return n.stopTermServices()
 }
 
 // placement is the core server's Options.Placement on the JetStream
-// engine: every shard is served by the core lease holder (el's), reached
-// at the core address it recorded for discovery.
+// engine: a consumer group is served by the node placed for it
+// (shards.go); the node-wide services (shard "") by the core lease holder
+// (el's), reached at the core address it recorded for discovery.
 func (n *Node) placement(el *jetstream.Election) func(context.Context, string) (server.Route, error) {
-	return func(ctx context.Context, _ string) (server.Route, error) {
+	return func(ctx context.Context, shard string) (server.Route, error) {
+		if shard != "" {
+			return n.shards.route(ctx, shard)
+		}
 		holder := el.Holder()
 		switch holder {
 		case n.nodeName:
@@ -330,12 +352,34 @@ func (n *Node) frontBroker() core.Broker {
 	return n.engine
 }
 
-// notLeaderErr is the HTTP API's answer for an endpoint of the core
-// services on a node that does not run them.
-func notLeaderErr(w http.ResponseWriter, holder string) error {
+// httpElsewhere is the HTTP API's Options.Elsewhere (JetStream engine):
+// nil for a shard served here; for a consumer group served by another
+// node 503 moved naming it, and for delayed messages on a node without the
+// core lease 503 not_leader naming the holder.
+func (n *Node) httpElsewhere(w http.ResponseWriter, shard string) error {
+	el := n.coreLease.Load()
+	if el == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := n.placement(el)(ctx, shard)
+	if err != nil {
+		return err
+	}
+	if r.Here {
+		return nil
+	}
 	w.Header().Set("Retry-After", "1")
-	return httperr.New(http.StatusServiceUnavailable, "not_leader",
-		"the consume and delayed-message endpoints are served by the node holding the core lease: %s", cmp.Or(holder, "none yet"))
+	if shard == "" {
+		return httperr.New(http.StatusServiceUnavailable, "not_leader",
+			"delayed messages are served by the node holding the core lease: %s", cmp.Or(r.Node, "none yet"))
+	}
+	if r.Node == "" {
+		return httperr.New(http.StatusServiceUnavailable, "moving", "consumer group %s is moving between nodes: try again", shard)
+	}
+	return httperr.New(http.StatusServiceUnavailable, "moved",
+		"consumer group %s is served by node %s (core port %s): consume it there", shard, r.Node, r.Addr)
 }
 
 func (c *coreSwitches) adminHandler() http.Handler {

@@ -65,6 +65,8 @@ type Node struct {
 	txn         *txn.Service
 	groups      *group.Coordinator
 	retry       *retry.Service
+	schedules   *retry.Service // EngineNATS: retry's schedulers, while this node holds the core lease
+	shards      *groupShards   // EngineNATS: which node serves each consumer group
 	pop         *pop.Service
 	core        *server.Server
 	bridge      *bridge.Hook
@@ -281,8 +283,12 @@ func traceNode(t *trace.Options) string {
 
 // newHTTPAPI is the HTTP produce/consume/query API over the core services.
 func (n *Node) newHTTPAPI() (http.Handler, error) {
-	return httpapi.New(httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: n.log, MaxWait: httpAPIMaxWait,
-		MaxBodyBytes: n.opts.HTTPMaxBodyBytes})
+	o := httpapi.Options{Broker: n.broker, Pop: n.pop, Delay: n.delay, Trace: n.trace, Logger: n.log, MaxWait: httpAPIMaxWait,
+		MaxBodyBytes: n.opts.HTTPMaxBodyBytes}
+	if n.engine != nil {
+		o.Elsewhere = n.httpElsewhere
+	}
+	return httpapi.New(o)
 }
 
 // startCore starts the core services over n.base: transactions, consumer
@@ -304,8 +310,19 @@ func (n *Node) startCore() error {
 
 // startServices starts transactions, consumer groups, retry and POP.
 func (n *Node) startServices() error {
-	co := n.opts.Core
-	tco := co.Transactions
+	if err := n.startTxn(); err != nil {
+		return err
+	}
+	if err := n.startGroupServices(true); err != nil {
+		return err
+	}
+	n.services.Store(&coreServices{groups: n.groups, retry: n.retry, delay: n.delay})
+	return nil
+}
+
+// startTxn starts transactions over n.broker.
+func (n *Node) startTxn() error {
+	tco := n.opts.Core.Transactions
 	if tco.Logger == nil {
 		tco.Logger = n.log
 	}
@@ -318,30 +335,60 @@ func (n *Node) startServices() error {
 		n.txn = nil
 		return fmt.Errorf("transactions: %w", err)
 	}
-	if n.groups, err = group.New(n.base, group.Options{Logger: n.log, Trace: n.trace}); err != nil {
-		return fmt.Errorf("consumer groups: %w", err)
-	}
-	n.groups.Start()
-	ro := co.Retry
+	return nil
+}
+
+// retryOptions are Core.Retry with the node's defaults.
+func (n *Node) retryOptions() retry.Options {
+	ro := n.opts.Core.Retry
 	if ro.Logger == nil {
 		ro.Logger = n.log
 	}
 	if ro.Trace == nil {
 		ro.Trace = n.trace
 	}
-	if n.retry, err = retry.New(n.base, ro); err != nil {
+	return ro
+}
+
+// startGroupServices starts consumer groups, retry (its schedulers only
+// with schedule set: with the JetStream engine they run on the core lease
+// holder, while every node sends messages back) and POP over n.base.
+func (n *Node) startGroupServices(schedule bool) error {
+	var err error
+	if n.groups, err = group.New(n.base, group.Options{Logger: n.log, Trace: n.trace}); err != nil {
+		return fmt.Errorf("consumer groups: %w", err)
+	}
+	n.groups.Start()
+	if n.retry, err = retry.New(n.base, n.retryOptions()); err != nil {
 		return fmt.Errorf("retry: %w", err)
 	}
-	n.retry.Start()
+	if schedule {
+		n.retry.Start()
+	}
 	if n.pop, err = pop.New(n.base, n.retry, pop.Options{Logger: n.log, Trace: n.trace}); err != nil {
 		return fmt.Errorf("pop: %w", err)
 	}
 	n.pop.Start()
-	if n.core != nil { // the port outlives the services (JetStream engine)
-		n.core.SetServices(n.serverServices())
-	}
-	n.services.Store(&coreServices{groups: n.groups, retry: n.retry, delay: n.delay})
 	return nil
+}
+
+// stopTermServices stops what a term of the core lease started: retry's
+// schedulers, delayed delivery, transactions.
+func (n *Node) stopTermServices() error {
+	var errs []error
+	if n.txn != nil {
+		errs = append(errs, n.txn.Close())
+		n.txn = nil
+	}
+	if n.delay != nil {
+		errs = append(errs, n.delay.Close())
+		n.delay = nil
+	}
+	if n.schedules != nil {
+		errs = append(errs, n.schedules.Close())
+		n.schedules = nil
+	}
+	return errors.Join(errs...)
 }
 
 // serverServices are the running services, as the core server takes them.
@@ -438,9 +485,8 @@ func (n *Node) startHTTP() error {
 			return err
 		}
 		n.switches.standby = standby
-		holder := n.election.Holder
-		api, err := httpapi.New(httpapi.Options{Broker: n.frontBroker(), Trace: n.trace, Logger: n.log, MaxWait: httpAPIMaxWait,
-			MaxBodyBytes: n.opts.HTTPMaxBodyBytes, Elsewhere: func(w http.ResponseWriter) error { return notLeaderErr(w, holder()) }})
+		api, err := httpapi.New(httpapi.Options{Broker: n.frontBroker(), Pop: n.pop, Trace: n.trace, Logger: n.log, MaxWait: httpAPIMaxWait,
+			MaxBodyBytes: n.opts.HTTPMaxBodyBytes, Elsewhere: n.httpElsewhere})
 		if err != nil {
 			return fmt.Errorf("http api: %w", err)
 		}
@@ -633,22 +679,18 @@ func (n *Node) stopCore(ctx context.Context) error {
 	return errors.Join(append(errs, n.stopServices())...)
 }
 
-// stopServices stops what startServices and startDelay started, in
-// reverse order; a core port that outlives them answers their requests as
-// not served here from the start.
+// stopServices stops what startServices, startGroupServices and
+// startDelay started, in reverse order; a core port that outlives them
+// answers their requests as not served here.
 func (n *Node) stopServices() error {
 	n.services.Store(nil)
 	if n.core != nil {
 		n.core.SetServices(nil)
 	}
-	var errs []error
-	if n.txn != nil {
-		errs = append(errs, n.txn.Close())
-		n.txn = nil
-	}
-	if n.delay != nil {
-		errs = append(errs, n.delay.Close())
-		n.delay = nil
+	errs := []error{n.stopTermServices()}
+	if n.shards != nil { // after the core port: no request asks for a group any more
+		errs = append(errs, n.shards.close())
+		n.shards = nil
 	}
 	if n.pop != nil {
 		errs = append(errs, n.pop.Close())
