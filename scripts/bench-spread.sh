@@ -12,16 +12,18 @@
 # left running; `scripts/nats-cluster.sh clean` removes it).
 #
 # Usage: scripts/bench-spread.sh
-# Environment (defaults in brackets): COUNT [100000] SIZE [256] GROUPS [6]
+# Environment (defaults in brackets): COUNT [100000] SIZE [256] GROUP_COUNT [6]
 #   NODE_COUNTS ["1 3"]  DIR [/tmp/ferrymq-spread]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${COUNT:-100000}
 size=${SIZE:-256}
-ngroups=${GROUPS:-6}
+ngroups=${GROUP_COUNT:-6}
 dir=${DIR:-/tmp/ferrymq-spread}
 mkdir -p "$dir"
-urls=$(scripts/nats-cluster.sh start | tail -1)
+# (its servers keep the output open: read it from a file, not a pipe)
+scripts/nats-cluster.sh start > "$dir/nats.out"
+urls=$(tail -1 "$dir/nats.out")
 go build -o "$dir/ferrymq" ./cmd/ferrymq
 bin="$dir/ferrymq"
 pids=()

@@ -2,6 +2,9 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -39,11 +42,55 @@ func (c *Client) Topics(ctx context.Context) ([]wire.TopicInfo, error) {
 	return out, err
 }
 
-// Groups lists groups with live members.
+// Groups lists groups with live members. Each node answers for the groups
+// it serves; in a cluster (discovery names groups on other nodes) every
+// node is asked, each group listed once — from the node discovery names
+// for it while one moves.
 func (c *Client) Groups(ctx context.Context) ([]wire.GroupInfo, error) {
+	var own []wire.GroupInfo
+	if err := c.callJSON(ctx, wire.OpGroups, struct{}{}, &own); err != nil {
+		return nil, err
+	}
+	info, err := c.Cluster(ctx)
+	if err != nil || len(info.Groups) == 0 || len(info.Nodes) < 2 {
+		return own, nil //nolint:nilerr // a server without discovery serves every group itself
+	}
+	byNode := map[string][]wire.GroupInfo{}
+	for _, n := range info.Nodes {
+		if n.Core == "" || c.ownAddr(n.Core) {
+			continue
+		}
+		peer, err := c.peer(ctx, n.Core)
+		if err != nil {
+			return nil, fmt.Errorf("groups of node %s: %w", n.Name, err)
+		}
+		var gs []wire.GroupInfo
+		if err := peer.callJSON(ctx, wire.OpGroups, struct{}{}, &gs); err != nil {
+			return nil, fmt.Errorf("groups of node %s: %w", n.Name, err)
+		}
+		byNode[n.Name] = gs
+	}
+	seen := map[string]bool{}
 	var out []wire.GroupInfo
-	err := c.callShardJSON(ctx, shardServices, wire.OpGroups, struct{}{}, &out)
-	return out, err
+	add := func(node string, gs []wire.GroupInfo) {
+		for _, g := range gs {
+			if holder, ok := info.Groups[g.Group]; (!ok || holder == node || node == "") && !seen[g.Group] {
+				seen[g.Group] = true
+				out = append(out, g)
+			}
+		}
+	}
+	for name, gs := range byNode {
+		add(name, gs)
+	}
+	for _, n := range info.Nodes {
+		if c.ownAddr(n.Core) {
+			add(n.Name, own)
+		}
+	}
+	add("", own) // the node asked, when discovery does not name it by this address
+	slices.SortFunc(out, func(a, b wire.GroupInfo) int { return strings.Compare(a.Group, b.Group) })
+	return out, nil
 }
 
 // Lag reports a group's progress per queue (member: a broadcast member's

@@ -117,6 +117,22 @@ func (c *Client) follow(ctx context.Context, shard, addr string) (*Client, error
 		c.mu.Unlock()
 		return c, nil
 	}
+	peer, err := c.peer(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if _, had := c.routes[shard]; !had {
+		c.log.Info().Str("shard", shard).Str("node", addr).Msg("following a shard to the node that serves it")
+	}
+	c.routes[shard] = addr
+	c.mu.Unlock()
+	return peer, nil
+}
+
+// peer returns the client of the node at addr, dialing it (with this
+// client's options) if there is none yet.
+func (c *Client) peer(ctx context.Context, addr string) (*Client, error) {
 	c.mu.Lock()
 	peer := c.peers[addr]
 	closed := c.closed
@@ -124,33 +140,30 @@ func (c *Client) follow(ctx context.Context, shard, addr string) (*Client, error
 	if closed {
 		return nil, ErrClosed
 	}
-	if peer == nil {
-		opts := c.opts
-		opts.Addr, opts.Discover = addr, false
-		np, err := dial(ctx, opts, c)
-		if err != nil {
-			return nil, fmt.Errorf("dial %s: %w", addr, err)
-		}
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			_ = np.Close()
-			return nil, ErrClosed
-		}
-		if peer = c.peers[addr]; peer == nil {
-			peer = np
-			c.peers[addr] = np
-			np = nil
-		}
-		c.mu.Unlock()
-		if np != nil { // another call dialed it meanwhile
-			_ = np.Close()
-		}
-		c.log.Info().Str("shard", shard).Str("node", addr).Msg("following a shard to the node that serves it")
+	if peer != nil {
+		return peer, nil
+	}
+	opts := c.opts
+	opts.Addr, opts.Discover = addr, false
+	np, err := dial(ctx, opts, c)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	c.mu.Lock()
-	c.routes[shard] = addr
+	if c.closed {
+		c.mu.Unlock()
+		_ = np.Close()
+		return nil, ErrClosed
+	}
+	if peer = c.peers[addr]; peer == nil {
+		peer = np
+		c.peers[addr] = np
+		np = nil
+	}
 	c.mu.Unlock()
+	if np != nil { // another call dialed it meanwhile
+		_ = np.Close()
+	}
 	return peer, nil
 }
 

@@ -128,7 +128,7 @@ func newReplay(ctx context.Context, admin *client.Client, topic string) (*replay
 	}
 	p := &replay{topic: topic, first: make(chan struct{}), done: make(chan struct{})}
 	for _, q := range info.Ranges {
-		p.total += q.Max - q.Min
+		p.total += q.Messages // not Max − Min: a queue's offsets need not be dense (the JetStream engine's are stream sequences)
 	}
 	if p.total == 0 {
 		return nil, fmt.Errorf("topic %s is empty", topic)

@@ -279,11 +279,13 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		return marshal(wire.ResetReply{Offsets: offs})
 
 	case wire.OpGroups:
-		svc, err := c.s.services(ctx, "")
-		if err != nil {
-			return nil, err
-		}
+		// The groups served here (in a cluster each node answers for its
+		// own: the client asks every node, Client.Groups).
 		out := []wire.GroupInfo{}
+		svc := c.s.svc.Load()
+		if svc == nil {
+			return marshal(out)
+		}
 		for _, g := range svc.Groups.Groups() {
 			gi := wire.GroupInfo{Group: g.Name, Mode: string(g.Mode), Members: []wire.MemberInfo{}}
 			for _, m := range g.Members {

@@ -185,6 +185,17 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 		return true
 	}
 	require.Eventually(t, allGot, 30*time.Second, 10*time.Millisecond)
+	listed := func() []string {
+		t.Helper()
+		gs, err := c.Groups(ctx)
+		require.NoError(t, err)
+		var names []string
+		for _, g := range gs {
+			names = append(names, g.Group)
+		}
+		return names
+	}
+	require.ElementsMatch(t, groups, listed(), "every node's groups, listed through one address")
 
 	placed := func(live []string) {
 		t.Helper()
@@ -209,4 +220,6 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 	produce(30)
 	require.Eventually(t, allGot, 40*time.Second, 10*time.Millisecond, "the groups of the stopped node go on elsewhere")
 	placed([]string{"gw-1", "gw-3"})
+	require.Eventually(t, func() bool { return len(listed()) == len(groups) }, 20*time.Second, 50*time.Millisecond)
+	require.ElementsMatch(t, groups, listed())
 }
