@@ -40,7 +40,7 @@ const (
 	OpChangeInvis Op = 0x32 // JSON {handle, invisible_ms} → JSON {handle}
 	OpLag         Op = 0x40 // JSON {group, member} → JSON [queue lag]
 	OpReset       Op = 0x41 // JSON {group, topic, time, latest} → JSON {offsets}
-	OpGroups      Op = 0x42 // JSON {} → JSON [group info]
+	OpGroups      Op = 0x42 // JSON {} → JSON [group info]: the groups this node serves
 	OpTopicCreate Op = 0x50 // JSON {name, queues} → JSON topic info
 	OpTopicList   Op = 0x51 // JSON {} → JSON [topic info]
 	OpTopicGet    Op = 0x52 // JSON {name} → JSON topic info
