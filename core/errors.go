@@ -48,6 +48,10 @@ var (
 	// the store refuses writes from then on, and acknowledged data stays
 	// readable. Reopen the store after fixing the cause.
 	ErrStoreFailed = errors.New("core: store failed; writes refused")
+	// ErrReadOnly is returned for a write (produce, topic changes) to a
+	// read-only engine: a standby over mirrors of another cluster's topics
+	// (failover mode 2), which serves consumption, queries and traces only.
+	ErrReadOnly = errors.New("core: read-only: this node serves reads from mirrors; produce to the primary")
 )
 
 // TopicError describes why a topic name was refused. It wraps ErrInvalidTopic.

@@ -57,6 +57,7 @@ const (
 	// 503
 	CodeStoreFailed  = "store_failed"       // the store refuses writes after an I/O error; an operator must act
 	CodeShuttingDown = "shutting_down"      // the server is closing; retry (Retry-After) on a restarted server
+	CodeReadOnly     = "read_only"          // a read-only node (mirrors): produce to the primary
 	CodeCanceled     = httperr.CodeCanceled // the request was canceled (the client went away, or the server is stopping)
 )
 
@@ -92,6 +93,7 @@ var sentinels = []httperr.Sentinel{
 	{Err: core.ErrPropertiesTooLarge, Status: http.StatusRequestEntityTooLarge, Code: CodePropertiesTooLarge},
 	{Err: core.ErrClosed, Status: http.StatusServiceUnavailable, Code: CodeShuttingDown, Msg: "server shutting down; retry later"},
 	{Err: core.ErrStoreFailed, Status: http.StatusServiceUnavailable, Code: CodeStoreFailed, Msg: "store failed; writes refused until an operator restarts it"},
+	{Err: core.ErrReadOnly, Status: http.StatusForbidden, Code: CodeReadOnly},
 	{Err: core.ErrCorrupt, Status: http.StatusInternalServerError, Code: CodeCorrupt, Msg: "stored data corrupt"},
 }
 

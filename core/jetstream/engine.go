@@ -67,6 +67,15 @@ type Options struct {
 	// Bucket is the key-value bucket of committed offsets and deleted-topic
 	// fences; default "ferrymq_core".
 	Bucket string
+	// MirrorOf, when set, makes the engine a read-only standby (failover
+	// mode 2, mirror.go): the JetStream domain of the primary cluster,
+	// whose topic streams and key index it mirrors into its own domain and
+	// serves reads from, while every write fails with core.ErrReadOnly.
+	// Its bucket (committed offsets, leases) is its own.
+	MirrorOf string
+	// MirrorEvery is how often a mirror engine looks for the primary's new
+	// topics and changed epochs; default 2 s.
+	MirrorEvery time.Duration
 	// Logger receives one line per notable event; default: discard.
 	Logger *zerolog.Logger
 }
@@ -107,6 +116,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Bucket == "" {
 		o.Bucket = "ferrymq_core"
+	}
+	if o.MirrorEvery == 0 {
+		o.MirrorEvery = 2 * time.Second
 	}
 	if o.Logger == nil {
 		nop := zerolog.Nop()
@@ -239,6 +251,12 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e.idx = newIndexer(js, e.log)
 	e.fence = newFences(nc, e.log, e.takes)
+	if opts.MirrorOf != "" {
+		if err := e.startMirroring(ctx); err != nil {
+			e.get.close()
+			return nil, err
+		}
+	}
 	e.wg.Add(4)
 	go e.checker()
 	go e.acker()
@@ -303,7 +321,7 @@ func (e *Engine) setup(ctx context.Context) error {
 		return e.setupErr("bucket "+e.opts.Bucket, err)
 	}
 	e.meta = kv
-	_, err = e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	keys := jetstream.StreamConfig{
 		Name:        keysStream,
 		Description: "ferrymq index keys of messages (besides their sharding key)",
 		Subjects:    []string{keysPrefix + ">"},
@@ -312,7 +330,12 @@ func (e *Engine) setup(ctx context.Context) error {
 		MaxAge:      e.opts.MaxAge,
 		AllowDirect: true,
 		Discard:     jetstream.DiscardOld,
-	})
+	}
+	if e.opts.MirrorOf != "" {
+		keys.Subjects, keys.Mirror = nil, &jetstream.StreamSource{Name: keysStream, Domain: e.opts.MirrorOf}
+		keys.Description = "ferrymq index keys, mirrored from domain " + e.opts.MirrorOf
+	}
+	_, err = e.js.CreateOrUpdateStream(ctx, keys)
 	if err != nil {
 		return e.setupErr("stream "+keysStream, err)
 	}

@@ -81,6 +81,10 @@ func (e *Engine) produce(ctx context.Context, msgs []*core.Message, done func([]
 		done(nil, nil)
 		return
 	}
+	if err := e.readOnly("produce"); err != nil {
+		done(nil, err)
+		return
+	}
 	n := len(msgs)
 	p := &pending{msgs: msgs, out: make([]*nats.Msg, n), ts: make([]*topicState, n), lays: make([]*layout, n),
 		queues: make([]int, n), futs: make([]jetstream.PubAckFuture, 0, n), acks: make([]*jetstream.PubAck, n),

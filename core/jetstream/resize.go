@@ -89,6 +89,9 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 	if e.closed.Load() {
 		return core.TopicInfo{}, core.ErrClosed
 	}
+	if err := e.readOnly("resize " + name); err != nil {
+		return core.TopicInfo{}, err
+	}
 	if strings.HasPrefix(name, "%") {
 		if err := core.ValidateSystemTopic(name); err != nil {
 			return core.TopicInfo{}, err

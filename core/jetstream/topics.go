@@ -298,6 +298,9 @@ func (e *Engine) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.To
 	if e.closed.Load() {
 		return core.TopicInfo{}, core.ErrClosed
 	}
+	if err := e.readOnly("create " + cfg.Name); err != nil {
+		return core.TopicInfo{}, err
+	}
 	if err := e.checkName(cfg.Name); err != nil {
 		return core.TopicInfo{}, err
 	}
@@ -414,6 +417,9 @@ func (e *Engine) Topics(ctx context.Context) ([]core.TopicInfo, error) {
 func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
 	if e.closed.Load() {
 		return core.ErrClosed
+	}
+	if err := e.readOnly("delete " + name); err != nil {
+		return err
 	}
 	if err := core.ValidateTopic(name); err != nil {
 		return err

@@ -61,6 +61,7 @@ const (
 	CodeTxnTooManyPending  Code = 73 // retry later
 	CodeNotEnabled         Code = 74 // the server does not run this service (e.g. a gateway without a store)
 	CodeMoved              Code = 75 // another node serves the request's shard: the message names it (MovedError); send it there
+	CodeReadOnly           Code = 76 // a read-only node (mirrors of another cluster): writes go to the primary
 	CodeInternal           Code = 50
 	CodeShuttingDown       Code = 51 // retry on another connection
 	CodeOverloaded         Code = 52 // retry later
@@ -112,6 +113,7 @@ var sentinels = []struct {
 	{CodeShuttingDown, txn.ErrClosed},
 	{CodeNotEnabled, ErrNotEnabled},
 	{CodeMoved, ErrMoved},
+	{CodeReadOnly, core.ErrReadOnly},
 	{CodeBadRequest, retry.ErrInvalidMax},
 	{CodeBadRequest, ErrBadPayload},
 	{CodeFrameTooLarge, ErrFrameTooLarge},
