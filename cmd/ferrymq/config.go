@@ -213,6 +213,10 @@ type natsConfig struct {
 	LeaseTTL duration `yaml:"lease_ttl"`
 	// Timeout bounds one JetStream request (default 5s).
 	Timeout duration `yaml:"timeout"`
+	// MirrorOf makes this node a read-only standby of another cluster
+	// (failover mode 2, docs/engines.md): the JetStream domain of the
+	// primary, whose topics it mirrors and serves reads of.
+	MirrorOf string `yaml:"mirror_of"`
 }
 
 // authConfig is device authentication, the ACL and quotas (docs/security.md).

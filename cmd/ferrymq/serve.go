@@ -371,7 +371,7 @@ func (o *serveOptions) nodeOptions(cfg fileConfig, out io.Writer) (node.Options,
 			return node.Options{}, err
 		}
 		no.NATS = node.NATSOptions{URLs: o.natsURLs, Creds: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token,
-			TLS: tlsCfg, Replicas: nc.Replicas, LeaseTTL: time.Duration(nc.LeaseTTL), Timeout: time.Duration(nc.Timeout)}
+			TLS: tlsCfg, Replicas: nc.Replicas, LeaseTTL: time.Duration(nc.LeaseTTL), Timeout: time.Duration(nc.Timeout), MirrorOf: nc.MirrorOf}
 		no.OnCore = func(a net.Addr) { fmt.Fprintf(out, "core  %s\n", a) }
 	}
 	for _, t := range mc.TLS {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/trace"
 )
 
 // Failover mode 2: a read-only standby (Options.MirrorOf). The engine
@@ -25,7 +26,9 @@ import (
 // bucket) work as on any engine, also while the primary is gone; every
 // write — produce, topic creation, resize, deletion — fails with
 // core.ErrReadOnly. A topic the primary deletes keeps its mirror: the
-// standby is the copy that outlives the primary.
+// standby is the copy that outlives the primary. The system topics of the
+// standby's own consumption (retry, dead letters) are its own, not
+// mirrors: a group consuming there sends messages back there.
 //
 // What a mirror does not have: messages the primary acknowledged and had
 // not yet sent over when it was lost (the mirror's lag, which JetStream
@@ -69,7 +72,8 @@ func (e *Engine) mirrorOnce(ctx context.Context, primary jetstream.JetStream) er
 	var errs []error
 	for info := range list.Info() {
 		name := info.Config.Name
-		if !strings.HasPrefix(name, streamPrefix) || name == keysStream || info.Config.Metadata[metaTopic] == "" {
+		topic := info.Config.Metadata[metaTopic]
+		if !strings.HasPrefix(name, streamPrefix) || name == keysStream || topic == "" || !e.mirrored(topic) {
 			continue
 		}
 		if err := e.mirrorStream(ctx, info); err != nil {
@@ -140,9 +144,19 @@ func ferrymqMetadata(md map[string]string) map[string]string {
 	return out
 }
 
-// readOnly is the error of a write to a mirror engine (nil otherwise).
-func (e *Engine) readOnly(what string) error {
-	if e.opts.MirrorOf == "" {
+// mirrored reports whether topic is one a mirror engine mirrors (and
+// refuses writes to): every topic but the system topics of the standby's
+// own consumption — its groups' retry schedule, retry and dead-letter
+// topics, delays — which are its own and writable; the trace topic is
+// mirrored (a standby records no hops, and reads the primary's).
+func (e *Engine) mirrored(topic string) bool {
+	return e.opts.MirrorOf != "" && (!strings.HasPrefix(topic, "%") || topic == trace.Topic)
+}
+
+// readOnly is the error of a write to topic on a mirror engine (nil when
+// the topic is writable here).
+func (e *Engine) readOnly(topic, what string) error {
+	if !e.mirrored(topic) {
 		return nil
 	}
 	return fmt.Errorf("%w (%s; primary: domain %s)", core.ErrReadOnly, what, e.opts.MirrorOf)

@@ -106,6 +106,9 @@ func TestMirrorServesReadsAndRefusesWrites(t *testing.T) {
 	_, err = mirror.ResizeTopic(ctx, "orders", 2)
 	require.ErrorIs(t, err, core.ErrReadOnly)
 	require.ErrorIs(t, mirror.DeleteTopic(ctx, "orders"), core.ErrReadOnly)
+	// The system topics of its own groups' retries are the standby's own.
+	_, err = mirror.Produce(ctx, &core.Message{Topic: "%RETRY%standby-billing", Body: []byte("again")})
+	require.NoError(t, err)
 
 	p.Shutdown() // the primary is gone; the standby never switches and serves reads
 	checkOrder(consumeAll(t, mirror, "orders", "after-the-primary", len(ids)))

@@ -81,9 +81,11 @@ func (e *Engine) produce(ctx context.Context, msgs []*core.Message, done func([]
 		done(nil, nil)
 		return
 	}
-	if err := e.readOnly("produce"); err != nil {
-		done(nil, err)
-		return
+	for _, m := range msgs {
+		if err := e.readOnly(m.Topic, "produce to "+m.Topic); err != nil {
+			done(nil, err)
+			return
+		}
 	}
 	n := len(msgs)
 	p := &pending{msgs: msgs, out: make([]*nats.Msg, n), ts: make([]*topicState, n), lays: make([]*layout, n),

@@ -89,7 +89,7 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 	if e.closed.Load() {
 		return core.TopicInfo{}, core.ErrClosed
 	}
-	if err := e.readOnly("resize " + name); err != nil {
+	if err := e.readOnly(name, "resize "+name); err != nil {
 		return core.TopicInfo{}, err
 	}
 	if strings.HasPrefix(name, "%") {

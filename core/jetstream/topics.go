@@ -298,7 +298,7 @@ func (e *Engine) CreateTopic(ctx context.Context, cfg core.TopicConfig) (core.To
 	if e.closed.Load() {
 		return core.TopicInfo{}, core.ErrClosed
 	}
-	if err := e.readOnly("create " + cfg.Name); err != nil {
+	if err := e.readOnly(cfg.Name, "create "+cfg.Name); err != nil {
 		return core.TopicInfo{}, err
 	}
 	if err := e.checkName(cfg.Name); err != nil {
@@ -418,7 +418,7 @@ func (e *Engine) DeleteTopic(ctx context.Context, name string) error {
 	if e.closed.Load() {
 		return core.ErrClosed
 	}
-	if err := e.readOnly("delete " + name); err != nil {
+	if err := e.readOnly(name, "delete "+name); err != nil {
 		return err
 	}
 	if err := core.ValidateTopic(name); err != nil {

@@ -619,3 +619,13 @@ func TestAlarmNATSUnreachable(t *testing.T) {
 		return strings.Contains(s, "nats_unreachable nats raised\nnats_unreachable nats cleared")
 	}, 20*time.Second, 50*time.Millisecond, "the raise NATS refused is stored ahead of the clear")
 }
+
+func httpPost(t *testing.T, n *node.Node, path, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+n.HTTPAddr().String()+path, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}

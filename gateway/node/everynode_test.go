@@ -2,7 +2,10 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,4 +225,74 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 	placed([]string{"gw-1", "gw-3"})
 	require.Eventually(t, func() bool { return len(listed()) == len(groups) }, 20*time.Second, 50*time.Millisecond)
 	require.ElementsMatch(t, groups, listed())
+}
+
+// TestNATSMirrorNode: failover mode 2 with two nodes on two nats-servers in
+// JetStream domains of their own, joined by a leaf node. The primary node
+// takes the writes; the read-only node (NATSOptions.MirrorOf) serves a
+// consumer group every message from its mirrors, refuses produce over the
+// wire and over HTTP with a clear error, and goes on serving a new group
+// everything after the primary node and its nats-server are gone.
+func TestNATSMirrorNode(t *testing.T) {
+	ps, ss := natstest.RunLeafPair(t, "primary", "standby", natstest.SyncAlways())
+	start := func(name, url, mirrorOf string) *node.Node {
+		o := options(t)
+		o.Engine = node.EngineNATS
+		o.NodeName = name
+		o.NATS = node.NATSOptions{URLs: []string{url}, LeaseTTL: 2 * time.Second, MirrorOf: mirrorOf}
+		n, err := node.New(t.Context(), o, nil)
+		require.NoError(t, err)
+		return n
+	}
+	primary := start("main-1", ps.URL, "")
+	primaryUp := true
+	defer func() {
+		if primaryUp {
+			shutdown(t, primary)
+		}
+	}()
+	standby := start("standby-1", ss.URL, "primary")
+	defer shutdown(t, standby)
+	ctx := t.Context()
+	dial := func(n *node.Node) *client.Client {
+		c, err := client.Dial(ctx, client.Options{Addr: n.CoreAddr().String(), MaxBackoff: 100 * time.Millisecond, RequestTimeout: 5 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	pc, sc := dial(primary), dial(standby)
+	_, err := pc.CreateTopic(ctx, "orders", 4)
+	require.NoError(t, err)
+	const total = 60
+	for i := range total {
+		_, err := pc.NewProducer().Send(ctx, &core.Message{Topic: "orders", ShardingKey: fmt.Sprintf("car-%d", i%6), Body: []byte(strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+
+	consume := func(grp string) {
+		t.Helper()
+		var got atomic.Int64
+		c, err := sc.NewPushConsumer(consumer.Options{Group: grp, Subscriptions: []group.Subscription{{Topic: "orders"}},
+			HeartbeatInterval: 100 * time.Millisecond, PollWait: 200 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
+			Listener: func(context.Context, *core.StoredMessage) consumer.Result {
+				got.Add(1)
+				return consumer.Success
+			}})
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		defer func() { _ = c.Close(context.Background()) }()
+		require.Eventually(t, func() bool { return got.Load() >= total }, 30*time.Second, 10*time.Millisecond, "group %s on the standby", grp)
+	}
+	consume("standby-billing")
+
+	_, err = sc.NewProducer().Send(ctx, &core.Message{Topic: "orders", Body: []byte("x")})
+	require.ErrorIs(t, err, core.ErrReadOnly, "produce to the standby")
+	code, body := httpPost(t, standby, "/api/v1/topics/orders/messages", `{"body":"x"}`)
+	require.Equal(t, http.StatusForbidden, code, body)
+	require.Contains(t, body, "read_only")
+
+	shutdown(t, primary)
+	primaryUp = false
+	ps.Shutdown()
+	consume("after-the-primary")
 }

@@ -42,6 +42,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 			URLs: nc.URLs, Name: "ferrymq " + n.nodeName, CredsFile: nc.Creds, User: nc.User, Password: nc.Password, Token: nc.Token,
 			TLS: nc.TLS, Replicas: nc.Replicas, DefaultQueues: st.DefaultQueues, DisableAutoCreate: st.DisableAutoCreate,
 			MaxAge: st.Retention, MaxBytes: st.MaxDiskBytes, MaxMessageBytes: st.MaxMessageBytes, Timeout: nc.Timeout, Logger: n.log,
+			MirrorOf: nc.MirrorOf,
 		})
 		return err
 	})
@@ -67,7 +68,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 		}
 		n.log.Warn().Str(logFile, filepath.Join(o.DataDir, TokenFile)).Msg("the core port or the HTTP API listens beyond loopback and no token was configured: using the cluster's generated one (shared by the nodes through NATS)")
 	}
-	if o.Trace != nil {
+	if o.Trace != nil && nc.MirrorOf == "" { // a standby records nothing (its reads of traces need no recorder)
 		to := *o.Trace
 		to.Node, to.Flush = n.nodeName, "nats"
 		if to.Logger == nil {
@@ -88,7 +89,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 	if bo.HoldUnknown == 0 {
 		bo.HoldUnknown = -1
 	}
-	if o.Delay != nil {
+	if o.Delay != nil && nc.MirrorOf == "" {
 		// The gateway produces delayed messages through a delay service of
 		// its own that is never started: it only writes first copies; the
 		// leader's service moves them.
@@ -192,17 +193,22 @@ func (n *Node) startNATS(ctx context.Context) error {
 // points the HTTP API at them; the janitor looks for gone nodes every
 // period.
 func (n *Node) startTerm(period time.Duration) error {
-	if err := n.startDelay(); err != nil {
+	mirror := n.opts.NATS.MirrorOf != "" // a read-only standby: nothing here writes to topics
+	if mirror {
+		n.broker = n.base
+	} else if err := n.startDelay(); err != nil {
 		return err
 	}
 	if n.opts.Core == nil {
 		return nil
 	}
-	if err := n.startTxn(); err != nil {
-		return err
+	if !mirror {
+		if err := n.startTxn(); err != nil {
+			return err
+		}
 	}
 	var err error
-	if n.schedules, err = retry.New(n.base, n.retryOptions()); err != nil {
+	if n.schedules, err = retry.New(n.base, n.retryOptions()); err != nil { // a standby's too: its groups' retries are its own
 		return fmt.Errorf("retry: %w", err)
 	}
 	n.schedules.Start()

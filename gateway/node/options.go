@@ -171,6 +171,14 @@ type NATSOptions struct {
 	LeaseTTL time.Duration
 	// Timeout bounds one JetStream request; default the engine's.
 	Timeout time.Duration
+	// MirrorOf makes the node a read-only standby (failover mode 2): the
+	// JetStream domain of the primary cluster, whose topics the engine
+	// mirrors (jetstream.Options.MirrorOf). The node serves consumption,
+	// queries and traces; produce (over the wire, HTTP and MQTT) is
+	// refused with core.ErrReadOnly, and delayed delivery, transactions and
+	// trace recording do not run. Its groups' retry and dead-letter topics
+	// are its own.
+	MirrorOf string
 }
 
 // TLSListener is an MQTT listener with a certificate.
