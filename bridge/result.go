@@ -41,7 +41,7 @@ func reasonCode(err error) engine.ReasonCode {
 	case errors.Is(err, core.ErrTopicNotFound), errors.Is(err, core.ErrInvalidTopic), errors.Is(err, mqtttopic.ErrBadDelayed),
 		errors.Is(err, delay.ErrDelayTooLong):
 		return engine.TopicNameInvalid // 0x90
-	case errors.Is(err, core.ErrInvalidMessage):
+	case errors.Is(err, core.ErrInvalidMessage), errors.Is(err, core.ErrReadOnly):
 		return engine.ImplementationSpecific // 0x83
 	}
 	return engine.UnspecifiedError // 0x80
@@ -62,6 +62,8 @@ func failureReason(err error) string {
 		return "topic"
 	case errors.Is(err, core.ErrInvalidMessage):
 		return "invalid_message"
+	case errors.Is(err, core.ErrReadOnly):
+		return "read_only"
 	}
 	return "other"
 }

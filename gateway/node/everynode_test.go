@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -290,6 +291,18 @@ func TestNATSMirrorNode(t *testing.T) {
 	code, body := httpPost(t, standby, "/api/v1/topics/orders/messages", `{"body":"x"}`)
 	require.Equal(t, http.StatusForbidden, code, body)
 	require.Contains(t, body, "read_only")
+	// A device publishing to the standby is not acknowledged (MQTT 3.1.1:
+	// closed, as for any refused publish).
+	dev := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + standby.Addr("tcp").String()).SetClientID("car-on-standby").
+		SetAutoReconnect(false).SetConnectRetry(false))
+	tok := dev.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	pt := dev.Publish("telemetry/car-on-standby", 1, false, "x")
+	acked := pt.WaitTimeout(5*time.Second) && pt.Error() == nil
+	require.False(t, acked, "the standby acknowledged a device's publish")
+	require.Eventually(t, func() bool { return !dev.IsConnectionOpen() }, 10*time.Second, 10*time.Millisecond)
+	dev.Disconnect(0)
 
 	shutdown(t, primary)
 	primaryUp = false
