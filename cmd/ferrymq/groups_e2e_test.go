@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,4 +172,21 @@ func TestBinaryNATSNodeKilledUnderConsumption(t *testing.T) {
 		t.Logf("group %-8s on node-b: %-5v now on %s; %d acknowledged, %d deliveries (%d again); longest pause after the kill %v",
 			g, moved, info.Groups[g], len(sent), deliveries, deliveries-len(sent), l.gapAfter(killedAt).Round(time.Millisecond))
 	}
+
+	// The CLI given one address: a new group placed on node-a, consumed
+	// through node-c (the client follows the Moved answer), and the
+	// cluster's view with each group's node.
+	cli := "cli"
+	for rendezvous.Pick([]string{"node-a", "node-c"}, cli) != "node-a" {
+		cli += "x"
+	}
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, bin, "consume", "--server", cores["node-c"], "--topic", "orders", "--group", cli,
+		"--count", strconv.Itoa(len(sent)), "--json").Output()
+	require.NoError(t, err, "%s", out)
+	require.Len(t, strings.Split(strings.TrimSpace(string(out)), "\n"), len(sent))
+	out, err = exec.CommandContext(cctx, bin, "nodes", "--server", cores["node-c"]).Output()
+	require.NoError(t, err, "%s", out)
+	require.Regexp(t, `node-a +127\.0\.0\.1:\d+ +\S*.*`+cli, string(out), "the CLI's view names the group's node")
 }
