@@ -55,7 +55,12 @@ func (n *Node) adminHandler(withCore bool) (http.Handler, error) {
 		Node: cmp.Or(n.nodeName, hostname()), Version: n.version(), Config: cfg, Started: time.Now(),
 		Authorize: admin.BearerAuthorizer(n.token), AllowWrites: n.token == "", Logger: n.log}
 	if withCore {
-		opts.Broker, opts.Groups, opts.Retry = n.broker, n.groups, n.retry
+		opts.Groups, opts.Retry = n.groups, n.retry
+		if n.engine != nil {
+			opts.Broker = n.frontBroker() // every node's, outliving the terms (which set n.broker)
+		} else {
+			opts.Broker = n.broker
+		}
 	}
 	if n.engine != nil {
 		opts.Engine = EngineNATS

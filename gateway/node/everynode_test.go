@@ -107,6 +107,9 @@ func TestNATSEveryNodeServesTheCore(t *testing.T) {
 	lag, err := c.Lag(ctx, "billing", "")
 	require.NoError(t, err)
 	require.NotEmpty(t, lag)
+	code, body := httpGet(t, n2, "/api/v1/topics") // the admin API's core part on the node without the lease
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"orders"`)
 
 	shutdown(t, n1)
 	stopped1 = true

@@ -150,6 +150,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 			return err
 		}
 		n.core.SetServices(n.serverServices())
+		n.services.Store(&coreServices{groups: n.groups}) // the groups served here, for their alarms; the term adds retry and delay
 	}
 	termCtx, stopTerms := context.WithCancel(context.Background())
 	n.terms = make(chan struct{})
@@ -243,9 +244,9 @@ func (n *Node) stopTerm() error {
 		n.stopJanitor()
 		n.stopJanitor = nil
 	}
-	n.services.Store(nil)
+	n.services.Store(&coreServices{groups: n.groups}) // the groups stay: their alarms too
 	if n.core != nil {
-		n.core.SetServices(&server.Services{Groups: n.groups, Retry: n.retry, Pop: n.pop}) // the groups stay
+		n.core.SetServices(&server.Services{Groups: n.groups, Retry: n.retry, Pop: n.pop})
 	}
 	return n.stopTermServices()
 }

@@ -479,8 +479,8 @@ func (n *Node) startHTTP() error {
 	h := &routeMux{ServeMux: http.NewServeMux()}
 	n.httpMux = h
 	var so gateway.StatsOptions
-	if n.switches != nil { // engine nats: the core services follow the lease
-		standby, err := n.adminHandler(false)
+	if n.switches != nil { // engine nats: the node-wide services follow the lease
+		standby, err := n.adminHandler(n.groups != nil) // topics and the groups served here, on every node
 		if err != nil {
 			return err
 		}
