@@ -175,6 +175,7 @@ func TestSampleConfigParses(t *testing.T) {
 		{"nats.node", cfg.NATS.Node, ""},
 		{"nats.lease_ttl", cfg.NATS.LeaseTTL, d("10s")},
 		{"nats.timeout", cfg.NATS.Timeout, d("5s")},
+		{"nats.mirror_of", cfg.NATS.MirrorOf, ""},
 
 		{"core.addr", cfg.Core.Addr, ":10911"},
 		{"core.token", cfg.Core.Token, ""},
