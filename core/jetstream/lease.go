@@ -31,6 +31,13 @@ type LeaseOptions struct {
 	// must return promptly — the lease is not renewed while it runs — so
 	// slow work (starting services) belongs on a goroutine of the caller.
 	OnChange func(held bool)
+	// Eligible, when set, says whether this candidate should hold the
+	// lease now (e.g. rendezvous hashing over the live nodes names it): it
+	// tries to take the lease only while Eligible() is true, and a holder
+	// for whom it turns false gives the lease up at its next renewal, so
+	// the lease follows the placement. Nil: always eligible. Called from
+	// the election's goroutine; it must return promptly.
+	Eligible func() bool
 	Logger   *zerolog.Logger
 }
 
@@ -168,13 +175,22 @@ func (el *Election) run(ctx context.Context) {
 			continue
 		case <-time.After(jitter(wait, rev)):
 		}
+		eligible := el.opts.Eligible == nil || el.opts.Eligible()
 		if !el.Held() {
+			if !eligible {
+				el.learnHolder(ctx, key) // Holder names the current one all the same
+				continue
+			}
 			r, err := el.try(ctx, key)
 			if err == nil {
 				rev, renewed = r, time.Now()
 				el.set(true, el.opts.Holder)
 				el.log.Info().Msg("lease taken")
 			}
+			continue
+		}
+		if !eligible {
+			giveUp("lease handed over: another candidate is placed to hold it")
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, renew)
@@ -193,6 +209,23 @@ func (el *Election) run(ctx context.Context) {
 			el.log.Debug().Err(err).Msg("lease renewal failed; retrying")
 		}
 	}
+}
+
+// learnHolder records who holds the lease now ("" when nobody does).
+func (el *Election) learnHolder(ctx context.Context, key string) {
+	rctx, cancel := context.WithTimeout(ctx, el.opts.Retry+time.Second)
+	defer cancel()
+	holder := ""
+	ent, err := el.kv.Get(rctx, key)
+	switch {
+	case err == nil:
+		holder = string(ent.Value())
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return // unknown: keep what is known
+	}
+	el.mu.Lock()
+	el.holder = holder
+	el.mu.Unlock()
 }
 
 // try takes the lease if it is free, else records who holds it.

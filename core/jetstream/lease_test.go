@@ -73,6 +73,35 @@ func TestElectionOneHolder(t *testing.T) {
 	require.False(t, both.Load(), "two holders at once")
 }
 
+// TestElectionFollowsEligible: the lease goes where Eligible says — a
+// holder that stops being eligible hands it over at its next renewal, the
+// eligible candidate takes it, and one that is not eligible never takes
+// it (even free) but still names the holder.
+func TestElectionFollowsEligible(t *testing.T) {
+	s := natstest.RunServer(t)
+	ea, eb := openEngine(t, s.URL), openEngine(t, s.URL)
+	var placed atomic.Value // the candidate placed to hold it
+	placed.Store("a")
+	var heldA, heldB atomic.Bool
+	opts := func(holder string, flag *atomic.Bool) jetstream.LeaseOptions {
+		return jetstream.LeaseOptions{Name: "placed", Holder: holder, TTL: 1500 * time.Millisecond, Retry: 50 * time.Millisecond,
+			Eligible: func() bool { return placed.Load() == holder }, OnChange: func(h bool) { flag.Store(h) }}
+	}
+	b, err := eb.Elect(t.Context(), opts("b", &heldB))
+	require.NoError(t, err)
+	defer b.Close()
+	require.Never(t, heldB.Load, 500*time.Millisecond, 10*time.Millisecond, "b took a free lease it is not placed to hold")
+	a, err := ea.Elect(t.Context(), opts("a", &heldA))
+	require.NoError(t, err)
+	defer a.Close()
+	require.Eventually(t, heldA.Load, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.Holder() == "a" }, 5*time.Second, 10*time.Millisecond, "b names the holder")
+
+	placed.Store("b")
+	require.Eventually(t, func() bool { return heldB.Load() && !heldA.Load() }, 5*time.Second, 10*time.Millisecond, "handed over to b")
+	require.Eventually(t, func() bool { return a.Holder() == "b" }, 5*time.Second, 10*time.Millisecond, "a names the new holder")
+}
+
 // TestSharedValueIsTheFirstNodes: two nodes ask for the same shared value
 // at once; both get one of the generated values, the same one.
 func TestSharedValueIsTheFirstNodes(t *testing.T) {

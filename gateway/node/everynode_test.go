@@ -56,7 +56,7 @@ func TestNATSEveryNodeServesTheCore(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the first node did not take the core lease")
 	}
-	n2, cores2 := start("gw-2")
+	n2, cores2 := start("gw-3") // rendezvous keeps the node-wide services on gw-1 (over gw-3) until it stops
 	defer shutdown(t, n2)
 	require.NotNil(t, n2.CoreAddr(), "a node without the lease serves the core port too")
 
@@ -126,7 +126,9 @@ func TestNATSEveryNodeServesTheCore(t *testing.T) {
 // TestNATSGroupsSpreadAcrossNodes: three nodes, six consumer groups
 // consumed through one node's address. Each group is served by the node
 // rendezvous hashing picks among the live nodes (discovery names it, and
-// its lease says so); every group gets every message. When one node stops,
+// its lease says so), and so are the node-wide services (the core lease
+// leaves the first node if another is placed); every group gets every
+// message. When one node stops,
 // its groups move to the nodes left — again by rendezvous over them — and
 // go on where they committed.
 func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
@@ -211,6 +213,13 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 			if !assert.NoError(ct, err) {
 				return
 			}
+			holder := ""
+			for _, n := range info.Nodes {
+				if n.Holder {
+					holder = n.Name
+				}
+			}
+			assert.Equal(ct, rendezvous.Pick(live, "%services"), holder, "the node-wide services (core lease) are placed like the groups")
 			share := map[string]int{}
 			for _, g := range groups {
 				want := rendezvous.Pick(live, g)

@@ -114,6 +114,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 	want := make(chan bool, 1) // the latest state the election asked for
 	err = n.whileUnavailable(ctx, "core lease", func() (err error) {
 		n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: n.nodeName, TTL: nc.LeaseTTL, Logger: n.log,
+			Eligible: n.placedForServices,
 			OnChange: func(held bool) {
 				select {
 				case <-want: // superseded
@@ -146,6 +147,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 			return err
 		}
 		n.shards = newGroupShards(n, ttl)
+		n.shardsRef.Store(n.shards)
 		if err := n.startCoreServer(n.frontBroker(), n.placement(n.election)); err != nil {
 			return err
 		}

@@ -65,8 +65,9 @@ type Node struct {
 	txn         *txn.Service
 	groups      *group.Coordinator
 	retry       *retry.Service
-	schedules   *retry.Service // EngineNATS: retry's schedulers, while this node holds the core lease
-	shards      *groupShards   // EngineNATS: which node serves each consumer group
+	schedules   *retry.Service              // EngineNATS: retry's schedulers, while this node holds the core lease
+	shards      *groupShards                // EngineNATS: which node serves each consumer group
+	shardsRef   atomic.Pointer[groupShards] // shards, for the core election's goroutine (never cleared)
 	pop         *pop.Service
 	core        *server.Server
 	bridge      *bridge.Hook

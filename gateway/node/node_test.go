@@ -253,7 +253,8 @@ func freeAddr(t *testing.T) string {
 }
 
 // Discovery on the JetStream engine: two nodes, the first holding the core
-// lease. A client given only its address learns the second's (wire
+// lease (named so that rendezvous hashing places the node-wide services on
+// it: gw-1 over gw-3). A client given only its address learns the second's (wire
 // OpCluster: the live nodes and their advertised core addresses); when the
 // first node stops, the second takes the lease and listens, and the client
 // reconnects there by itself.
@@ -283,7 +284,7 @@ func TestNATSDiscovery(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the first node did not take the core lease")
 	}
-	o2, cores2 := nodeOpts("gw-2")
+	o2, cores2 := nodeOpts("gw-3")
 	n2, err := node.New(t.Context(), o2, nil)
 	require.NoError(t, err)
 	defer shutdown(t, n2)
@@ -297,7 +298,7 @@ func TestNATSDiscovery(t *testing.T) {
 		info, err = c.Cluster(t.Context())
 		return err == nil && len(info.Nodes) == 2
 	}, 10*time.Second, 20*time.Millisecond, "both nodes named")
-	require.Equal(t, []wire.NodeInfo{{Name: "gw-1", Core: o1.Core.Addr, Holder: true}, {Name: "gw-2", Core: o2.Core.Addr}}, info.Nodes)
+	require.Equal(t, []wire.NodeInfo{{Name: "gw-1", Core: o1.Core.Addr, Holder: true}, {Name: "gw-3", Core: o2.Core.Addr}}, info.Nodes)
 	require.Eventually(t, func() bool { return slices.Contains(c.Addrs(), o2.Core.Addr) }, 10*time.Second, 10*time.Millisecond)
 
 	shutdown(t, n1)

@@ -227,3 +227,28 @@ func (g *groupShards) close() error {
 	}
 	return nil
 }
+
+// servicesShard is the name rendezvous hashing places the node-wide
+// services by (retry's schedules, delay movers, transactions, the session
+// janitor: the core lease), among the same live nodes as the groups.
+const servicesShard = "%services"
+
+// placedForServices is the core election's Eligible: this node campaigns
+// for the core lease only while rendezvous hashing places the node-wide
+// services here (and a holder no longer placed hands it over), so they
+// move when a node joins or dies like the groups do. Before the shards
+// exist (the start), or when the live nodes cannot be listed (NATS not
+// answering: nobody can move anything), the node stays eligible.
+func (n *Node) placedForServices() bool {
+	g := n.shardsRef.Load()
+	if g == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	live, err := g.liveNodes(ctx)
+	if err != nil {
+		return true
+	}
+	return rendezvous.Pick(live, servicesShard) == g.self
+}
