@@ -80,6 +80,34 @@ func (o *clientOptions) dial(cmd *cobra.Command) (*client.Client, error) {
 	return c, nil
 }
 
+// dialCluster connects to every node of the cluster --server leads to
+// (discovery), each behind a circuit breaker: sends go to a node their
+// sharding key ranks first among the healthy ones and are tried again on
+// others (up to 3 tries) when a node fails or stalls (client.Cluster).
+func (o *clientOptions) dialCluster(cmd *cobra.Command) (*client.Cluster, error) {
+	if err := o.resolve(cmd); err != nil {
+		return nil, err
+	}
+	log, err := o.logger(cmd)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	defer cancel()
+	var addrs []string
+	for _, a := range strings.Split(o.server, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	cl, err := client.DialCluster(ctx, client.ClusterOptions{Addrs: addrs, Discover: true, AttemptTimeout: o.timeout,
+		Client: client.Options{Token: o.token, DialTimeout: o.timeout, RequestTimeout: o.timeout, Logger: &log}})
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", o.server, dialCause(err))
+	}
+	return cl, nil
+}
+
 // dialCause strips what "connect to ADDR" already says from a dial error:
 // "dial ADDR: dial tcp ADDR: connect: connection refused" becomes
 // "connection refused".

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferrymq/ferrymq/core"
-	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/wire"
 )
 
@@ -224,12 +223,18 @@ func (o *produceOptions) run(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	defer stop()
-	c, err := o.client.dial(cmd)
+	cl, err := o.client.dialCluster(cmd)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	return o.send(cmd, c, tmpl, next)
+	defer cl.Close()
+	return o.send(cmd, cl, tmpl, next)
+}
+
+// asyncSender sends one message without waiting (client.Cluster, or a
+// client.Producer).
+type asyncSender interface {
+	SendAsync(ctx context.Context, m *core.Message, done func(core.SendResult, error))
 }
 
 // sent is a send waiting for its acknowledgement.
@@ -247,12 +252,11 @@ type sendOutcome struct {
 // send sends every body asynchronously, in order, and prints the IDs in
 // the same order as the acknowledgements come back. After the first
 // failure it sends no more and waits for what is in flight.
-func (o *produceOptions) send(cmd *cobra.Command, c *client.Client, tmpl core.Message, next bodies) error {
+func (o *produceOptions) send(cmd *cobra.Command, p asyncSender, tmpl core.Message, next bodies) error {
 	// Sends already started finish even after an interrupt; cancelling
 	// sendCtx (at the first failure) abandons those not yet written.
 	sendCtx, cancelSend := context.WithCancel(context.WithoutCancel(cmd.Context()))
 	defer cancelSend()
-	p := c.NewProducer()
 	queue := make(chan sent, produceQueue)
 	summary := make(chan produceSummary, 1)
 	go func() { summary <- o.collect(cmd.OutOrStdout(), queue, cancelSend) }()

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferrymq/ferrymq/core/server/servertest"
 )
 
 // getRecord fetches a message with `msg get --json`.
@@ -128,5 +130,22 @@ func TestProduceBadInput(t *testing.T) {
 			requireOneLineError(t, r, tc.want)
 			require.Empty(t, r.out)
 		})
+	}
+}
+
+// TestProduceAvoidsAFaultyNode: `ferrymq produce` given two nodes, one of
+// whose stores refuses every write (fault injected in its broker), sends
+// through a client.Cluster: every message is stored on the healthy node,
+// none fails.
+func TestProduceAvoidsAFaultyNode(t *testing.T) {
+	good := servertest.Start(t, servertest.Options{})
+	faults := &servertest.Faults{}
+	faults.Set(servertest.FailProduce)
+	bad := servertest.Start(t, servertest.Options{ServerBroker: faults.Wrap})
+	t.Cleanup(func() { faults.Set(servertest.Healthy) })
+	r := mustCLI(t, "", "produce", "--server", bad.Addr+","+good.Addr, "--topic", "p", "--count", "20", "through the breaker")
+	require.Len(t, r.lines(), 20)
+	for _, id := range r.lines() {
+		require.Equal(t, "through the breaker", getRecord(t, good.Addr, id).Body)
 	}
 }
