@@ -54,11 +54,21 @@ func (c *Client) callShard(ctx context.Context, shard string, op wire.Op, payloa
 			return p, err
 		}
 		if addr, moved := wire.MovedTo(err); moved && moves < maxMoves {
-			moves++
-			if _, ferr := c.follow(ctx, shard, addr); ferr != nil {
-				return nil, fmt.Errorf("%w; following it: %w", err, ferr)
+			next, ferr := c.follow(ctx, shard, addr)
+			if ferr == nil && next.connected() {
+				moves++
+				continue
 			}
-			continue
+			// The node named is not reachable now — one that died and
+			// whose leases have not expired yet: ask again after a pause,
+			// until the cluster names the shard's next node.
+			if ferr == nil {
+				ferr = fmt.Errorf("%w: %s", ErrConnLost, addr)
+			}
+			if b.wait(ctx) {
+				continue
+			}
+			return nil, fmt.Errorf("%w; following it: %w", err, ferr)
 		}
 		var we *wire.Error
 		if errors.As(err, &we) && we.Code == wire.CodeShuttingDown && b.wait(ctx) {

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +26,13 @@ import (
 // answers.
 func frontNode(t *testing.T, b *servertest.Env, moved *atomic.Int64) string {
 	t.Helper()
+	return frontNodeNaming(t, b, moved, func(string) (string, string) { return "b", b.Addr })
+}
+
+// frontNodeNaming is frontNode whose CodeMoved answers name the node name
+// returns for a shard.
+func frontNodeNaming(t *testing.T, b *servertest.Env, moved *atomic.Int64, name func(shard string) (node, addr string)) string {
+	t.Helper()
 	gc, err := group.New(b.Store, group.Options{})
 	require.NoError(t, err)
 	gc.Start()
@@ -39,7 +47,8 @@ func frontNode(t *testing.T, b *servertest.Env, moved *atomic.Int64) string {
 				return server.Route{Here: true}, nil
 			}
 			moved.Add(1)
-			return server.Route{Node: "b", Addr: b.Addr}, nil
+			node, addr := name(shard)
+			return server.Route{Node: node, Addr: addr}, nil
 		}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
@@ -139,4 +148,33 @@ func TestMovedShardsAreFollowed(t *testing.T) {
 		"node b's check-back reached the producer through the connection the client made to it")
 	_, err = b.Store.Get(ctx, res.ID)
 	require.NoError(t, err)
+}
+
+// TestMovedToADeadNodeIsAskedAgain: the first node names, for a while, a
+// node that is gone (as the cluster does until a dead node's leases
+// expire), then the live one: the client does not fail the request, it
+// asks again after a pause and is served where the shard went.
+func TestMovedToADeadNodeIsAskedAgain(t *testing.T) {
+	ctx := t.Context()
+	b := servertest.Start(t, servertest.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	var moved atomic.Int64
+	a := frontNodeNaming(t, b, &moved, func(string) (string, string) {
+		if moved.Load() <= 3 {
+			return "gone", dead
+		}
+		return "b", b.Addr
+	})
+	c := dial(t, a)
+	_, err = c.CreateTopic(ctx, "orders", 1)
+	require.NoError(t, err)
+	_, err = c.NewProducer().Send(ctx, &core.Message{Topic: "orders", Body: []byte("x")})
+	require.NoError(t, err)
+	got, err := c.NewSimpleConsumer("far", "orders").Receive(ctx, 1, time.Second)
+	require.NoError(t, err, "served once the shard was named on a live node")
+	require.Len(t, got, 1)
+	require.Greater(t, moved.Load(), int64(3), "asked again while the named node was gone")
 }

@@ -49,8 +49,9 @@ type groupShards struct {
 	wg     sync.WaitGroup
 }
 
-// liveTTL is how long a listing of the live nodes is used.
-const liveTTL = time.Second
+// liveTTL is how long a listing of the live nodes is used: a node that
+// died is noticed this long after its liveness lease expired, at most.
+const liveTTL = 250 * time.Millisecond
 
 func newGroupShards(n *Node, ttl time.Duration) *groupShards {
 	g := &groupShards{n: n, self: n.nodeName, ttl: ttl, leases: map[string]*jetstream.Election{},
