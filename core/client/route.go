@@ -46,7 +46,7 @@ func (c *Client) callShard(ctx context.Context, shard string, op wire.Op, payloa
 		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
 		defer cancel()
 	}
-	b := backoff{max: time.Second}
+	b := backoff{max: 250 * time.Millisecond} // a shard moves within a lease TTL: look again often
 	moves := 0
 	for {
 		p, err := c.routeOf(shard).call(ctx, op, payload)

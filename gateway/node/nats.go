@@ -110,10 +110,10 @@ func (n *Node) startNATS(ctx context.Context) error {
 	// The election only says what this node should be; one goroutine
 	// starts and stops the core services to match, so a slow start never
 	// holds up lease renewals, and a failed start gives the lease back.
-	ttl := cmp.Or(nc.LeaseTTL, DefaultLeaseTTL)
+	ttl := leaseExpiry(cmp.Or(nc.LeaseTTL, DefaultLeaseTTL))
 	want := make(chan bool, 1) // the latest state the election asked for
 	err = n.whileUnavailable(ctx, "core lease", func() (err error) {
-		n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: n.nodeName, TTL: nc.LeaseTTL, Logger: n.log,
+		n.election, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "core", Holder: n.nodeName, TTL: ttl, Logger: n.log,
 			Eligible: n.placedForServices,
 			OnChange: func(held bool) {
 				select {
@@ -131,7 +131,7 @@ func (n *Node) startNATS(ctx context.Context) error {
 	// adopts the sessions that node had parked (adoptGone).
 	if err = n.whileUnavailable(ctx, "liveness lease", func() (err error) {
 		n.liveness, err = n.engine.Elect(ctx, jetstream.LeaseOptions{Name: "node." + n.nodeName, Holder: n.nodeName,
-			TTL: nc.LeaseTTL, Logger: n.log})
+			TTL: ttl, Logger: n.log})
 		return err
 	}); err != nil {
 		return err // it names the step
@@ -191,6 +191,14 @@ func (n *Node) startNATS(ctx context.Context) error {
 	n.log.Info().Strs(logNATS, nc.URLs).Str(logNode, n.nodeName).Msg("engine nats")
 	return n.startGateway()
 }
+
+// leaseExpiry is how long the node's leases (core, liveness, groups) live
+// without renewal, for a lease_ttl of ttl: a third less, at most a second,
+// so that what a dead node held — its leases expire up to this long after
+// their last renewal, and the server removes them a little later — is
+// taken over by the others within lease_ttl, the rest being the time to
+// notice and take it (TestBinaryNATSNodeKilledUnderConsumption).
+func leaseExpiry(ttl time.Duration) time.Duration { return ttl - min(ttl/3, time.Second) }
 
 // startTerm starts the core services for a term as lease holder and
 // points the HTTP API at them; the janitor looks for gone nodes every
