@@ -145,6 +145,13 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 		require.NoError(t, err)
 		nodes[name] = n
 	}
+	// A gateway-only node (no core port) is live but serves no shard.
+	gate := options(t)
+	gate.Engine, gate.NodeName, gate.Core = node.EngineNATS, "gw-gate", nil
+	gate.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second}
+	gw, err := node.New(t.Context(), gate, nil)
+	require.NoError(t, err)
+	nodes["gw-gate"] = gw
 	defer func() {
 		for name, n := range nodes {
 			if !stopped[name] {
@@ -229,6 +236,13 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 			t.Logf("groups per node: %v", share)
 		}, 20*time.Second, 50*time.Millisecond)
 	}
+	moves := 0
+	for _, g := range groups {
+		if rendezvous.Pick(append([]string{"gw-gate"}, names...), g) == "gw-gate" {
+			moves++
+		}
+	}
+	t.Logf("%d of the groups would go to the gateway-only node if it counted", moves)
 	placed(names)
 
 	shutdown(t, nodes["gw-2"])

@@ -103,7 +103,8 @@ func (g *groupShards) holders(ctx context.Context) (map[string]string, error) {
 // groupLeasePrefix begins the lease names of groups.
 const groupLeasePrefix = "group."
 
-// liveNodes returns the nodes with a liveness lease (this one always).
+// liveNodes returns the nodes with a liveness lease and a core port (this
+// one always).
 func (g *groupShards) liveNodes(ctx context.Context) ([]string, error) {
 	g.mu.Lock()
 	if time.Since(g.liveAt) < liveTTL {
@@ -118,7 +119,12 @@ func (g *groupShards) liveNodes(ctx context.Context) ([]string, error) {
 	}
 	live := []string{g.self}
 	for _, h := range holders {
-		if h != g.self {
+		if h == g.self {
+			continue
+		}
+		// Only nodes with a core port serve shards (a gateway-only node
+		// records none).
+		if addr, err := g.n.peers.addrOf(ctx, h); err != nil || addr != "" {
 			live = append(live, h)
 		}
 	}
@@ -239,17 +245,39 @@ const servicesShard = "%services"
 // services here (and a holder no longer placed hands it over), so they
 // move when a node joins or dies like the groups do. Before the shards
 // exist (the start), or when the live nodes cannot be listed (NATS not
-// answering: nobody can move anything), the node stays eligible.
+// answering: nobody can move anything), a node with a core port stays
+// eligible; one without is eligible only when no live node has one.
 func (n *Node) placedForServices() bool {
-	g := n.shardsRef.Load()
-	if g == nil {
-		return true
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	g := n.shardsRef.Load()
+	if g == nil {
+		if n.opts.Core != nil {
+			return true // starting
+		}
+		// A gateway-only node (no core port) runs them only in a cluster
+		// of such nodes: the delay movers then, for MQTT's delayed topics.
+		return !n.coreNodeLive(ctx)
+	}
 	live, err := g.liveNodes(ctx)
 	if err != nil {
 		return true
 	}
 	return rendezvous.Pick(live, servicesShard) == g.self
+}
+
+// coreNodeLive reports whether a live node has a core port (an error
+// listing them counts as yes: a node without one does not take the
+// services on a guess).
+func (n *Node) coreNodeLive(ctx context.Context) bool {
+	holders, err := n.engine.Holders(ctx, "", "node.")
+	if err != nil {
+		return true
+	}
+	for _, h := range holders {
+		if addr, err := n.peers.addrOf(ctx, h); err != nil || addr != "" {
+			return true
+		}
+	}
+	return false
 }
