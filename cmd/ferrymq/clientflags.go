@@ -63,21 +63,10 @@ func (o *clientOptions) resolve(cmd *cobra.Command) error {
 
 // dial connects to the server. The caller closes the client.
 func (o *clientOptions) dial(cmd *cobra.Command) (*client.Client, error) {
-	if err := o.resolve(cmd); err != nil {
-		return nil, err
-	}
-	log, err := o.logger(cmd)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Addr: o.server, Token: o.token, DialTimeout: o.timeout,
-		RequestTimeout: o.timeout, Logger: &log, Discover: true}) // one address finds the others
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", o.server, dialCause(err))
-	}
-	return c, nil
+	return dialWith(o, cmd, func(ctx context.Context, co client.Options) (*client.Client, error) {
+		co.Addr, co.Discover = o.server, true // one address finds the others
+		return client.Dial(ctx, co)
+	})
 }
 
 // dialCluster connects to every node of the cluster --server leads to
@@ -85,27 +74,35 @@ func (o *clientOptions) dial(cmd *cobra.Command) (*client.Client, error) {
 // sharding key ranks first among the healthy ones and are tried again on
 // others (up to 3 tries) when a node fails or stalls (client.Cluster).
 func (o *clientOptions) dialCluster(cmd *cobra.Command) (*client.Cluster, error) {
+	return dialWith(o, cmd, func(ctx context.Context, co client.Options) (*client.Cluster, error) {
+		var addrs []string
+		for _, a := range strings.Split(o.server, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		return client.DialCluster(ctx, client.ClusterOptions{Addrs: addrs, Discover: true, AttemptTimeout: o.timeout, Client: co})
+	})
+}
+
+// dialWith resolves the flags and dials with dial, given the client
+// options they make, within --timeout.
+func dialWith[T any](o *clientOptions, cmd *cobra.Command, dial func(context.Context, client.Options) (T, error)) (T, error) {
+	var zero T
 	if err := o.resolve(cmd); err != nil {
-		return nil, err
+		return zero, err
 	}
 	log, err := o.logger(cmd)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 	defer cancel()
-	var addrs []string
-	for _, a := range strings.Split(o.server, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
-	cl, err := client.DialCluster(ctx, client.ClusterOptions{Addrs: addrs, Discover: true, AttemptTimeout: o.timeout,
-		Client: client.Options{Token: o.token, DialTimeout: o.timeout, RequestTimeout: o.timeout, Logger: &log}})
+	c, err := dial(ctx, client.Options{Token: o.token, DialTimeout: o.timeout, RequestTimeout: o.timeout, Logger: &log})
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", o.server, dialCause(err))
+		return zero, fmt.Errorf("connect to %s: %w", o.server, dialCause(err))
 	}
-	return cl, nil
+	return c, nil
 }
 
 // dialCause strips what "connect to ADDR" already says from a dial error:

@@ -12,5 +12,5 @@ import (
 // gone when they end (the in-process nats-servers stop with their tests).
 func TestMain(m *testing.M) {
 	natstest.MaybeChild()
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...)
 }

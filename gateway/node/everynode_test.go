@@ -181,16 +181,7 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 	got := map[string]*atomic.Int64{}
 	for _, g := range groups {
 		got[g] = &atomic.Int64{}
-		counter := got[g]
-		pc, err := c.NewPushConsumer(consumer.Options{Group: g, Subscriptions: []group.Subscription{{Topic: "orders"}},
-			HeartbeatInterval: 100 * time.Millisecond, PollWait: 200 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
-			Listener: func(context.Context, *core.StoredMessage) consumer.Result {
-				counter.Add(1)
-				return consumer.Success
-			}})
-		require.NoError(t, err)
-		require.NoError(t, pc.Start(ctx))
-		defer func() { _ = pc.Close(context.Background()) }()
+		defer startCounting(t, c, g, "orders", got[g])()
 	}
 	allGot := func() bool {
 		for _, g := range groups {
@@ -299,15 +290,7 @@ func TestNATSMirrorNode(t *testing.T) {
 	consume := func(grp string) {
 		t.Helper()
 		var got atomic.Int64
-		c, err := sc.NewPushConsumer(consumer.Options{Group: grp, Subscriptions: []group.Subscription{{Topic: "orders"}},
-			HeartbeatInterval: 100 * time.Millisecond, PollWait: 200 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
-			Listener: func(context.Context, *core.StoredMessage) consumer.Result {
-				got.Add(1)
-				return consumer.Success
-			}})
-		require.NoError(t, err)
-		require.NoError(t, c.Start(ctx))
-		defer func() { _ = c.Close(context.Background()) }()
+		defer startCounting(t, sc, grp, "orders", &got)()
 		require.Eventually(t, func() bool { return got.Load() >= total }, 30*time.Second, 10*time.Millisecond, "group %s on the standby", grp)
 	}
 	consume("standby-billing")
@@ -334,4 +317,21 @@ func TestNATSMirrorNode(t *testing.T) {
 	primaryUp = false
 	ps.Shutdown()
 	consume("after-the-primary")
+}
+
+// startCounting starts a push consumer of topic for grp through c, with
+// test timings, counting what it gets in n, and returns what closes it
+// (before the nodes stop: a consumer left running holds their shutdown
+// up).
+func startCounting(t *testing.T, c *client.Client, grp, topic string, n *atomic.Int64) (stop func()) {
+	t.Helper()
+	pc, err := c.NewPushConsumer(consumer.Options{Group: grp, Subscriptions: []group.Subscription{{Topic: topic}},
+		HeartbeatInterval: 100 * time.Millisecond, PollWait: 200 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
+		Listener: func(context.Context, *core.StoredMessage) consumer.Result {
+			n.Add(1)
+			return consumer.Success
+		}})
+	require.NoError(t, err)
+	require.NoError(t, pc.Start(t.Context()))
+	return func() { _ = pc.Close(context.Background()) }
 }

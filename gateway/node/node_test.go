@@ -27,7 +27,7 @@ import (
 
 func TestMain(m *testing.M) {
 	natstest.MaybeChild() // RunProcessServer's nats-server children
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...)
 }
 
 // options is a node as serve runs it by default, on loopback ports the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/goleak"
 )
 
 // RunLeafPair starts two servers with JetStream domains of their own: the
@@ -43,4 +44,12 @@ func RunLeafPair(t testing.TB, primary, standby string, opts ...Option) (p, s *S
 		time.Sleep(10 * time.Millisecond)
 	}
 	return p, s
+}
+
+// IgnoreServerGoroutines are goleak options for what an in-process
+// nats-server leaves running for a moment after its Shutdown: a mirror
+// stream's consumer set-up goroutine waits out its retry timer before it
+// sees the server is gone (nats-server's own, not the code under test).
+func IgnoreServerGoroutines() []goleak.Option {
+	return []goleak.Option{goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*stream).setupMirrorConsumer.func3")}
 }
