@@ -55,7 +55,18 @@ func (c *Client) Groups(ctx context.Context) ([]wire.GroupInfo, error) {
 	if err != nil || len(info.Groups) == 0 || len(info.Nodes) < 2 {
 		return own, nil //nolint:nilerr // a server without discovery serves every group itself
 	}
-	byNode := map[string][]wire.GroupInfo{}
+	seen := map[string]bool{}
+	var out []wire.GroupInfo
+	// add lists the groups of gs that node serves ("": every one not
+	// listed yet).
+	add := func(node string, gs []wire.GroupInfo) {
+		for _, g := range gs {
+			if holder, ok := info.Groups[g.Group]; (!ok || holder == node || node == "") && !seen[g.Group] {
+				seen[g.Group] = true
+				out = append(out, g)
+			}
+		}
+	}
 	for _, n := range info.Nodes {
 		if n.Core == "" || c.ownAddr(n.Core) {
 			continue
@@ -68,27 +79,9 @@ func (c *Client) Groups(ctx context.Context) ([]wire.GroupInfo, error) {
 		if err := peer.callJSON(ctx, wire.OpGroups, struct{}{}, &gs); err != nil {
 			return nil, fmt.Errorf("groups of node %s: %w", n.Name, err)
 		}
-		byNode[n.Name] = gs
+		add(n.Name, gs)
 	}
-	seen := map[string]bool{}
-	var out []wire.GroupInfo
-	add := func(node string, gs []wire.GroupInfo) {
-		for _, g := range gs {
-			if holder, ok := info.Groups[g.Group]; (!ok || holder == node || node == "") && !seen[g.Group] {
-				seen[g.Group] = true
-				out = append(out, g)
-			}
-		}
-	}
-	for name, gs := range byNode {
-		add(name, gs)
-	}
-	for _, n := range info.Nodes {
-		if c.ownAddr(n.Core) {
-			add(n.Name, own)
-		}
-	}
-	add("", own) // the node asked, when discovery does not name it by this address
+	add("", own) // the node asked: what the others did not list
 	slices.SortFunc(out, func(a, b wire.GroupInfo) int { return strings.Compare(a.Group, b.Group) })
 	return out, nil
 }

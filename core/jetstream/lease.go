@@ -236,11 +236,7 @@ func (el *Election) try(ctx context.Context, key string) (uint64, error) {
 	if err == nil {
 		return r, nil
 	}
-	if ent, gerr := el.kv.Get(rctx, key); gerr == nil {
-		el.mu.Lock()
-		el.holder = string(ent.Value())
-		el.mu.Unlock()
-	}
+	el.learnHolder(ctx, key)
 	return 0, fmt.Errorf("lease %s: %w", el.opts.Name, err)
 }
 

@@ -592,10 +592,8 @@ func TestAlarmCertificateAndKeyExpiry(t *testing.T) {
 func TestAlarmNATSUnreachable(t *testing.T) {
 	hook := newHookSink(t)
 	ns := natstest.RunProcessServer(t)
-	o := options(t)
-	o.Engine = node.EngineNATS
-	o.NodeName = "gw-1"
-	o.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second, Timeout: time.Second}
+	o := natsOptions(t, ns.URL, "gw-1")
+	o.NATS.Timeout = time.Second
 	o.Alarms = alarmOptions(hook)
 	n, err := node.New(t.Context(), o, nil)
 	require.NoError(t, err)

@@ -95,17 +95,15 @@ func (n *Node) clusterInfo(ctx context.Context) (wire.ClusterInfo, error) {
 	for _, h := range holders {
 		alive[h] = true
 	}
-	raws, err := n.engine.NodeInfos(ctx)
+	cores, err := n.recordedCores(ctx)
 	if err != nil {
 		return wire.ClusterInfo{}, err
 	}
 	out := wire.ClusterInfo{Nodes: []wire.NodeInfo{self}}
-	for _, raw := range raws {
-		var ni nodeInfo
-		if json.Unmarshal(raw, &ni) != nil || ni.Name == n.nodeName || !alive[ni.Name] {
-			continue
+	for name, core := range cores {
+		if name != n.nodeName && alive[name] {
+			out.Nodes = append(out.Nodes, wire.NodeInfo{Name: name, Core: core, Holder: name == holder})
 		}
-		out.Nodes = append(out.Nodes, wire.NodeInfo{Name: ni.Name, Core: ni.Core, Holder: ni.Name == holder})
 	}
 	slices.SortFunc(out.Nodes[1:], func(a, b wire.NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	if n.shards != nil {
@@ -135,16 +133,27 @@ func (p *peerAddrs) addrOf(ctx context.Context, node string) (string, error) {
 	if addr, ok := p.by[node]; ok && time.Since(p.at) < peerAddrsTTL {
 		return addr, nil
 	}
-	raws, err := p.n.engine.NodeInfos(ctx)
+	by, err := p.n.recordedCores(ctx)
 	if err != nil {
 		return "", err
 	}
-	p.by, p.at = map[string]string{}, time.Now()
+	p.by, p.at = by, time.Now()
+	return p.by[node], nil
+}
+
+// recordedCores reads the nodeInfo every node recorded: node name → core
+// address ("" when it has none). Records that do not decode are left out.
+func (n *Node) recordedCores(ctx context.Context) (map[string]string, error) {
+	raws, err := n.engine.NodeInfos(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(raws))
 	for _, raw := range raws {
 		var ni nodeInfo
 		if json.Unmarshal(raw, &ni) == nil && ni.Name != "" {
-			p.by[ni.Name] = ni.Core
+			out[ni.Name] = ni.Core
 		}
 	}
-	return p.by[node], nil
+	return out, nil
 }

@@ -34,12 +34,8 @@ import (
 func TestNATSEveryNodeServesTheCore(t *testing.T) {
 	ns := natstest.RunServer(t)
 	start := func(name string) (*node.Node, chan net.Addr) {
-		o := options(t)
-		o.Engine = node.EngineNATS
-		o.NodeName = name
-		o.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second}
-		cores := make(chan net.Addr, 4)
-		o.OnCore = func(a net.Addr) { cores <- a }
+		o := natsOptions(t, ns.URL, name)
+		cores := reportCores(&o)
 		n, err := node.New(t.Context(), o, nil)
 		require.NoError(t, err)
 		return n, cores
@@ -137,18 +133,13 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 	nodes := map[string]*node.Node{}
 	stopped := map[string]bool{}
 	for _, name := range names {
-		o := options(t)
-		o.Engine = node.EngineNATS
-		o.NodeName = name
-		o.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second}
-		n, err := node.New(t.Context(), o, nil)
+		n, err := node.New(t.Context(), natsOptions(t, ns.URL, name), nil)
 		require.NoError(t, err)
 		nodes[name] = n
 	}
 	// A gateway-only node (no core port) is live but serves no shard.
-	gate := options(t)
-	gate.Engine, gate.NodeName, gate.Core = node.EngineNATS, "gw-gate", nil
-	gate.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second}
+	gate := natsOptions(t, ns.URL, "gw-gate")
+	gate.Core = nil
 	gw, err := node.New(t.Context(), gate, nil)
 	require.NoError(t, err)
 	nodes["gw-gate"] = gw
@@ -254,10 +245,8 @@ func TestNATSGroupsSpreadAcrossNodes(t *testing.T) {
 func TestNATSMirrorNode(t *testing.T) {
 	ps, ss := natstest.RunLeafPair(t, "primary", "standby", natstest.SyncAlways())
 	start := func(name, url, mirrorOf string) *node.Node {
-		o := options(t)
-		o.Engine = node.EngineNATS
-		o.NodeName = name
-		o.NATS = node.NATSOptions{URLs: []string{url}, LeaseTTL: 2 * time.Second, MirrorOf: mirrorOf}
+		o := natsOptions(t, url, name)
+		o.NATS.MirrorOf = mirrorOf
 		n, err := node.New(t.Context(), o, nil)
 		require.NoError(t, err)
 		return n

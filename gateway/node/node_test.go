@@ -47,6 +47,24 @@ func options(t testing.TB) node.Options {
 	}
 }
 
+// natsOptions is options for a node named name on the JetStream engine of
+// the nats-server at url (lease TTL 2 s).
+func natsOptions(t testing.TB, url, name string) node.Options {
+	t.Helper()
+	o := options(t)
+	o.Engine, o.NodeName = node.EngineNATS, name
+	o.NATS = node.NATSOptions{URLs: []string{url}, LeaseTTL: 2 * time.Second}
+	return o
+}
+
+// reportCores sets o.OnCore to send each address the core services start
+// on (every term) to the channel it returns.
+func reportCores(o *node.Options) chan net.Addr {
+	cores := make(chan net.Addr, 4)
+	o.OnCore = func(a net.Addr) { cores <- a }
+	return cores
+}
+
 func shutdown(t testing.TB, n *node.Node) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -162,12 +180,8 @@ func TestGatewayOnlyNode(t *testing.T) {
 // JetStream and stops.
 func TestNATSNodeStartsAndStops(t *testing.T) {
 	ns := natstest.RunServer(t)
-	o := options(t)
-	o.Engine = node.EngineNATS
-	o.NodeName = "gw-1"
-	o.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second}
-	cores := make(chan net.Addr, 4)
-	o.OnCore = func(a net.Addr) { cores <- a }
+	o := natsOptions(t, ns.URL, "gw-1")
+	cores := reportCores(&o)
 	n, err := node.New(t.Context(), o, nil)
 	require.NoError(t, err)
 	defer shutdown(t, n)
@@ -261,14 +275,9 @@ func freeAddr(t *testing.T) string {
 func TestNATSDiscovery(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nodeOpts := func(name string) (node.Options, chan net.Addr) {
-		o := options(t)
-		o.Engine = node.EngineNATS
-		o.NodeName = name
+		o := natsOptions(t, ns.URL, name)
 		o.Core.Addr = freeAddr(t)
-		o.NATS = node.NATSOptions{URLs: []string{ns.URL}, LeaseTTL: 2 * time.Second}
-		cores := make(chan net.Addr, 4)
-		o.OnCore = func(a net.Addr) { cores <- a }
-		return o, cores
+		return o, reportCores(&o)
 	}
 	o1, cores1 := nodeOpts("gw-1")
 	n1, err := node.New(t.Context(), o1, nil)

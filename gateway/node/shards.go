@@ -113,18 +113,13 @@ func (g *groupShards) liveNodes(ctx context.Context) ([]string, error) {
 		return live, nil
 	}
 	g.mu.Unlock()
-	holders, err := g.n.engine.Holders(ctx, "", "node.")
+	cores, err := g.n.liveCoreNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	live := []string{g.self}
-	for _, h := range holders {
-		if h == g.self {
-			continue
-		}
-		// Only nodes with a core port serve shards (a gateway-only node
-		// records none).
-		if addr, err := g.n.peers.addrOf(ctx, h); err != nil || addr != "" {
+	for _, h := range cores {
+		if h != g.self {
 			live = append(live, h)
 		}
 	}
@@ -270,14 +265,23 @@ func (n *Node) placedForServices() bool {
 // listing them counts as yes: a node without one does not take the
 // services on a guess).
 func (n *Node) coreNodeLive(ctx context.Context) bool {
+	cores, err := n.liveCoreNodes(ctx)
+	return err != nil || len(cores) > 0
+}
+
+// liveCoreNodes lists the nodes with a liveness lease and a core port —
+// those that serve shards (a gateway-only node records no core address).
+// A node whose address cannot be looked up counts.
+func (n *Node) liveCoreNodes(ctx context.Context) ([]string, error) {
 	holders, err := n.engine.Holders(ctx, "", "node.")
 	if err != nil {
-		return true
+		return nil, err
 	}
+	var out []string
 	for _, h := range holders {
 		if addr, err := n.peers.addrOf(ctx, h); err != nil || addr != "" {
-			return true
+			out = append(out, h)
 		}
 	}
-	return false
+	return out, nil
 }
