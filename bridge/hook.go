@@ -95,8 +95,11 @@ type Options struct {
 	// its acknowledgement; a command's delivery to a device, the device's
 	// acknowledgement and the receipt. Nil records nothing. The bridge
 	// neither starts nor closes it.
-	Trace  *trace.Recorder
-	Logger *zerolog.Logger
+	Trace *trace.Recorder
+	// Interceptors take reserved topic spaces ("$rpc/", "$shadow/") off
+	// the bridge, before any uplink rule (see Interceptor).
+	Interceptors []Interceptor
+	Logger       *zerolog.Logger
 }
 
 // Hook is the bridge on the gateway engine: its Uplink (publishes into
@@ -263,6 +266,9 @@ func (h *Hook) Publish(c *engine.Client, m *engine.Message, done func(engine.Res
 		received = time.Now()
 	}
 	h.m.received.WithLabelValues(qosLabel[m.QoS&3]).Inc()
+	if d, res, ok := h.intercept(c, m); ok {
+		return d, res
+	}
 	if inner, d, ok, err := mqtttopic.Delayed(m.Topic); ok {
 		return h.delayedPublish(c, m, inner, d, err, received, done)
 	}

@@ -62,6 +62,11 @@ const (
 	CodeNotEnabled         Code = 74 // the server does not run this service (e.g. a gateway without a store)
 	CodeMoved              Code = 75 // another node serves the request's shard: the message names it (MovedError); send it there
 	CodeReadOnly           Code = 76 // a read-only node (mirrors of another cluster): writes go to the primary
+	CodeNotConnected       Code = 80 // a call to a device that no gateway node has connected
+	CodeDeviceTimeout      Code = 81 // the device did not answer the call in time
+	CodeVersionConflict    Code = 82 // a shadow update named a version that is not the current one
+	CodeShadowNotFound     Code = 83 // the device has no shadow
+	CodeShadowTooLarge     Code = 84 // the shadow document would exceed its limit
 	CodeInternal           Code = 50
 	CodeShuttingDown       Code = 51 // retry on another connection
 	CodeOverloaded         Code = 52 // retry later

@@ -58,6 +58,11 @@ const (
 	OpTxnEnd      Op = 0x72 // JSON {id, group, action, from_check} → binary send results (one for a commit, else none)
 	OpTxnRegister Op = 0x73 // JSON {groups} → empty: check-backs of exactly these producer groups may come here (replaces the connection's set)
 	OpTxnList     Op = 0x74 // JSON {} → JSON [pending half message]
+	// Device command and control (docs/commands.md).
+	OpCall         Op = 0x80 // JSON {client_id, payload, timeout_ms} → JSON {payload, ...}: a synchronous call to a device
+	OpShadowGet    Op = 0x81 // JSON {client_id} → JSON shadow document
+	OpShadowUpdate Op = 0x82 // JSON {client_id, desired, version} → JSON shadow document
+	OpShadowDelete Op = 0x83 // JSON {client_id, version} → empty
 )
 
 // Flags of a frame.
