@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/cluster"
+	"github.com/ferrymq/ferrymq/gateway/rpc"
 	"github.com/ferrymq/ferrymq/session"
 )
 
@@ -48,6 +50,16 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 		n.sessions = nil
 		return fmt.Errorf("sessions: %w", err)
 	}
+	// Synchronous calls to devices: answers are taken off the bridge; with
+	// engine nats a call reaches devices connected to other nodes.
+	ro := rpc.Options{Node: cmp.Or(n.nodeName, bo.Node), Trace: bo.Trace, Logger: n.log}
+	if n.engine != nil {
+		ro.Conn, ro.Peers = n.engine.Conn(), n.otherLiveNodes
+	}
+	if n.rpc, err = rpc.New(ro); err != nil {
+		return fmt.Errorf("device calls: %w", err)
+	}
+	bo.Interceptors = append(slices.Clip(bo.Interceptors), n.rpc)
 	if n.bridge, err = bridge.New(bo); err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
@@ -114,6 +126,11 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 	if n.gateway, err = gateway.New(gwo); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
+	n.rpc.Attach(n.gateway.Engine())
+	n.gateway.Registry().MustRegister(n.rpc.Collectors()...)
+	if err := n.rpc.Start(); err != nil {
+		return fmt.Errorf("device calls: %w", err)
+	}
 	n.anonymous = n.anonymousListeners(n.gateway)
 	for _, a := range n.anonymous {
 		n.log.Warn().Str("listener", a.Name).Str("addr", a.Addr).
@@ -123,4 +140,31 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 		n.log.Info().Msg("no auth configured: the MQTT listeners accept only clients on this machine (loopback); configure auth to serve devices (docs/security.md)")
 	}
 	return nil
+}
+
+// otherLiveNodes counts the other nodes holding a liveness lease (engine
+// nats), for calls to devices: a call no node has the device for fails
+// once they all said so. Cached for a second.
+func (n *Node) otherLiveNodes(ctx context.Context) (int, error) {
+	if c := n.liveCount.Load(); c != nil && time.Since(c.at) < time.Second {
+		return c.n, nil
+	}
+	holders, err := n.engine.Holders(ctx, "", "node.")
+	if err != nil {
+		return 0, err
+	}
+	others := 0
+	for _, h := range holders {
+		if h != n.nodeName {
+			others++
+		}
+	}
+	n.liveCount.Store(&liveCount{n: others, at: time.Now()})
+	return others, nil
+}
+
+// liveCount is a count of live nodes and when it was taken.
+type liveCount struct {
+	n  int
+	at time.Time
 }

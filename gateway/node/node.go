@@ -35,6 +35,7 @@ import (
 	"github.com/ferrymq/ferrymq/gateway/alarm"
 	"github.com/ferrymq/ferrymq/gateway/cluster"
 	"github.com/ferrymq/ferrymq/gateway/dashboard"
+	"github.com/ferrymq/ferrymq/gateway/rpc"
 	"github.com/ferrymq/ferrymq/session"
 )
 
@@ -71,6 +72,8 @@ type Node struct {
 	pop         *pop.Service
 	core        *server.Server
 	bridge      *bridge.Hook
+	rpc         *rpc.Service              // synchronous calls to devices
+	liveCount   atomic.Pointer[liveCount] // EngineNATS: the other live nodes, for calls
 	gateway     *gateway.Gateway
 	remote      *client.Client                     // CoreRemote: the core server this gateway fronts
 	coreBound   atomic.Pointer[string]             // the core port's bound address, once it listened (discovery)
@@ -601,6 +604,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		errs = append(errs, n.gateway.Shutdown(ctx))
 		n.gateway = nil
 	}
+	if n.rpc != nil {
+		errs = append(errs, n.rpc.Close()) // after the engine: no answer comes any more
+		n.rpc = nil
+	}
 	if n.router != nil {
 		n.router.Close() // after the engine: the wills its shutdown published went out
 		n.router = nil
@@ -751,6 +758,9 @@ func (n *Node) Gateway() *gateway.Gateway { return n.gateway }
 
 // Bridge is the bridge between MQTT and the core.
 func (n *Node) Bridge() *bridge.Hook { return n.bridge }
+
+// RPC returns the node's service of synchronous calls to devices.
+func (n *Node) RPC() *rpc.Service { return n.rpc }
 
 // Store is the embedded engine's store; nil with EngineNATS or CoreRemote.
 func (n *Node) Store() *store.Store { return n.store }
