@@ -68,6 +68,9 @@ type Options struct {
 	// may connect to. Without it the server names itself alone, at its
 	// listening address.
 	Cluster func(context.Context) (wire.ClusterInfo, error)
+	// Calls, when set, answers OpCall: synchronous calls to devices.
+	// Nil: CodeNotEnabled.
+	Calls Caller
 	// Version is reported in OpHello; default "ferrymq".
 	Version string
 	// Trace, when set, records the hops of traced messages produced over

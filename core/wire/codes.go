@@ -119,6 +119,8 @@ var sentinels = []struct {
 	{CodeNotEnabled, ErrNotEnabled},
 	{CodeMoved, ErrMoved},
 	{CodeReadOnly, core.ErrReadOnly},
+	{CodeNotConnected, ErrDeviceNotConnected},
+	{CodeDeviceTimeout, ErrDeviceTimeout},
 	{CodeBadRequest, retry.ErrInvalidMax},
 	{CodeBadRequest, ErrBadPayload},
 	{CodeFrameTooLarge, ErrFrameTooLarge},

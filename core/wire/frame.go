@@ -104,6 +104,12 @@ var (
 	// the error (a *Error, MovedTo) names it, and the client sends the
 	// request there.
 	ErrMoved = errors.New("wire: served by another node")
+	// ErrDeviceNotConnected is returned for a call (OpCall) to a device no
+	// gateway node has connected.
+	ErrDeviceNotConnected = errors.New("wire: device not connected")
+	// ErrDeviceTimeout is returned for a call the device did not answer in
+	// time.
+	ErrDeviceTimeout = errors.New("wire: device did not answer in time")
 )
 
 // AppendFrame appends f's encoding to dst.
@@ -205,7 +211,8 @@ var opNames = map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produc
 	OpTopicCreate: "topic-create", OpTopicList: "topic-list", OpTopicGet: "topic-get", OpTopicDelete: "topic-delete", OpTopicResize: "topic-resize", OpGet: "get",
 	OpFindByKey: "find-by-key", OpCancelDelay: "cancel-delayed", OpListDelayed: "list-delayed", OpTrace: "trace", OpQuery: "query",
 	OpCheckTxn: "check-transaction", OpTxnHalf: "transaction-half", OpTxnEnd: "transaction-end",
-	OpTxnRegister: "transaction-register", OpTxnList: "transaction-list", OpCluster: "cluster"}
+	OpTxnRegister: "transaction-register", OpTxnList: "transaction-list", OpCluster: "cluster",
+	OpCall: "call"}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {

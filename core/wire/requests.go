@@ -358,3 +358,23 @@ type NodeInfo struct {
 	// transactions) now.
 	Holder bool `json:"holder,omitempty"`
 }
+
+// CallReq is a synchronous call to a device (OpCall).
+type CallReq struct {
+	ClientID string `json:"client_id"`
+	Payload  []byte `json:"payload"`
+	// TimeoutMS is how long to wait for the device's answer, 1,000–60,000;
+	// 0 means the server's default (5 s).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// CallResp is a device's answer to a call.
+type CallResp struct {
+	// ID is the call's ID: its trace is recorded under it.
+	ID      string `json:"id"`
+	Payload []byte `json:"payload"`
+	// Node is the gateway node the device is connected to.
+	Node string `json:"node,omitempty"`
+	// TookMS is the time from the call reaching the server to the answer.
+	TookMS float64 `json:"took_ms"`
+}

@@ -37,6 +37,7 @@ const (
 	pathSession     = "/api/v1/sessions/{id}"
 	pathRetained    = "/api/v1/retained"
 	pathRetainedOne = "/api/v1/retained/{topic...}"
+	pathDeviceRPC   = "/api/v1/devices/{id}/rpc"
 )
 
 // Patterns returns the path patterns (without a method) the handler New
@@ -159,6 +160,7 @@ func (a *api) endpoints() []endpoint {
 		{http.MethodGet, pathRetained, a.listRetained},
 		{http.MethodGet, pathRetainedOne, a.getRetained},
 		{http.MethodDelete, pathRetainedOne, a.clearRetained},
+		{http.MethodPost, pathDeviceRPC, a.callDevice},
 	}
 }
 

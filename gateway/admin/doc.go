@@ -19,6 +19,7 @@
 //	GET    /api/v1/retained                             retained MQTT messages (max, cursor, system)
 //	GET    /api/v1/retained/{topic...}                  one retained message
 //	DELETE /api/v1/retained/{topic...}                  clear a retained message
+//	POST   /api/v1/devices/{id}/rpc                     a synchronous call to a device {payload | payload_base64, timeout_ms}
 //
 // docs/http-api.md ("Admin API") has examples, docs/openapi.yaml the
 // shapes.

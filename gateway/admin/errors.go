@@ -23,13 +23,14 @@ const (
 	CodeUnauthorized   = "unauthorized"    // a write without a valid token (WWW-Authenticate: Bearer)
 	CodeWritesDisabled = "writes_disabled" // the API is read-only on this server
 	// 404
-	CodeNotFound         = "not_found"          // no endpoint at this path
-	CodeTopicNotFound    = "topic_not_found"    // the topic does not exist
-	CodeGroupNotFound    = "group_not_found"    // the group has no live members
-	CodeClientNotFound   = "client_not_found"   // no connected client (nor stored session) with this ID
-	CodeSessionNotFound  = "session_not_found"  // no stored session with this ID
-	CodeSessionHeld      = "session_held"       // the MQTT server holds the session (connected client): kick it first
-	CodeRetainedNotFound = "retained_not_found" // no retained message on this topic
+	CodeNotFound           = "not_found"            // no endpoint at this path
+	CodeTopicNotFound      = "topic_not_found"      // the topic does not exist
+	CodeGroupNotFound      = "group_not_found"      // the group has no live members
+	CodeClientNotFound     = "client_not_found"     // no connected client (nor stored session) with this ID
+	CodeSessionNotFound    = "session_not_found"    // no stored session with this ID
+	CodeSessionHeld        = "session_held"         // the MQTT server holds the session (connected client): kick it first
+	CodeRetainedNotFound   = "retained_not_found"   // no retained message on this topic
+	CodeDeviceNotConnected = "device_not_connected" // a call to a device no gateway node has connected
 	// 405
 	CodeMethodNotAllowed = "method_not_allowed" // see the Allow header
 	// 409
@@ -50,6 +51,8 @@ const (
 	CodeStoreFailed  = "store_failed"       // the store refuses writes after an I/O error
 	CodeShuttingDown = "shutting_down"      // the server is closing
 	CodeCanceled     = httperr.CodeCanceled // the request was canceled
+	// 504
+	CodeDeviceTimeout = "device_timeout" // the device did not answer a call in time
 )
 
 // apiError is an error answered to the client as it is.
@@ -81,5 +84,5 @@ var sentinels = []httperr.Sentinel{
 
 // classify turns any error a handler returned into what the client gets.
 func classify(ctx context.Context, err error) *apiError {
-	return httperr.Classify(ctx, err, sentinels)
+	return httperr.Classify(ctx, err, append(sentinels[:len(sentinels):len(sentinels)], callSentinels...))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/gateway"
+	"github.com/ferrymq/ferrymq/gateway/rpc"
 	"github.com/ferrymq/ferrymq/session"
 )
 
@@ -59,6 +60,9 @@ type Options struct {
 	// Gateway serves the client, session and retained-message endpoints.
 	// Nil: 501 mqtt_disabled.
 	Gateway *gateway.Gateway
+	// Calls serves POST /api/v1/devices/{id}/rpc, synchronous calls to
+	// devices. Nil: 501 mqtt_disabled.
+	Calls *rpc.Service
 	// Sessions adds the session store's figures to GET /api/v1/node.
 	Sessions *session.Store
 

@@ -406,7 +406,7 @@ func (n *Node) serverServices() *server.Services {
 func (n *Node) startCoreServer(broker core.Broker, placement func(context.Context, string) (server.Route, error)) error {
 	co := n.opts.Core
 	so := server.Options{Addr: co.Addr, MaxFrame: co.MaxFrameBytes, Broker: broker, Placement: placement,
-		Trace: n.trace, Cluster: n.clusterInfo, Token: n.token, Version: n.version(), Logger: n.log}
+		Trace: n.trace, Cluster: n.clusterInfo, Token: n.token, Version: n.version(), Calls: deviceCalls{n}, Logger: n.log}
 	if placement == nil {
 		so.Groups, so.Retry, so.Pop, so.Delay, so.Txn = n.groups, n.retry, n.pop, n.delay, n.txn
 	}
@@ -605,8 +605,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.gateway = nil
 	}
 	if n.rpc != nil {
-		errs = append(errs, n.rpc.Close()) // after the engine: no answer comes any more
-		n.rpc = nil
+		// After the engine: no answer comes any more. The field stays: the
+		// core port, closed later, may still take a call (ErrClosed).
+		errs = append(errs, n.rpc.Close())
 	}
 	if n.router != nil {
 		n.router.Close() // after the engine: the wills its shutdown published went out
