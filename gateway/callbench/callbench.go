@@ -1,0 +1,311 @@
+// Package callbench measures synchronous calls to devices (RRPC) end to
+// end: Devices MQTT 5 clients (paho.golang) connect to the gateway and
+// answer every request on its Response Topic; backends call them over the
+// core port (the Go client) at a fixed Rate, open loop — each call is
+// timed from when it was due, not from when it was sent, so a server that
+// falls behind shows in the latencies instead of slowing the load. `ferrymq
+// bench rpc` runs it.
+package callbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrymq/ferrymq/core/client"
+	"github.com/ferrymq/ferrymq/core/wire"
+	"github.com/ferrymq/ferrymq/gateway/mqttbench"
+)
+
+// Options configure a run; zero fields get the defaults in brackets.
+type Options struct {
+	// MQTT is the gateway's MQTT TCP address the devices connect to.
+	MQTT string
+	// Core is the core address the calls are made through, and Token its
+	// token.
+	Core  string
+	Token string
+	// Devices connected and called in turn [1,000].
+	Devices int
+	// Rate of calls per second [1,000].
+	Rate int
+	// Duration of the measured calls [30 s]; Warmup before it [2 s].
+	Duration time.Duration
+	Warmup   time.Duration
+	// Timeout of each call [5 s].
+	Timeout time.Duration
+	// Size of each request's payload in bytes [64].
+	Size int
+	// Conns is the number of core connections the calls share [4].
+	Conns int
+	// Prefix begins the devices' client IDs ["rpcbench-"].
+	Prefix string
+	// Progress, when set, is called every second with the calls so far.
+	Progress func(done, answered int64, elapsed time.Duration)
+}
+
+func (o *Options) defaults() {
+	o.Devices = cmpOr(o.Devices, 1000)
+	o.Rate = cmpOr(o.Rate, 1000)
+	o.Duration = cmpOr(o.Duration, 30*time.Second)
+	o.Warmup = cmpOr(o.Warmup, 2*time.Second)
+	o.Timeout = cmpOr(o.Timeout, 5*time.Second)
+	o.Size = cmpOr(o.Size, 64)
+	o.Conns = cmpOr(o.Conns, 4)
+	if o.Prefix == "" {
+		o.Prefix = "rpcbench-"
+	}
+}
+
+func cmpOr[T comparable](v, d T) T {
+	var zero T
+	if v == zero {
+		return d
+	}
+	return v
+}
+
+// Result is what a run measured (the warm-up excluded).
+type Result struct {
+	Devices      int           `json:"devices"`
+	Rate         int           `json:"rate"`
+	Calls        int64         `json:"calls"`
+	Answered     int64         `json:"answered"`
+	Timeouts     int64         `json:"timeouts"`
+	NotConnected int64         `json:"not_connected"`
+	Errors       int64         `json:"errors"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	// PerSecond is answered calls per second of the measured part.
+	PerSecond float64 `json:"per_second"`
+	// Quantiles of answered calls, from when each was due.
+	P50 time.Duration `json:"p50_ns"`
+	P90 time.Duration `json:"p90_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Max time.Duration `json:"max_ns"`
+	// FirstError is one error met, for the report.
+	FirstError string `json:"first_error,omitempty"`
+}
+
+// Run connects the devices, calls them for Warmup + Duration and returns
+// what the measured part saw. The devices and connections are closed when
+// it returns.
+func Run(ctx context.Context, o Options) (Result, error) {
+	o.defaults()
+	devs, err := connectDevices(ctx, o)
+	defer closeDevices(devs)
+	if err != nil {
+		return Result{}, err
+	}
+	callers := make([]*client.Client, o.Conns)
+	for i := range callers {
+		if callers[i], err = client.Dial(ctx, client.Options{Addr: o.Core, Token: o.Token, ClientID: o.Prefix + "caller-" + strconv.Itoa(i)}); err != nil {
+			for _, c := range callers[:i] {
+				_ = c.Close()
+			}
+			return Result{}, fmt.Errorf("callbench: dial the core: %w", err)
+		}
+	}
+	defer func() {
+		for _, c := range callers {
+			_ = c.Close()
+		}
+	}()
+	return call(ctx, o, callers)
+}
+
+// tally is the calls' outcomes; hist is guarded by mu.
+type tally struct {
+	mu                                      sync.Mutex
+	hist                                    *mqttbench.Histogram
+	calls, answered, timeouts, absent, errs atomic.Int64
+	first                                   atomic.Pointer[string]
+}
+
+// call makes calls at o.Rate until the run ends, then waits for those in
+// flight.
+func call(ctx context.Context, o Options, callers []*client.Client) (Result, error) {
+	payload := make([]byte, o.Size)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	interval := time.Second / time.Duration(o.Rate)
+	var warm, measured tally
+	warm.hist, measured.hist = mqttbench.NewHistogram(), mqttbench.NewHistogram()
+	start := time.Now()
+	measureFrom := start.Add(o.Warmup)
+	end := measureFrom.Add(o.Duration)
+	var wg sync.WaitGroup
+	stopProgress := progress(o, &measured, measureFrom)
+	defer stopProgress()
+	for k := int64(0); ; k++ {
+		due := start.Add(time.Duration(k) * interval)
+		if !due.Before(end) || ctx.Err() != nil {
+			break
+		}
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		t := &warm
+		if !due.Before(measureFrom) {
+			t = &measured
+		}
+		c := callers[k%int64(len(callers))]
+		dev := o.Prefix + strconv.Itoa(int(k%int64(o.Devices)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+			defer cancel()
+			_, err := c.Call(cctx, dev, payload)
+			t.record(due, err)
+		}()
+	}
+	wg.Wait()
+	el := time.Since(measureFrom)
+	if el > o.Duration {
+		el = o.Duration // the tail waited for is not time the load ran
+	}
+	r := Result{Devices: o.Devices, Rate: o.Rate, Calls: measured.calls.Load(), Answered: measured.answered.Load(),
+		Timeouts: measured.timeouts.Load(), NotConnected: measured.absent.Load(), Errors: measured.errs.Load(), Elapsed: el,
+		P50: measured.hist.Quantile(0.50), P90: measured.hist.Quantile(0.90), P99: measured.hist.Quantile(0.99), Max: measured.hist.Quantile(1)}
+	r.PerSecond = float64(r.Answered) / el.Seconds()
+	if f := measured.first.Load(); f != nil {
+		r.FirstError = *f
+	}
+	return r, ctx.Err()
+}
+
+// record counts a call due at due that ended with err.
+func (t *tally) record(due time.Time, err error) {
+	t.calls.Add(1)
+	switch {
+	case err == nil:
+		lat := time.Since(due)
+		t.answered.Add(1)
+		t.mu.Lock()
+		t.hist.Record(lat)
+		t.mu.Unlock()
+		return
+	case errors.Is(err, wire.ErrDeviceTimeout) || errors.Is(err, context.DeadlineExceeded):
+		t.timeouts.Add(1)
+	case errors.Is(err, wire.ErrDeviceNotConnected):
+		t.absent.Add(1)
+	default:
+		t.errs.Add(1)
+	}
+	s := err.Error()
+	t.first.CompareAndSwap(nil, &s)
+}
+
+// progress reports the measured calls every second until stopped.
+func progress(o Options, t *tally, from time.Time) (stop func()) {
+	if o.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				o.Progress(t.calls.Load(), t.answered.Load(), time.Since(from))
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// device is one connected MQTT 5 device answering its calls.
+type device struct {
+	c         *paho.Client
+	answering sync.WaitGroup
+}
+
+// connectDevices connects o.Devices devices, 64 at a time.
+func connectDevices(ctx context.Context, o Options) ([]*device, error) {
+	devs := make([]*device, o.Devices)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(64)
+	for i := range devs {
+		g.Go(func() error {
+			d, err := connectDevice(gctx, o.MQTT, o.Prefix+strconv.Itoa(i))
+			devs[i] = d
+			return err
+		})
+	}
+	err := g.Wait()
+	return devs, err
+}
+
+// connectDevice connects one device that answers every request with its
+// payload.
+func connectDevice(ctx context.Context, addr, id string) (*device, error) {
+	conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("callbench: device %s: %w", id, err)
+	}
+	d := &device{}
+	d.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(r paho.PublishReceived) (bool, error) {
+			p := r.Packet
+			if p.Properties == nil || p.Properties.ResponseTopic == "" {
+				return true, nil
+			}
+			d.answering.Add(1)
+			go func() { // never on paho's reading goroutine: a QoS 1 publish waits for its PUBACK
+				defer d.answering.Done()
+				actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_, _ = d.c.Publish(actx, &paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: p.Payload,
+					Properties: &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData}})
+			}()
+			return true, nil
+		}}})
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ca, err := d.c.Connect(cctx, &paho.Connect{ClientID: id, KeepAlive: 60, CleanStart: true})
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("callbench: device %s: connect: %w", id, err)
+	}
+	if ca.ReasonCode != 0 {
+		_ = conn.Close()
+		return nil, fmt.Errorf("callbench: device %s: CONNACK %#x", id, ca.ReasonCode)
+	}
+	return d, nil
+}
+
+// closeDevices disconnects the devices once their answers are out.
+func closeDevices(devs []*device) {
+	var wg sync.WaitGroup
+	for _, d := range devs {
+		if d == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.answering.Wait()
+			_ = d.c.Disconnect(&paho.Disconnect{})
+			<-d.c.Done()
+		}()
+	}
+	wg.Wait()
+}
