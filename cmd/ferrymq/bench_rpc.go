@@ -20,10 +20,12 @@ func newBenchRPCCmd() *cobra.Command {
 		Use:   "rpc",
 		Short: "Synchronous calls to devices: latency at a fixed call rate",
 		Long: `Connect --devices MQTT 5 devices that answer every call on its Response Topic, then
-call them in turn over the core port at --rate calls per second for --duration (after
+call them in turn over the core port (--target mqtt: MQTT 5 request/response through any
+broker) at --rate calls per second for --duration (after
 --warmup), open loop: each call is timed from when it was due, so a server that falls behind
 shows in the latencies. A progress line goes to stderr every second; the result row to stdout.`,
-		Example: `  ferrymq bench rpc --mqtt 127.0.0.1:1883 --server 127.0.0.1:10911 --devices 1000 --rate 1000 --duration 30s`,
+		Example: `  ferrymq bench rpc --mqtt 127.0.0.1:1883 --server 127.0.0.1:10911 --devices 1000 --rate 1000 --duration 30s
+  ferrymq bench rpc --target mqtt --mqtt 127.0.0.1:1884   # the same through a plain MQTT 5 broker`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			o := b.o
@@ -54,6 +56,7 @@ shows in the latencies. A progress line goes to stderr every second; the result 
 		}),
 	}
 	f := cmd.Flags()
+	f.StringVar(&b.o.Target, "target", callbench.TargetFerryMQ, "ferrymq (calls over the core port) or mqtt (MQTT 5 request/response through any broker at --mqtt, what a backend without RRPC does)")
 	f.StringVar(&b.o.MQTT, "mqtt", "127.0.0.1:1883", "the gateway's MQTT TCP address the devices connect to")
 	f.StringVar(&b.o.Core, "server", defaultServer, "core address the calls are made through")
 	f.StringVar(&b.o.Token, "token", "", "core token; also read from "+envToken)

@@ -25,8 +25,25 @@ import (
 	"github.com/ferrymq/ferrymq/gateway/mqttbench"
 )
 
+// Targets: how the calls are made.
+const (
+	// TargetFerryMQ calls through ferrymq's core port (Client.Call): the
+	// gateway delivers the request and takes the answer.
+	TargetFerryMQ = "ferrymq"
+	// TargetMQTT does what a backend without RRPC does: MQTT 5
+	// request/response through any broker. Backends are MQTT clients that
+	// publish each request (QoS 1) to rpcbench/req/{device} with a
+	// Response Topic rpcbench/resp/{backend}/{n} and Correlation Data, and
+	// subscribe to rpcbench/resp/{backend}/#; devices subscribe to their
+	// request topic and answer. Nothing tells a backend a device is
+	// offline: it waits for the timeout.
+	TargetMQTT = "mqtt"
+)
+
 // Options configure a run; zero fields get the defaults in brackets.
 type Options struct {
+	// Target is TargetFerryMQ [] or TargetMQTT.
+	Target string
 	// MQTT is the gateway's MQTT TCP address the devices connect to.
 	MQTT string
 	// Core is the core address the calls are made through, and Token its
@@ -63,6 +80,7 @@ func (o *Options) defaults() {
 	if o.Prefix == "" {
 		o.Prefix = "rpcbench-"
 	}
+	o.Target = cmpOr(o.Target, TargetFerryMQ)
 }
 
 func cmpOr[T comparable](v, d T) T {
@@ -99,27 +117,52 @@ type Result struct {
 // it returns.
 func Run(ctx context.Context, o Options) (Result, error) {
 	o.defaults()
+	if o.Target != TargetFerryMQ && o.Target != TargetMQTT {
+		return Result{}, fmt.Errorf("callbench: target %q: want %s or %s", o.Target, TargetFerryMQ, TargetMQTT)
+	}
 	devs, err := connectDevices(ctx, o)
 	defer closeDevices(devs)
 	if err != nil {
 		return Result{}, err
 	}
-	callers := make([]*client.Client, o.Conns)
-	for i := range callers {
-		if callers[i], err = client.Dial(ctx, client.Options{Addr: o.Core, Token: o.Token, ClientID: o.Prefix + "caller-" + strconv.Itoa(i)}); err != nil {
-			for _, c := range callers[:i] {
+	if o.Target == TargetMQTT {
+		backends, err := connectBackends(ctx, o)
+		defer closeBackends(backends)
+		if err != nil {
+			return Result{}, err
+		}
+		callers := make([]caller, len(backends))
+		for i, b := range backends {
+			callers[i] = b.call
+		}
+		return call(ctx, o, callers)
+	}
+	clients := make([]*client.Client, o.Conns)
+	for i := range clients {
+		if clients[i], err = client.Dial(ctx, client.Options{Addr: o.Core, Token: o.Token, ClientID: o.Prefix + "caller-" + strconv.Itoa(i)}); err != nil {
+			for _, c := range clients[:i] {
 				_ = c.Close()
 			}
 			return Result{}, fmt.Errorf("callbench: dial the core: %w", err)
 		}
 	}
 	defer func() {
-		for _, c := range callers {
+		for _, c := range clients {
 			_ = c.Close()
 		}
 	}()
+	callers := make([]caller, len(clients))
+	for i, c := range clients {
+		callers[i] = func(ctx context.Context, dev string, payload []byte) error {
+			_, err := c.Call(ctx, dev, payload)
+			return err
+		}
+	}
 	return call(ctx, o, callers)
 }
+
+// caller makes one call to device dev, returning when it was answered.
+type caller func(ctx context.Context, dev string, payload []byte) error
 
 // tally is the calls' outcomes; hist is guarded by mu.
 type tally struct {
@@ -131,7 +174,7 @@ type tally struct {
 
 // call makes calls at o.Rate until the run ends, then waits for those in
 // flight.
-func call(ctx context.Context, o Options, callers []*client.Client) (Result, error) {
+func call(ctx context.Context, o Options, callers []caller) (Result, error) {
 	payload := make([]byte, o.Size)
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
@@ -167,8 +210,7 @@ func call(ctx context.Context, o Options, callers []*client.Client) (Result, err
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 			defer cancel()
-			_, err := c.Call(cctx, dev, payload)
-			t.record(due, err)
+			t.record(due, c(cctx, dev, payload))
 		}()
 	}
 	wg.Wait()
@@ -235,6 +277,8 @@ func progress(o Options, t *tally, from time.Time) (stop func()) {
 // device is one connected MQTT 5 device answering its calls.
 type device struct {
 	c         *paho.Client
+	mu        sync.Mutex // orders answering.Add against closing's Wait
+	closing   bool
 	answering sync.WaitGroup
 }
 
@@ -245,7 +289,7 @@ func connectDevices(ctx context.Context, o Options) ([]*device, error) {
 	g.SetLimit(64)
 	for i := range devs {
 		g.Go(func() error {
-			d, err := connectDevice(gctx, o.MQTT, o.Prefix+strconv.Itoa(i))
+			d, err := connectDevice(gctx, o, o.Prefix+strconv.Itoa(i))
 			devs[i] = d
 			return err
 		})
@@ -256,8 +300,8 @@ func connectDevices(ctx context.Context, o Options) ([]*device, error) {
 
 // connectDevice connects one device that answers every request with its
 // payload.
-func connectDevice(ctx context.Context, addr, id string) (*device, error) {
-	conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", addr)
+func connectDevice(ctx context.Context, o Options, id string) (*device, error) {
+	conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", o.MQTT)
 	if err != nil {
 		return nil, fmt.Errorf("callbench: device %s: %w", id, err)
 	}
@@ -268,7 +312,13 @@ func connectDevice(ctx context.Context, addr, id string) (*device, error) {
 			if p.Properties == nil || p.Properties.ResponseTopic == "" {
 				return true, nil
 			}
+			d.mu.Lock()
+			if d.closing {
+				d.mu.Unlock()
+				return true, nil
+			}
 			d.answering.Add(1)
+			d.mu.Unlock()
 			go func() { // never on paho's reading goroutine: a QoS 1 publish waits for its PUBACK
 				defer d.answering.Done()
 				actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -289,6 +339,12 @@ func connectDevice(ctx context.Context, addr, id string) (*device, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("callbench: device %s: CONNACK %#x", id, ca.ReasonCode)
 	}
+	if o.Target == TargetMQTT {
+		if _, err := d.c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: requestTopic(id), QoS: 1}}}); err != nil {
+			_ = d.c.Disconnect(&paho.Disconnect{})
+			return nil, fmt.Errorf("callbench: device %s: subscribe: %w", id, err)
+		}
+	}
 	return d, nil
 }
 
@@ -302,6 +358,9 @@ func closeDevices(devs []*device) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			d.mu.Lock()
+			d.closing = true
+			d.mu.Unlock()
 			d.answering.Wait()
 			_ = d.c.Disconnect(&paho.Disconnect{})
 			<-d.c.Done()

@@ -26,12 +26,14 @@ func TestRunCallsEveryDevice(t *testing.T) {
 		defer cancel()
 		require.NoError(t, n.Shutdown(ctx))
 	}()
-	r, err := callbench.Run(t.Context(), callbench.Options{MQTT: n.Addr("tcp").String(), Core: n.CoreAddr().String(),
-		Devices: 20, Rate: 200, Duration: time.Second, Warmup: 200 * time.Millisecond})
-	require.NoError(t, err)
-	require.Positive(t, r.Calls)
-	require.Equal(t, r.Calls, r.Answered, "first error: %s", r.FirstError)
-	require.Zero(t, r.Timeouts+r.NotConnected+r.Errors)
-	require.LessOrEqual(t, r.P50, r.P99)
-	require.LessOrEqual(t, r.P99, r.Max)
+	for _, target := range []string{callbench.TargetFerryMQ, callbench.TargetMQTT} {
+		r, err := callbench.Run(t.Context(), callbench.Options{Target: target, MQTT: n.Addr("tcp").String(), Core: n.CoreAddr().String(),
+			Devices: 20, Rate: 200, Duration: time.Second, Warmup: 200 * time.Millisecond, Prefix: target + "-"})
+		require.NoError(t, err, target)
+		require.Positive(t, r.Calls, target)
+		require.Equal(t, r.Calls, r.Answered, "%s: first error: %s", target, r.FirstError)
+		require.Zero(t, r.Timeouts+r.NotConnected+r.Errors, target)
+		require.LessOrEqual(t, r.P50, r.P99, target)
+		require.LessOrEqual(t, r.P99, r.Max, target)
+	}
 }
