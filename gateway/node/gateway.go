@@ -52,7 +52,7 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 	}
 	// Synchronous calls to devices: answers are taken off the bridge; with
 	// engine nats a call reaches devices connected to other nodes.
-	ro := rpc.Options{Node: cmp.Or(n.nodeName, bo.Node), Trace: bo.Trace, Logger: n.log}
+	ro := rpc.Options{Node: cmp.Or(n.nodeName, bo.Node, hostname()), Trace: bo.Trace, Logger: n.log}
 	if n.engine != nil {
 		ro.Conn, ro.Peers = n.engine.Conn(), n.otherLiveNodes
 	}
