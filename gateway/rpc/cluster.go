@@ -162,17 +162,45 @@ func (s *Service) takeAsk(id core.MessageID) *ask {
 	return a
 }
 
-// takeReply handles another node's reply to one of this node's asks.
-func (s *Service) takeReply(m *nats.Msg) {
-	if m.Header.Get(hdrVersion) != version {
-		return
+// reply is a decoded reply of another node.
+type reply struct {
+	id    core.MessageID
+	state string
+	node  string
+	data  []byte
+}
+
+// decodeReply decodes another node's reply to an ask.
+func decodeReply(m *nats.Msg) (reply, error) {
+	if v := m.Header.Get(hdrVersion); v != version {
+		return reply{}, fmt.Errorf("%w: reply of version %q", errMalformed, v)
 	}
 	id, err := core.ParseMessageID(m.Header.Get(hdrID))
 	if err != nil {
+		return reply{}, fmt.Errorf("%w: reply: %w", errMalformed, err)
+	}
+	node, err := url.QueryUnescape(m.Header.Get(hdrNode))
+	if err != nil {
+		return reply{}, fmt.Errorf("%w: reply's node: %w", errMalformed, err)
+	}
+	r := reply{id: id, state: m.Header.Get(hdrState), node: node, data: m.Data}
+	switch r.state {
+	case stateHere, stateAbsent, stateAnswer, stateTimeout, stateError:
+		return r, nil
+	}
+	return reply{}, fmt.Errorf("%w: reply state %q", errMalformed, r.state)
+}
+
+// takeReply handles another node's reply to one of this node's asks.
+func (s *Service) takeReply(m *nats.Msg) {
+	r, err := decodeReply(m)
+	if err != nil {
+		s.m.malformed.Inc()
+		s.log.Debug().Err(err).Msg("reply from another node dropped")
 		return
 	}
-	node, _ := url.QueryUnescape(m.Header.Get(hdrNode))
-	switch m.Header.Get(hdrState) {
+	id := r.id
+	switch r.state {
 	case stateHere:
 		s.mu.Lock()
 		if a := s.asks[id]; a != nil && !a.here {
@@ -198,7 +226,7 @@ func (s *Service) takeReply(m *nats.Msg) {
 		a.done(result{err: fmt.Errorf("%w: %q", ErrNotConnected, a.client)})
 	case stateAnswer:
 		if a := s.takeAsk(id); a != nil {
-			a.done(result{payload: m.Data, node: node})
+			a.done(result{payload: r.data, node: r.node})
 		}
 	case stateTimeout:
 		if a := s.takeAsk(id); a != nil {
@@ -206,30 +234,72 @@ func (s *Service) takeReply(m *nats.Msg) {
 		}
 	case stateError:
 		if a := s.takeAsk(id); a != nil {
-			a.done(result{err: fmt.Errorf("rpc: call to %q failed on node %s: %s", a.client, node, m.Data)})
+			a.done(result{err: fmt.Errorf("rpc: call to %q failed on node %s: %s", a.client, r.node, r.data)})
 		}
 	}
+}
+
+// callMsg is a decoded ask of another node.
+type callMsg struct {
+	id      core.MessageID
+	client  string
+	caller  string
+	timeout time.Duration
+	payload []byte
+}
+
+// decodeCall decodes another node's ask; maxPayload bounds its payload.
+func decodeCall(m *nats.Msg, maxPayload int) (callMsg, error) {
+	if v := m.Header.Get(hdrVersion); v != version {
+		return callMsg{}, fmt.Errorf("%w: call of version %q", errMalformed, v)
+	}
+	if m.Reply == "" {
+		return callMsg{}, fmt.Errorf("%w: call without a reply subject", errMalformed)
+	}
+	id, err := core.ParseMessageID(m.Header.Get(hdrID))
+	if err != nil {
+		return callMsg{}, fmt.Errorf("%w: call: %w", errMalformed, err)
+	}
+	c := callMsg{id: id, payload: m.Data}
+	if c.caller, err = url.QueryUnescape(m.Header.Get(hdrNode)); err != nil {
+		return callMsg{}, fmt.Errorf("%w: call's node: %w", errMalformed, err)
+	}
+	if c.client, err = url.QueryUnescape(m.Header.Get(hdrClient)); err != nil {
+		return callMsg{}, fmt.Errorf("%w: call's client: %w", errMalformed, err)
+	}
+	if err := checkClient(c.client); err != nil {
+		return callMsg{}, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	ms, err := strconv.ParseInt(m.Header.Get(hdrTimeout), 10, 64)
+	if err != nil || ms < 0 {
+		return callMsg{}, fmt.Errorf("%w: call's timeout %q", errMalformed, m.Header.Get(hdrTimeout))
+	}
+	c.timeout = time.Duration(min(ms, MaxTimeout.Milliseconds())) * time.Millisecond
+	if len(m.Data) > maxPayload {
+		return callMsg{}, fmt.Errorf("%w: call's payload of %d bytes is over %d", errMalformed, len(m.Data), maxPayload)
+	}
+	return c, nil
 }
 
 // serveCall handles another node's ask: the device is here (the request
 // is delivered and the answer relayed) or absent.
 func (s *Service) serveCall(m *nats.Msg) {
-	if m.Header.Get(hdrVersion) != version || m.Reply == "" {
+	c, err := decodeCall(m, s.opts.MaxPayload)
+	if err != nil {
+		s.m.malformed.Inc()
+		s.log.Debug().Err(err).Msg("call from another node dropped")
+		if m.Reply != "" {
+			if id, err := core.ParseMessageID(m.Header.Get(hdrID)); err == nil {
+				s.reply(m.Reply, id, stateError, []byte("malformed call"))
+			}
+		}
 		return
 	}
-	caller, _ := url.QueryUnescape(m.Header.Get(hdrNode))
-	if caller == s.opts.Node {
+	if c.caller == s.opts.Node {
 		return // this node's own ask: it looked here first
 	}
-	id, err := core.ParseMessageID(m.Header.Get(hdrID))
-	client, cerr := url.QueryUnescape(m.Header.Get(hdrClient))
-	ms, terr := strconv.ParseInt(m.Header.Get(hdrTimeout), 10, 64)
-	if err != nil || cerr != nil || terr != nil || checkClient(client) != nil || len(m.Data) > s.opts.MaxPayload {
-		s.reply(m.Reply, id, stateError, []byte("malformed call"))
-		return
-	}
-	deadline := time.Now().Add(time.Duration(min(max(ms, 0), MaxTimeout.Milliseconds())) * time.Millisecond)
-	err = s.deliver(id, client, m.Data, deadline, func(r result) {
+	id := c.id
+	err = s.deliver(id, c.client, c.payload, time.Now().Add(c.timeout), func(r result) {
 		switch {
 		case r.err == nil && len(r.payload) > s.opts.MaxPayload:
 			s.reply(m.Reply, id, stateError, []byte(fmt.Sprintf("the answer of %d bytes is over the limit between nodes, %d", len(r.payload), s.opts.MaxPayload)))

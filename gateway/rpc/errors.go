@@ -14,4 +14,7 @@ var (
 	ErrBadRequest = errors.New("rpc: bad call")
 	// ErrClosed: the service is shutting down.
 	ErrClosed = errors.New("rpc: closed")
+
+	// errMalformed: a message between nodes that does not decode.
+	errMalformed = errors.New("rpc: malformed message between nodes")
 )

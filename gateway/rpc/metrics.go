@@ -17,6 +17,7 @@ type metrics struct {
 	unmatched prometheus.Counter
 	refused   prometheus.Counter
 	served    *prometheus.CounterVec
+	malformed prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -42,6 +43,10 @@ func newMetrics() *metrics {
 			Name: "ferrymq_rpc_remote_calls_total",
 			Help: "Calls another node asked this one about, by what this node said (here, absent).",
 		}, []string{"state"}),
+		malformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferrymq_rpc_malformed_total",
+			Help: "Messages between nodes about calls that did not decode (another version, a bad header), dropped.",
+		}),
 	}
 	for _, o := range []string{outcomeAnswered, outcomeTimeout, outcomeNotConnected, outcomeBad, outcomeError} {
 		m.calls.WithLabelValues(o)
@@ -52,5 +57,5 @@ func newMetrics() *metrics {
 // Collectors returns the service's metrics, for the registry that serves
 // /metrics.
 func (s *Service) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.m.calls, s.m.latency, s.m.unmatched, s.m.refused, s.m.served}
+	return []prometheus.Collector{s.m.calls, s.m.latency, s.m.unmatched, s.m.refused, s.m.served, s.m.malformed}
 }
