@@ -33,6 +33,11 @@ type Core interface {
 // Embedded is the Core of a gateway with the embedded engine in process.
 func Embedded(b core.Broker) Core { return embedded{b} }
 
+var (
+	_ KeyFinder = embedded{}
+	_ KeyFinder = (*remote)(nil)
+)
+
 type embedded struct{ core.Broker }
 
 // Broadcast reads every queue of topic from this node's committed offsets,
@@ -161,6 +166,11 @@ func (r *remote) ProduceAsync(msgs []*core.Message, done func([]core.SendResult,
 			}
 		})
 	}
+}
+
+// FindByKey implements KeyFinder through the core server.
+func (r *remote) FindByKey(ctx context.Context, topic, key string, q core.KeyQuery) ([]*core.StoredMessage, error) {
+	return r.c.FindByKey(ctx, topic, key, q)
 }
 
 func (r *remote) Broadcast(ctx context.Context, topic, grp, _ string, since time.Time, deliver func(context.Context, *core.StoredMessage)) error {
