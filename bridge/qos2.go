@@ -39,13 +39,6 @@ const (
 	qos2LookTimeout = 30 * time.Second
 )
 
-// KeyFinder is a Core that finds messages by key (core.Broker.FindByKey):
-// Embedded and Remote are. Without it an unsure resend is stored again
-// (at least once).
-type KeyFinder interface {
-	FindByKey(ctx context.Context, topic, key string, q core.KeyQuery) ([]*core.StoredMessage, error)
-}
-
 // produceQoS2 is produce for an unsure resend (engine.Message.QoS2Unsure):
 // msg is stored unless a message of the client with its QoS2ID is stored
 // already, in which case done gets that one. The look runs on its own
@@ -79,15 +72,11 @@ func (h *Hook) produceQoS2(clientID string, id uint64, msg *core.Message, tr *up
 // time on (the client ID is always one of a bridged message's keys),
 // page by page.
 func (h *Hook) findQoS2(ctx context.Context, topic, clientID string, id uint64) (*core.StoredMessage, error) {
-	f, ok := h.core.(KeyFinder)
-	if !ok {
-		return nil, nil
-	}
 	want := strconv.FormatUint(id, 10)
 	begin := time.Unix(0, int64(id)).Add(-qos2ClockSlack)
 	seen := map[core.MessageID]bool{}
 	for range qos2MaxPages {
-		ms, err := f.FindByKey(ctx, topic, clientID, core.KeyQuery{Begin: begin, Max: qos2Page})
+		ms, err := h.core.FindByKey(ctx, topic, clientID, core.KeyQuery{Begin: begin, Max: qos2Page})
 		if errors.Is(err, core.ErrTopicNotFound) {
 			return nil, nil
 		}

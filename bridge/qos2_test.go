@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"strings"
@@ -90,7 +91,10 @@ func (g *gateway) stop(t *testing.T, crash func()) {
 type crashingCore struct {
 	bridge.Core
 	afterAppend bool
-	armed       atomic.Bool
+	// failAfterAppend: no crash; the append is reported failed although
+	// it was stored (a timeout, say).
+	failAfterAppend bool
+	armed           atomic.Bool
 	appended    chan struct{} // one per publish that reached the core armed
 
 	mu   sync.Mutex
@@ -100,6 +104,13 @@ type crashingCore struct {
 func (c *crashingCore) ProduceAsync(msgs []*core.Message, done func([]core.SendResult, error)) {
 	if !c.armed.Load() {
 		c.Core.ProduceAsync(msgs, done)
+		return
+	}
+	if c.failAfterAppend {
+		c.Core.ProduceAsync(msgs, func([]core.SendResult, error) {
+			done(nil, errors.New("core: request timed out"))
+			c.appended <- struct{}{}
+		})
 		return
 	}
 	if !c.afterAppend {
@@ -187,6 +198,45 @@ func TestQoS2ResendAfterCrashStoredOnceV3(t *testing.T) {
 			require.Equal(t, []string{"before", "once"}, storedBodies(t, coreDir, "telemetry"), "in the core once")
 		})
 	}
+}
+
+// An append reported failed may still have been stored: the MQTT 3.1.1
+// client is disconnected without a PUBREC, and its resend on the next
+// connection to the same gateway is looked for in the core and answered,
+// not stored again.
+func TestQoS2FailedAppendResentStoredOnce(t *testing.T) {
+	coreDir, sessDir, pahoDir := t.TempDir(), t.TempDir(), t.TempDir()
+	cc := &crashingCore{failAfterAppend: true, appended: make(chan struct{}, 1)}
+	g := startGateway(t, coreDir, sessDir, func(c bridge.Core) bridge.Core { cc.Core = c; return cc })
+	lost := make(chan error, 1)
+	dial := func() paho3.Client {
+		o := paho3.NewClientOptions().AddBroker("tcp://" + g.addr).SetClientID("car-9").SetCleanSession(false).
+			SetStore(paho3.NewFileStore(pahoDir)).SetAutoReconnect(false).SetConnectRetry(false).SetProtocolVersion(4).
+			SetConnectionLostHandler(func(_ paho3.Client, err error) { lost <- err })
+		c := paho3.NewClient(o)
+		tok := c.Connect()
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		return c
+	}
+	c := dial()
+	cc.armed.Store(true)
+	c.Publish("telemetry/car-9", 2, false, "once")
+	select {
+	case <-lost: // disconnected: MQTT 3 cannot be told the append failed
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client was not disconnected")
+	}
+	<-cc.appended
+	cc.armed.Store(false)
+	c.Disconnect(0)
+
+	c = dial() // resends the PUBLISH with DUP set
+	require.Eventually(t, func() bool { return pahoOutbound(t, pahoDir) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the resent publish completes")
+	c.Disconnect(50)
+	g.stop(t, nil)
+	require.Equal(t, []string{"once"}, storedBodies(t, coreDir, "telemetry"), "in the core once")
 }
 
 // pahoOutbound counts the outbound packets a paho file store holds.

@@ -253,19 +253,34 @@ func (c *conn) complete(slot *upSlot, r Result) {
 
 // settleQoS2 records in the session what became of the QoS 2 publish of a
 // slot whose connection closed before its PUBREC was written: stored, it
-// is answered (a resend on the next connection gets its PUBREC); refused,
-// it is forgotten (a resend is taken anew). Without it, the resend would
-// find the ID taken and unanswered and wait for a PUBREC that never
-// comes.
+// is answered (a resend on the next connection gets its PUBREC); failed,
+// it is unsure (a failed append may still have been stored: the resend is
+// looked for in the core). Without it, the resend would find the ID taken
+// and unanswered and wait for a PUBREC that never comes.
 func (c *conn) settleQoS2(slot *upSlot) {
 	if slot.qos != 2 {
 		return
 	}
 	if r := slot.res; r.Code >= 0x80 || r.Disconnect != 0 {
-		c.forgetQoS2(slot.pid)
+		c.unsureQoS2(slot.pid)
 		return
 	}
 	c.answerQoS2(slot.pid)
+}
+
+// unsureQoS2 marks inbound QoS 2 packet ID pid unsure, as after a restart:
+// whether its publish is stored is for the Uplink to find out at the
+// client's resend, under the QoS2ID it keeps (and that the store has).
+func (c *conn) unsureQoS2(pid uint16) {
+	s := c.sess
+	s.mu.Lock()
+	for i := range s.inQoS2 {
+		if q := &s.inQoS2[i]; q.pid == pid {
+			q.unsure, q.answered = true, false
+			break
+		}
+	}
+	s.mu.Unlock()
 }
 
 // drainAcks writes the acks of completed publishes from the head of the
@@ -299,7 +314,7 @@ func (c *conn) drainAcks() {
 			// be told, so the connection is closed [MQTT-4.8.0-2].
 			if slot.qos > 0 && !v5 {
 				if slot.qos == 2 {
-					c.forgetQoS2(slot.pid) // the resend on the next connection is taken anew
+					c.unsureQoS2(slot.pid) // the resend on the next connection is looked for
 				}
 				c.end(Success, reasonCore, errors.New("publish refused: "+r.Reason))
 				return
