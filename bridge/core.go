@@ -37,7 +37,6 @@ type Core interface {
 // Embedded is the Core of a gateway with the embedded engine in process.
 func Embedded(b core.Broker) Core { return embedded{b} }
 
-
 type embedded struct{ core.Broker }
 
 // Broadcast reads every queue of topic from this node's committed offsets,

@@ -95,7 +95,7 @@ type crashingCore struct {
 	// it was stored (a timeout, say).
 	failAfterAppend bool
 	armed           atomic.Bool
-	appended    chan struct{} // one per publish that reached the core armed
+	appended        chan struct{} // one per publish that reached the core armed
 
 	mu   sync.Mutex
 	held []func()
