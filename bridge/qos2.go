@@ -57,7 +57,7 @@ func (h *Hook) produceQoS2(clientID string, id uint64, msg *core.Message, tr *up
 			done(core.SendResult{}, err)
 		case found != nil:
 			h.m.qos2Resends.WithLabelValues("stored").Inc()
-			h.log.Info().Str(logClient, clientID).Str("id", found.ID.String()).Msg("qos 2 resend after a restart was stored already; not stored again")
+			h.log.Debug().Str(logClient, clientID).Str("id", found.ID.String()).Msg("unsure qos 2 resend stored already; not stored again")
 			done(core.SendResult{ID: found.ID, Topic: found.Topic, Queue: found.Queue, QueueOffset: found.QueueOffset,
 				CommitLogOffset: found.CommitLogOffset, StoredAt: found.StoredAt}, nil)
 		default:
