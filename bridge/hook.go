@@ -288,6 +288,8 @@ func (h *Hook) Publish(c *engine.Client, m *engine.Message, done func(engine.Res
 	h.produceUplink(c, m, msg, tr, func(r core.SendResult, err error) {
 		h.m.inflight.Dec()
 		res := resultOf(err)
+		// Stored with its QoS2ID in the topic an unsure resend is looked for in.
+		res.Findable = err == nil && m.QoS == 2 && m.QoS2ID != 0
 		if err == nil && tr != nil {
 			h.traceAck(c, m, r.ID)
 		}

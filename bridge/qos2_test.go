@@ -305,6 +305,35 @@ func TestQoS2ResendAfterCrashStoredOnceV5(t *testing.T) {
 	require.Equal(t, []string{"first", "second"}, storedBodies(t, coreDir, "telemetry"), "each in the core once")
 }
 
+// A bridged QoS 2 publish answered PUBREC stays "taken" in the session
+// log (its PUBREC is not written: Result.Findable). A client that resends
+// the PUBLISH after the PUBREC and a restart — which it should not — is
+// answered PUBREC again after a look in the core, and its PUBREL
+// completes: the core holds the message once.
+func TestQoS2ResendAfterPubrecAndRestartStoredOnce(t *testing.T) {
+	coreDir, sessDir := t.TempDir(), t.TempDir()
+	cp := &packets.Connect{ClientID: "car-10", ProtocolName: "MQTT", ProtocolVersion: 5, KeepAlive: 30, CleanStart: true,
+		Properties: &packets.Properties{SessionExpiryInterval: u32(300)}}
+	g := startGateway(t, coreDir, sessDir, nil)
+	dev := dialRaw(t, g.addr, cp)
+	dev.publish(3, 2, false, "telemetry/car-10", "once")
+	require.Equal(t, uint16(3), dev.expect(packets.PUBREC).Content.(*packets.Pubrec).PacketID)
+	dev.close()
+	g.stop(t, nil)
+
+	g = startGateway(t, coreDir, sessDir, nil)
+	cp.CleanStart = false
+	dev = dialRaw(t, g.addr, cp)
+	dev.publish(3, 2, true, "telemetry/car-10", "once")
+	require.Equal(t, uint16(3), dev.expect(packets.PUBREC).Content.(*packets.Pubrec).PacketID)
+	dev.ack(packets.PUBREL, 3)
+	comp := dev.expect(packets.PUBCOMP).Content.(*packets.Pubcomp)
+	require.Equal(t, byte(packets.PubcompSuccess), comp.ReasonCode)
+	dev.close()
+	g.stop(t, nil)
+	require.Equal(t, []string{"once"}, storedBodies(t, coreDir, "telemetry"))
+}
+
 // raw is an MQTT 5 connection driven packet by packet (paho.golang's
 // codec), for flows a client library completes on its own.
 type raw struct {

@@ -265,7 +265,7 @@ func (c *conn) settleQoS2(slot *upSlot) {
 		c.unsureQoS2(slot.pid)
 		return
 	}
-	c.answerQoS2(slot.pid)
+	c.answerQoS2(slot.pid, slot.res.Findable)
 }
 
 // unsureQoS2 marks inbound QoS 2 packet ID pid unsure, as after a restart:
@@ -334,7 +334,7 @@ func (c *conn) drainAcks() {
 			c.queueBytes(appendAck(nil, packets.Puback, slot.pid, Success, v5), false)
 			c.upPending--
 		case 2:
-			c.answerQoS2(slot.pid)
+			c.answerQoS2(slot.pid, r.Findable)
 			c.queueBytes(appendAck(nil, packets.Pubrec, slot.pid, Success, v5), false)
 		}
 		if slot.deliver && !r.Hold {
@@ -417,13 +417,19 @@ func (c *conn) inboundQoS2(pid uint16) (inQoS2, bool) {
 	return inQoS2{}, false
 }
 
-func (c *conn) answerQoS2(pid uint16) {
+// answerQoS2 marks inbound QoS 2 packet ID pid answered (its PUBREC goes
+// out) and records it in the session store — unless the Uplink can find
+// the publish by its QoS2ID (Result.Findable): then the store keeps it as
+// taken, and a resend after a restart is looked for instead.
+func (c *conn) answerQoS2(pid uint16, findable bool) {
 	s := c.sess
 	s.mu.Lock()
 	for i := range s.inQoS2 {
 		if s.inQoS2[i].pid == pid {
 			s.inQoS2[i].answered = true
-			c.e.storeInbound(s, pid, 0, true)
+			if !findable {
+				c.e.storeInbound(s, pid, 0, true)
+			}
 			break
 		}
 	}
