@@ -17,34 +17,61 @@ import (
 
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/brokertest"
+	"github.com/ferrymq/ferrymq/core/jetstream"
+	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/session"
 )
 
-// gateway is the embedded gateway as `ferrymq serve` wires it, in process:
-// the core store, the session log, the engine and the bridge, on
-// directories that outlive it (a restart opens them again).
+// gateway is a gateway as `ferrymq serve` wires it, in process: a core,
+// the session log, the engine and the bridge, on a core and a session
+// folder that outlive it (a restart opens them again).
 type gateway struct {
-	st   *store.Store
+	core core.Broker
 	ss   *session.Store
 	e    *engine.Engine
 	h    *bridge.Hook
 	addr string
 }
 
-// startGateway opens the core in coreDir and the sessions in sessDir and
-// serves MQTT on a loopback port; wrap, if set, stands between the bridge
-// and the core.
-func startGateway(t *testing.T, coreDir, sessDir string, wrap func(bridge.Core) bridge.Core) *gateway {
+// coreSpot is where the test's core lives across restarts: open connects
+// a new engine to it (closed by gateway.stop).
+type coreSpot interface {
+	open(t *testing.T) core.Broker
+}
+
+// embeddedCore is the embedded store in a folder.
+type embeddedCore string
+
+func (dir embeddedCore) open(t *testing.T) core.Broker {
 	t.Helper()
-	g := &gateway{}
-	var err error
-	g.st, err = store.Open(coreDir, store.Options{})
+	st, err := store.Open(string(dir), store.Options{})
 	require.NoError(t, err)
+	return st
+}
+
+// jetstreamCore is the JetStream engine on a NATS server.
+type jetstreamCore string
+
+func (url jetstreamCore) open(t *testing.T) core.Broker {
+	t.Helper()
+	e, err := jetstream.Open(t.Context(), jetstream.Options{URLs: []string{string(url)}, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	return e
+}
+
+// startGateway opens the core at cs and the sessions in sessDir and serves
+// MQTT on a loopback port; wrap, if set, stands between the bridge and the
+// core.
+func startGateway(t *testing.T, cs coreSpot, sessDir string, wrap func(bridge.Core) bridge.Core) *gateway {
+	t.Helper()
+	g := &gateway{core: cs.open(t)}
+	var err error
 	g.ss, err = session.Open(sessDir, session.Options{})
 	require.NoError(t, err)
-	c := bridge.Embedded(g.st)
+	c := bridge.Embedded(g.core)
 	if wrap != nil {
 		c = wrap(c)
 	}
@@ -81,7 +108,7 @@ func (g *gateway) stop(t *testing.T, crash func()) {
 	if crash == nil {
 		require.NoError(t, g.ss.Close())
 	}
-	require.NoError(t, g.st.Close())
+	require.NoError(t, g.core.Close())
 }
 
 // crashingCore is a core through which, once armed, a process dies
@@ -140,14 +167,15 @@ func (c *crashingCore) release() {
 	}
 }
 
-// storedBodies reads every message of topic in coreDir.
-func storedBodies(t *testing.T, coreDir, topic string) []string {
+// storedBodies reads every message of topic in the core at cs.
+func storedBodies(t *testing.T, cs coreSpot, topic string) []string {
 	t.Helper()
-	st, err := store.Open(coreDir, store.Options{})
+	b := cs.open(t)
+	defer func() { require.NoError(t, b.Close()) }()
+	msgs, err := brokertest.ReadTopic(t.Context(), b, topic)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, st.Close()) }()
 	var out []string
-	for _, m := range readAll(t, st, topic) {
+	for _, m := range msgs {
 		out = append(out, string(m.Body))
 	}
 	return out
@@ -162,9 +190,9 @@ func TestQoS2ResendAfterCrashStoredOnceV3(t *testing.T) {
 	for _, afterAppend := range []bool{true, false} {
 		name := map[bool]string{true: "crash after the append", false: "crash before the append"}[afterAppend]
 		t.Run(name, func(t *testing.T) {
-			coreDir, sessDir, pahoDir := t.TempDir(), t.TempDir(), t.TempDir()
+			cs, sessDir, pahoDir := embeddedCore(t.TempDir()), t.TempDir(), t.TempDir()
 			cc := &crashingCore{afterAppend: afterAppend, appended: make(chan struct{}, 1)}
-			g := startGateway(t, coreDir, sessDir, func(c bridge.Core) bridge.Core { cc.Core = c; return cc })
+			g := startGateway(t, cs, sessDir, func(c bridge.Core) bridge.Core { cc.Core = c; return cc })
 
 			dial := func(addr string) paho3.Client {
 				o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("car-7").SetCleanSession(false).
@@ -189,13 +217,13 @@ func TestQoS2ResendAfterCrashStoredOnceV3(t *testing.T) {
 			g.stop(t, cc.release)
 			c.Disconnect(0) // the connection is gone already; the file store keeps the PUBLISH
 
-			g = startGateway(t, coreDir, sessDir, nil)
+			g = startGateway(t, cs, sessDir, nil)
 			c = dial(g.addr) // resends the PUBLISH with DUP set
 			require.Eventually(t, func() bool { return pahoOutbound(t, pahoDir) == 0 }, 10*time.Second, 10*time.Millisecond,
 				"the resent publish completes (PUBREC, PUBREL, PUBCOMP)")
 			c.Disconnect(50)
 			g.stop(t, nil)
-			require.Equal(t, []string{"before", "once"}, storedBodies(t, coreDir, "telemetry"), "in the core once")
+			require.Equal(t, []string{"before", "once"}, storedBodies(t, cs, "telemetry"), "in the core once")
 		})
 	}
 }
@@ -205,9 +233,9 @@ func TestQoS2ResendAfterCrashStoredOnceV3(t *testing.T) {
 // connection to the same gateway is looked for in the core and answered,
 // not stored again.
 func TestQoS2FailedAppendResentStoredOnce(t *testing.T) {
-	coreDir, sessDir, pahoDir := t.TempDir(), t.TempDir(), t.TempDir()
+	cs, sessDir, pahoDir := embeddedCore(t.TempDir()), t.TempDir(), t.TempDir()
 	cc := &crashingCore{failAfterAppend: true, appended: make(chan struct{}, 1)}
-	g := startGateway(t, coreDir, sessDir, func(c bridge.Core) bridge.Core { cc.Core = c; return cc })
+	g := startGateway(t, cs, sessDir, func(c bridge.Core) bridge.Core { cc.Core = c; return cc })
 	lost := make(chan error, 1)
 	dial := func() paho3.Client {
 		o := paho3.NewClientOptions().AddBroker("tcp://" + g.addr).SetClientID("car-9").SetCleanSession(false).
@@ -236,7 +264,7 @@ func TestQoS2FailedAppendResentStoredOnce(t *testing.T) {
 		"the resent publish completes")
 	c.Disconnect(50)
 	g.stop(t, nil)
-	require.Equal(t, []string{"once"}, storedBodies(t, coreDir, "telemetry"), "in the core once")
+	require.Equal(t, []string{"once"}, storedBodies(t, cs, "telemetry"), "in the core once")
 }
 
 // pahoOutbound counts the outbound packets a paho file store holds.
@@ -258,14 +286,28 @@ func pahoOutbound(t *testing.T, dir string) int {
 // answering; the resend of 7 with DUP after the restart is answered
 // PUBREC, its PUBREL gets PUBCOMP, and the core holds each once. A resend
 // of the same ID on the same connection while the flow is open is not
-// stored again either. [MQTT-4.3.3-10]
+// stored again either. [MQTT-4.3.3-10] With each engine: the embedded
+// store, and JetStream (a NATS server of the test's; the look goes
+// through the JetStream engine's key index).
 func TestQoS2ResendAfterCrashStoredOnceV5(t *testing.T) {
-	coreDir, sessDir := t.TempDir(), t.TempDir()
+	for _, c := range []struct {
+		name string
+		spot func(t *testing.T) coreSpot
+	}{
+		{"embedded", func(t *testing.T) coreSpot { return embeddedCore(t.TempDir()) }},
+		{"jetstream", func(t *testing.T) coreSpot { return jetstreamCore(natstest.RunServer(t, natstest.SyncAlways()).URL) }},
+	} {
+		t.Run(c.name, func(t *testing.T) { resendAfterCrashV5(t, c.spot(t)) })
+	}
+}
+
+func resendAfterCrashV5(t *testing.T, cs coreSpot) {
+	sessDir := t.TempDir()
 	cp := &packets.Connect{ClientID: "car-8", ProtocolName: "MQTT", ProtocolVersion: 5, KeepAlive: 30, CleanStart: true,
 		Properties: &packets.Properties{SessionExpiryInterval: u32(300)}}
 
 	// The first use of ID 7 completes.
-	g := startGateway(t, coreDir, sessDir, nil)
+	g := startGateway(t, cs, sessDir, nil)
 	dev := dialRaw(t, g.addr, cp)
 	dev.publish(7, 2, false, "telemetry/car-8", "first")
 	require.Equal(t, uint16(7), dev.expect(packets.PUBREC).Content.(*packets.Pubrec).PacketID)
@@ -277,7 +319,7 @@ func TestQoS2ResendAfterCrashStoredOnceV5(t *testing.T) {
 	// The second dies with the process after its append.
 	cc := &crashingCore{afterAppend: true, appended: make(chan struct{}, 1)}
 	cc.armed.Store(true)
-	g = startGateway(t, coreDir, sessDir, func(c bridge.Core) bridge.Core { cc.Core = c; return cc })
+	g = startGateway(t, cs, sessDir, func(c bridge.Core) bridge.Core { cc.Core = c; return cc })
 	cp.CleanStart = false
 	dev = dialRaw(t, g.addr, cp)
 	dev.publish(7, 2, false, "telemetry/car-8", "second")
@@ -289,7 +331,7 @@ func TestQoS2ResendAfterCrashStoredOnceV5(t *testing.T) {
 	g.stop(t, cc.release)
 	dev.close()
 
-	g = startGateway(t, coreDir, sessDir, nil)
+	g = startGateway(t, cs, sessDir, nil)
 	dev = dialRaw(t, g.addr, cp)
 	dev.publish(7, 2, true, "telemetry/car-8", "second")
 	rec := dev.expect(packets.PUBREC).Content.(*packets.Pubrec)
@@ -302,7 +344,7 @@ func TestQoS2ResendAfterCrashStoredOnceV5(t *testing.T) {
 	require.Equal(t, byte(packets.PubcompSuccess), comp.ReasonCode)
 	dev.close()
 	g.stop(t, nil)
-	require.Equal(t, []string{"first", "second"}, storedBodies(t, coreDir, "telemetry"), "each in the core once")
+	require.Equal(t, []string{"first", "second"}, storedBodies(t, cs, "telemetry"), "each in the core once")
 }
 
 // A bridged QoS 2 publish answered PUBREC stays "taken" in the session
@@ -311,17 +353,17 @@ func TestQoS2ResendAfterCrashStoredOnceV5(t *testing.T) {
 // answered PUBREC again after a look in the core, and its PUBREL
 // completes: the core holds the message once.
 func TestQoS2ResendAfterPubrecAndRestartStoredOnce(t *testing.T) {
-	coreDir, sessDir := t.TempDir(), t.TempDir()
+	cs, sessDir := embeddedCore(t.TempDir()), t.TempDir()
 	cp := &packets.Connect{ClientID: "car-10", ProtocolName: "MQTT", ProtocolVersion: 5, KeepAlive: 30, CleanStart: true,
 		Properties: &packets.Properties{SessionExpiryInterval: u32(300)}}
-	g := startGateway(t, coreDir, sessDir, nil)
+	g := startGateway(t, cs, sessDir, nil)
 	dev := dialRaw(t, g.addr, cp)
 	dev.publish(3, 2, false, "telemetry/car-10", "once")
 	require.Equal(t, uint16(3), dev.expect(packets.PUBREC).Content.(*packets.Pubrec).PacketID)
 	dev.close()
 	g.stop(t, nil)
 
-	g = startGateway(t, coreDir, sessDir, nil)
+	g = startGateway(t, cs, sessDir, nil)
 	cp.CleanStart = false
 	dev = dialRaw(t, g.addr, cp)
 	dev.publish(3, 2, true, "telemetry/car-10", "once")
@@ -331,7 +373,7 @@ func TestQoS2ResendAfterPubrecAndRestartStoredOnce(t *testing.T) {
 	require.Equal(t, byte(packets.PubcompSuccess), comp.ReasonCode)
 	dev.close()
 	g.stop(t, nil)
-	require.Equal(t, []string{"once"}, storedBodies(t, coreDir, "telemetry"))
+	require.Equal(t, []string{"once"}, storedBodies(t, cs, "telemetry"))
 }
 
 // raw is an MQTT 5 connection driven packet by packet (paho.golang's
