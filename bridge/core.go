@@ -28,6 +28,10 @@ type Core interface {
 	// own offsets). A node new to the group starts at the messages stored
 	// since since. It returns when ctx ends.
 	Broadcast(ctx context.Context, topic, group, node string, since time.Time, deliver func(context.Context, *core.StoredMessage)) error
+	// FindByKey returns messages of topic whose sharding key or one of
+	// whose Keys is key (core.Broker.FindByKey): the bridge looks up an
+	// unsure QoS 2 resend by its client ID (qos2.go).
+	FindByKey(ctx context.Context, topic, key string, q core.KeyQuery) ([]*core.StoredMessage, error)
 }
 
 // Embedded is the Core of a gateway with the embedded engine in process.
@@ -161,6 +165,11 @@ func (r *remote) ProduceAsync(msgs []*core.Message, done func([]core.SendResult,
 			}
 		})
 	}
+}
+
+// FindByKey implements Core through the core server.
+func (r *remote) FindByKey(ctx context.Context, topic, key string, q core.KeyQuery) ([]*core.StoredMessage, error) {
+	return r.c.FindByKey(ctx, topic, key, q)
 }
 
 func (r *remote) Broadcast(ctx context.Context, topic, grp, _ string, since time.Time, deliver func(context.Context, *core.StoredMessage)) error {

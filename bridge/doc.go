@@ -12,7 +12,10 @@
 // one client are in flight at once (up to Options.MaxInflight) so they
 // share the core's group commit. A publish the core refuses is answered
 // with an MQTT 5 reason code, or, for MQTT 3, by closing the connection
-// without an ack — never acknowledged and dropped.
+// without an ack — never acknowledged and dropped. A QoS 2 publish carries
+// the engine's QoS2ID as mqtt.qos2_id; the resend of one an earlier process
+// took and did not answer is looked for in the core by it and stored only
+// if absent: exactly once across crashes (qos2.go, docs/commands.md).
 //
 // Presence: connect, disconnect and session takeover become JSON events on
 // the events topic (default "device-events"), keyed by client ID, with a

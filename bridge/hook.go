@@ -285,9 +285,11 @@ func (h *Hook) Publish(c *engine.Client, m *engine.Message, done func(engine.Res
 		return engine.Deliver, engine.Result{}
 	}
 	h.m.inflight.Inc()
-	h.produce(msg, tr, func(r core.SendResult, err error) {
+	h.produceUplink(c, m, msg, tr, func(r core.SendResult, err error) {
 		h.m.inflight.Dec()
 		res := resultOf(err)
+		// Stored with its QoS2ID in the topic an unsure resend is looked for in.
+		res.Findable = err == nil && m.QoS == 2 && m.QoS2ID != 0
 		if err == nil && tr != nil {
 			h.traceAck(c, m, r.ID)
 		}
@@ -343,7 +345,7 @@ func (h *Hook) delayedPublish(c *engine.Client, m *engine.Message, inner string,
 		return engine.Consume, engine.Result{} // not for MQTT subscribers
 	}
 	h.m.inflight.Inc()
-	h.produce(msg, tr, func(r core.SendResult, err error) {
+	h.produceUplink(c, m, msg, tr, func(r core.SendResult, err error) {
 		h.m.inflight.Dec()
 		res := resultOf(err)
 		res.Hold = true // acknowledged, never delivered to MQTT subscribers
@@ -374,6 +376,16 @@ func (h *Hook) mapPublish(c *engine.Client, m *engine.Message, topic string) (*c
 		return nil, "", false
 	}
 	return msg, rule.Filter, true
+}
+
+// produceUplink produces a device's QoS 1/2 publish m as msg: an unsure
+// QoS 2 resend only if it is not stored already (produceQoS2).
+func (h *Hook) produceUplink(c *engine.Client, m *engine.Message, msg *core.Message, tr *upTrace, done func(core.SendResult, error)) {
+	if m.QoS == 2 && m.QoS2Unsure && m.QoS2ID != 0 {
+		h.produceQoS2(c.ID(), m.QoS2ID, msg, tr, done)
+		return
+	}
+	h.produce(msg, tr, done)
 }
 
 // produce hands one bridged message to the core and counts the outcome;
@@ -414,6 +426,7 @@ func publishOf(c *engine.Client, m *engine.Message, topic string) *Publish {
 		QoS:      m.QoS,
 		Retain:   m.Retain,
 		Payload:  m.Payload,
+		QoS2ID:   qos2Of(m),
 	}
 	if pr := m.Props; pr != nil {
 		for _, u := range pr.User {

@@ -14,6 +14,7 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/brokertest"
 	"github.com/ferrymq/ferrymq/core/client"
+	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 	"github.com/ferrymq/ferrymq/core/server/servertest"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/gateway/engine"
@@ -21,8 +22,9 @@ import (
 
 // TestMain checks that every goroutine the hook starts (the downlink
 // consumers, the held-command sweeper, the notices goroutine, Drain's
-// waiter) has ended when the tests end.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// waiter) has ended when the tests end — but those of the NATS servers
+// the JetStream cases run in process.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...) }
 
 func readAll(t testing.TB, st *store.Store, topic string) []*core.StoredMessage {
 	t.Helper()

@@ -10,6 +10,7 @@ type metrics struct {
 	failures        *prometheus.CounterVec // by reason
 	unbridged       *prometheus.CounterVec // by reason
 	duplicates      prometheus.Counter
+	qos2Resends     *prometheus.CounterVec // by outcome
 	appendSeconds   prometheus.Histogram
 	inflight        prometheus.Gauge
 	acks            prometheus.Counter
@@ -42,6 +43,10 @@ func newMetrics() *metrics {
 			Name: "ferrymq_bridge_qos2_duplicates_total",
 			Help: "QoS 2 PUBLISH resends dropped because the first copy was still on its way to the core.",
 		}),
+		qos2Resends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferrymq_bridge_qos2_unsure_resends_total",
+			Help: "QoS 2 resends of publishes taken before a restart and not answered then, by what the look in the core found: stored (answered, not stored again), not_stored (stored now), error.",
+		}, []string{"outcome"}),
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ferrymq_bridge_core_append_seconds",
 			Help:    "Time from handing a publish to the core until it is durable under the flush policy.",
@@ -79,6 +84,6 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.received, m.bridged, m.failures, m.unbridged, m.duplicates,
+	return []prometheus.Collector{m.received, m.bridged, m.failures, m.unbridged, m.duplicates, m.qos2Resends,
 		m.appendSeconds, m.inflight, m.acks, m.events, m.eventFailures, m.receipts, m.receiptFailures, m.downlink}
 }

@@ -124,6 +124,9 @@ type Publish struct {
 	ContentType     string
 	ResponseTopic   string
 	CorrelationData []byte
+	// QoS2ID is the engine's ID of a QoS 2 publish (engine.Message.QoS2ID),
+	// stored as PropQoS2ID; 0 for none.
+	QoS2ID uint64
 }
 
 // UserProperty is one MQTT 5 user property.
@@ -190,6 +193,11 @@ func properties(p *Publish) map[string]string {
 	}
 	if len(p.CorrelationData) > 0 {
 		props[PropCorrelation] = string(p.CorrelationData)
+	}
+	if p.QoS2ID != 0 {
+		props[PropQoS2ID] = strconv.FormatUint(p.QoS2ID, 10)
+	} else {
+		delete(props, PropQoS2ID) // never a client's own
 	}
 	return props
 }

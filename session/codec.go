@@ -467,9 +467,36 @@ func decodeOffline(b []byte) (time.Time, error) {
 	return time.Unix(0, ns), nil
 }
 
-// A marker (a PUBREC received, an inbound QoS 2 packet ID) is the version
-// byte alone: its key says everything.
+// A marker (a PUBREC received; an inbound QoS 2 packet ID answered PUBREC)
+// is the version byte alone: its key says everything.
 var markerValue = []byte{valueVersion}
+
+// encodeInbound is the value of an inbound QoS 2 packet ID taken and not
+// yet answered: the version and the QoS2ID of its publish (never 0).
+func encodeInbound(id uint64) []byte {
+	w := writer{b: make([]byte, 0, 9)}
+	w.u8(valueVersion)
+	w.u64(id)
+	return w.b
+}
+
+// decodeInbound reads an inbound QoS 2 value: its QoS2ID, or 0 for a bare
+// marker (answered).
+func decodeInbound(b []byte) (uint64, error) {
+	r := reader{b: b}
+	r.version("inbound")
+	if r.err == nil && len(r.b) == 0 {
+		return 0, nil
+	}
+	id := r.u64("qos2 id")
+	if r.err == nil && id == 0 {
+		r.bad("qos2 id 0")
+	}
+	if err := r.done("inbound"); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
 
 func decodeMarker(b []byte) error {
 	r := reader{b: b}

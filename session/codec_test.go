@@ -79,6 +79,25 @@ func TestValuesRoundTrip(t *testing.T) {
 		require.True(t, at.Equal(got))
 		require.NoError(t, decodeMarker(markerValue))
 	})
+	t.Run("inbound", func(t *testing.T) {
+		id, err := decodeInbound(encodeInbound(1_800_000_000_000_000_123))
+		require.NoError(t, err)
+		require.Equal(t, uint64(1_800_000_000_000_000_123), id)
+		id, err = decodeInbound(markerValue)
+		require.NoError(t, err)
+		require.Zero(t, id, "a bare marker: answered")
+		b := encodeInbound(77)
+		for n := 2; n < len(b); n++ {
+			_, err := decodeInbound(b[:n])
+			require.ErrorIs(t, err, ErrBadValue, "cut at %d", n)
+		}
+		_, err = decodeInbound(append(b, 0))
+		require.ErrorIs(t, err, ErrBadValue, "a trailing byte")
+		_, err = decodeInbound([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0})
+		require.ErrorIs(t, err, ErrBadValue, "QoS2ID 0")
+		_, err = decodeInbound([]byte{2, 0, 0, 0, 0, 0, 0, 0, 1})
+		require.ErrorIs(t, err, ErrVersion)
+	})
 }
 
 // Every decoder refuses what is not one of its values — short, long,

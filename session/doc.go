@@ -22,8 +22,10 @@
 // its subscriptions with their options, every outbound QoS 1/2 message
 // not yet acknowledged (in flight or queued, in order, with its
 // properties, absolute expiry, Ref, origin, subscription identifiers, and
-// whether its PUBREC came), and the inbound QoS 2 packet IDs answered
-// PUBREC and awaiting PUBREL. Plus every retained message.
+// whether its PUBREC came), and the inbound QoS 2 packet IDs awaiting
+// PUBREL: taken (with the QoS2ID the engine took the publish under,
+// written before the publish reaches the Uplink) or answered PUBREC. Plus
+// every retained message.
 //
 // # Crashes (the log)
 //
@@ -87,7 +89,7 @@
 //	's' | u16 n | client ID | filter   subscription
 //	'm' | u16 n | client ID | u16 pid  outbound message
 //	'p' | u16 n | client ID | u16 pid  marker: PUBREC received
-//	'q' | u16 n | client ID | u16 pid  marker: inbound QoS 2 ID awaiting PUBREL
+//	'q' | u16 n | client ID | u16 pid  inbound QoS 2 ID awaiting PUBREL
 //	'r' | topic                        retained message
 //
 // Every value starts with the value format version (1). A string or
@@ -102,6 +104,8 @@
 //	retained message   version | message body (payload not empty)
 //	offline since      version | unix nanoseconds u64
 //	marker             version
+//	inbound QoS 2      version | [QoS2ID u64, not 0: taken, its PUBREC not sent yet];
+//	                   the version alone: answered PUBREC
 //	message body       flags (bits 0-1 QoS, 2 retain, 3 properties follow) | created u64 unix ns |
 //	                   expiry u64 unix s (0: never) | topic | origin | ref | payload |
 //	                   [property flags (bit 0 payload format set) | payload format |

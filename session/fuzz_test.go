@@ -141,6 +141,22 @@ func FuzzDecodeMarker(f *testing.F) {
 	})
 }
 
+// FuzzDecodeInbound: an inbound QoS 2 value that decodes encodes back to
+// itself (a bare marker when answered).
+func FuzzDecodeInbound(f *testing.F) {
+	addSeeds(f, "FuzzDecodeInbound")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, err := decodeInbound(b)
+		switch {
+		case err != nil:
+		case id == 0:
+			require.Equal(t, markerValue, b)
+		default:
+			require.Equal(t, b, encodeInbound(id))
+		}
+	})
+}
+
 func FuzzDecodeOwner(f *testing.F) {
 	addSeeds(f, "FuzzDecodeOwner")
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -187,6 +203,7 @@ var fuzzDecoders = map[string]func(args []any) error{
 	"FuzzDecodeRetained":     func(a []any) error { _, err := decodeRetained(a[0].([]byte)); return err },
 	"FuzzDecodeOffline":      func(a []any) error { _, err := decodeOffline(a[0].([]byte)); return err },
 	"FuzzDecodeMarker":       func(a []any) error { return decodeMarker(a[0].([]byte)) },
+	"FuzzDecodeInbound":      func(a []any) error { _, err := decodeInbound(a[0].([]byte)); return err },
 	"FuzzDecodeOwner":        func(a []any) error { _, err := decodeOwner(a[0].([]byte)); return err },
 	"FuzzStoreKey":           func(a []any) error { _, err := storeKey("dev", a[0].(string), a[1].([]byte)); return err },
 }
@@ -250,6 +267,11 @@ func fuzzSeeds() map[string]map[string][]any {
 			"bad-short": {[]byte{1, 0}},
 		},
 		"FuzzDecodeMarker": {"ok-marker": {markerValue}, "bad-empty": {[]byte{}}, "bad-long": {[]byte{1, 1}}},
+		"FuzzDecodeInbound": {
+			"ok-taken": {encodeInbound(1_800_000_000_000_000_001)}, "ok-answered": {markerValue},
+			"bad-zero-id": {[]byte{1, 0, 0, 0, 0, 0, 0, 0, 0}}, "bad-short": {[]byte{1, 0, 0, 1}}, "bad-empty": {[]byte{}},
+			"bad-trailing": {append(encodeInbound(5), 0)}, "bad-version": {[]byte{2, 0, 0, 0, 0, 0, 0, 0, 5}},
+		},
 		"FuzzDecodeOwner": {
 			"ok-owner":      {encodeOwner(owner{gen: 1, inc: 2, since: 3, node: "gw-1", id: "dev"})},
 			"ok-unicode":    {encodeOwner(owner{gen: 9, inc: 8, since: 7, node: "gw-ü", id: "車/🚗"})},

@@ -377,7 +377,16 @@ func build(ss *sess, get getter) (out engine.StoredSession, bad []error, err err
 	msgs, mbad := buildMessages(ss, get)
 	out.Messages, bad = msgs, append(bad, mbad...)
 	for _, q := range ss.inbound {
-		out.Inbound = append(out.Inbound, q.pid)
+		v, err := get(pidKey(kInbound, ss.id, q.pid), q.at)
+		in := engine.StoredInbound{PID: q.pid}
+		if err == nil {
+			in.QoS2ID, err = decodeInbound(v)
+		}
+		if err != nil {
+			bad = append(bad, fmt.Errorf("inbound QoS 2 packet ID %d of %q: %w", q.pid, ss.id, err))
+			continue
+		}
+		out.Inbound = append(out.Inbound, in)
 	}
 	return out, bad, nil
 }

@@ -49,11 +49,17 @@ func fill(s *Store, id string) {
 		s.SaveMessage(id, pid, m, []uint32{4})
 	}
 	s.MessageReleased(id, 2)
-	s.SaveInbound(id, 9, true)
-	s.SaveInbound(id, 10, true)
-	s.SaveInbound(id, 9, false)
+	s.SaveInbound(id, 9, 1_800_000_000_000_000_009, true)
+	s.SaveInbound(id, 10, 1_800_000_000_000_000_010, true) // taken, not answered
+	s.SaveInbound(id, 11, 1_800_000_000_000_000_011, true)
+	s.SaveInbound(id, 11, 0, true) // answered
+	s.SaveInbound(id, 9, 0, false)
 	s.SaveOffline(id, time.Unix(1_800_000_000, 0))
 }
+
+// wantInbound is what fill leaves of the inbound QoS 2 packet IDs: 10
+// taken under its QoS2ID, 11 answered.
+var wantInbound = []engine.StoredInbound{{PID: 10, QoS2ID: 1_800_000_000_000_000_010}, {PID: 11}}
 
 func wantFilled(t testing.TB, st engine.StoredSession, id string) {
 	t.Helper()
@@ -73,7 +79,7 @@ func wantFilled(t testing.TB, st engine.StoredSession, id string) {
 		require.Equal(t, []uint32{4}, sm.SubIDs)
 		require.Equal(t, i == 1, sm.Released)
 	}
-	require.Equal(t, []uint16{10}, st.Inbound)
+	require.Equal(t, wantInbound, st.Inbound)
 }
 
 func TestStoreKeepsEverythingAcrossReopen(t *testing.T) {
@@ -98,7 +104,7 @@ func TestStoreKeepsEverythingAcrossReopen(t *testing.T) {
 	require.Equal(t, sessions[0].Messages, msgs, "LoadMessages reads what Load does")
 	st := sessions[0]
 	require.Equal(t, "u-car-7", st.Client.Username)
-	require.Equal(t, []uint16{10}, st.Inbound)
+	require.Equal(t, wantInbound, st.Inbound)
 	require.True(t, st.Messages[1].Released)
 	require.Equal(t, Stats{Sessions: 1, Messages: 2, Retained: 1}, pick(s.Stats()))
 }

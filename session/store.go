@@ -375,8 +375,9 @@ func (s *Store) DeleteMessage(clientID string, pid uint16) {
 	}
 }
 
-// SaveInbound records (add) or forgets an inbound QoS 2 packet ID.
-func (s *Store) SaveInbound(clientID string, pid uint16, add bool) {
+// SaveInbound records (add) an inbound QoS 2 packet ID, taken under a
+// QoS2ID or (id 0) answered, or forgets it.
+func (s *Store) SaveInbound(clientID string, pid uint16, id uint64, add bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.sessionLocked(clientID, "inbound")
@@ -385,7 +386,11 @@ func (s *Store) SaveInbound(clientID string, pid uint16, add bool) {
 	}
 	k := pidKey(kInbound, clientID, pid)
 	if add {
-		if at, ok := s.putLocked(clientID, k, markerValue, "inbound"); ok {
+		v := markerValue // answered
+		if id != 0 {
+			v = encodeInbound(id) // taken
+		}
+		if at, ok := s.putLocked(clientID, k, v, "inbound"); ok {
 			s.ix.putInbound(clientID, pid, at)
 		}
 		return

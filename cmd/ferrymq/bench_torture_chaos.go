@@ -367,6 +367,7 @@ var scrapedMetrics = []string{
 	"ferrymq_mqtt_panics_recovered_total",
 	"ferrymq_bridge_uplink_failures_total",
 	"ferrymq_bridge_qos2_duplicates_total",
+	"ferrymq_bridge_qos2_unsure_resends_total",
 	"ferrymq_downlink_messages_total",
 	"ferrymq_mqtt_connections_refused_total",
 	"ferrymq_mqtt_messages_dropped_total",

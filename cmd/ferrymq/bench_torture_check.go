@@ -289,6 +289,7 @@ func (f *findings) list() []tortureFinding {
 const (
 	checkLost          = "acknowledged uplink message not stored"
 	checkDuplicate     = "duplicate not explained by a resend"
+	checkQoS2Once      = "QoS 2 publish of a persistent MQTT 5 session stored twice"
 	checkOrder         = "per-device order broken in the core"
 	checkPhantom       = "stored message no device published"
 	checkKey           = "stored message with the wrong sharding key"
@@ -362,7 +363,12 @@ func checkUplink(obs *tortureObs, f *findings) uplinkCounts {
 		seen   map[int64]bool
 	}
 	copies := map[devSeq]int{}
-	walks := map[string]*walk{} // device/queue
+	type devSeqAttempt struct {
+		devSeq
+		attempt int
+	}
+	qos2Copies := map[devSeqAttempt]int{} // QoS 2 of persistent MQTT 5 devices
+	walks := map[string]*walk{}           // device/queue
 	c.Stored = len(obs.Stored)
 	for _, s := range obs.Stored {
 		where := fmt.Sprintf("queue %d offset %d (id %s)", s.Queue, s.Offset, s.ID)
@@ -389,6 +395,15 @@ func checkUplink(obs *tortureObs, f *findings) uplinkCounts {
 		}
 		k := devSeq{s.Device, s.Seq}
 		copies[k]++
+		if s.QoS == 2 && d.Version == 5 && d.Persistent {
+			// Exactly once (docs/commands.md): the library's resends of one
+			// attempt are one publish; only the device's own new attempts
+			// (after a failed one) may add copies.
+			ka := devSeqAttempt{k, s.Attempt}
+			if qos2Copies[ka]++; qos2Copies[ka] == 2 {
+				f.add(checkQoS2Once, "%s: %s seq %d attempt %d stored twice", where, s.Device, s.Seq, s.Attempt)
+			}
+		}
 		w := walks[s.Device+"\x00"+strconv.Itoa(s.Queue)]
 		if w == nil {
 			w = &walk{seen: map[int64]bool{}}

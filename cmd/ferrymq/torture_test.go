@@ -173,6 +173,13 @@ func TestTortureCheckerFails(t *testing.T) {
 		{"more copies than sends", checkDuplicate, func(o *tortureObs) {
 			o.Devices[1].Pubs[1].Sends = 1 // b seq 2 stored twice, sent once
 		}},
+		{"QoS 2 of a persistent MQTT 5 session stored twice", checkQoS2Once, func(o *tortureObs) {
+			o.Devices[1].Pubs = append(o.Devices[1].Pubs, pubObs{Seq: 3, QoS: 2, Attempts: 1, Sends: 2, Acked: true})
+			o.Stored = append(o.Stored,
+				storedObs{Queue: 1, Offset: 3, ID: "n3", Key: "b", Device: "b", Seq: 3, Attempt: 1, QoS: 2},
+				storedObs{Queue: 1, Offset: 4, ID: "n4", Key: "b", Device: "b", Seq: 3, Attempt: 1, QoS: 2})
+			o.Consumers = nil
+		}},
 		{"QoS 0 duplicated", checkDuplicate, func(o *tortureObs) {
 			o.Devices[1].Pubs[1].QoS = 0
 			o.Stored[5].QoS, o.Stored[6].QoS = 0, 0

@@ -888,7 +888,7 @@ func (s *memStore) SaveOffline(string, time.Time)                      {}
 func (s *memStore) SaveSubscription(string, string, topictree.Options) {}
 func (s *memStore) DeleteSubscription(string, string)                  {}
 func (s *memStore) MessageReleased(string, uint16)                     {}
-func (s *memStore) SaveInbound(string, uint16, bool)                   {}
+func (s *memStore) SaveInbound(string, uint16, uint64, bool)           {}
 func (s *memStore) SaveRetained(*engine.Message)                       {}
 
 func (s *memStore) Delete(id string) {

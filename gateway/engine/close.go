@@ -31,9 +31,22 @@ func (c *conn) end(code ReasonCode, why string, cause error) {
 	c.partial = nil
 	c.aliases = nil
 
+	// Completions still on their way find no slot to ack; what became of
+	// their QoS 2 publishes is recorded in the session (settleQoS2).
 	c.upMu.Lock()
-	c.up = nil // completions still on their way find no slot to ack
+	var settle []*upSlot
+	for _, slot := range c.up {
+		if slot.done {
+			settle = append(settle, slot)
+		} else {
+			slot.orphan = true
+		}
+	}
+	c.up = nil
 	c.upMu.Unlock()
+	for _, slot := range settle {
+		c.settleQoS2(slot)
+	}
 
 	if wasConnected {
 		e.m.connected.Add(-1)

@@ -49,7 +49,11 @@
 // inbound QoS 2 packet IDs until PUBREL, the will. A SessionStore persists
 // the sessions that outlive their connection, written through as they
 // change; an offline session's queued messages are kept there, not in
-// memory (stubs), and reloaded when it resumes.
+// memory (stubs), and reloaded when it resumes. An inbound QoS 2 publish is
+// taken under a QoS2ID that is written to the store before the Uplink sees
+// the publish; after a restart, the resend of one taken and not answered
+// goes to the Uplink marked unsure (Message.QoS2Unsure), to be looked for
+// where the Uplink stored it (exactly once: docs/commands.md).
 //
 // # Concurrency
 //

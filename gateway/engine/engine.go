@@ -50,6 +50,9 @@ type Engine struct {
 
 	m metrics
 
+	// lastQoS2ID is the last Message.QoS2ID given (nextQoS2ID).
+	lastQoS2ID atomic.Int64
+
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup

@@ -159,6 +159,12 @@ type Result struct {
 	// Hold: acknowledged, but not delivered to subscribers (the hook will
 	// publish it later).
 	Hold bool
+	// Findable: the hook stored a QoS 2 publish with its QoS2ID where it
+	// looks for unsure resends (Message.QoS2Unsure). The session store
+	// then keeps the publish as taken rather than recording its PUBREC —
+	// one write less per publish; a resend after a restart is looked for
+	// and answered.
+	Findable bool
 }
 
 // Uplink decides each PUBLISH a client sends, after the engine validated

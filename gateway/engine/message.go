@@ -18,6 +18,19 @@ type Message struct {
 	// PacketID is the publisher's packet ID of a QoS 1/2 PUBLISH as the
 	// engine received it (for the Uplink hook's records); 0 otherwise.
 	PacketID uint16
+	// QoS2ID names an inbound QoS 2 publish once and for all: the engine
+	// stores it in the session with the packet ID before the Uplink sees
+	// the publish (SessionStore.SaveInbound), and the Uplink stores it with
+	// the message (the bridge: core property mqtt.qos2_id), so that a
+	// resend after a crash is recognised (QoS2Unsure). 0 for other
+	// messages.
+	QoS2ID uint64
+	// QoS2Unsure marks a client's resend of QoS 2 publish QoS2ID that an
+	// earlier process took and did not answer before it ended: it may be
+	// stored already. The Uplink must look for QoS2ID before it stores the
+	// message again (docs/commands.md, "QoS 2: exactly once into the
+	// core").
+	QoS2Unsure bool
 	// Ref is the publisher's own reference (a core message ID, say): kept
 	// with every queued copy and handed back to the Delivery hook.
 	Ref string

@@ -19,6 +19,7 @@ type upSlot struct {
 	m       *Message
 	deliver bool // deliver to subscribers on success (Defer, Deliver)
 	done    bool
+	orphan  bool // its connection closed before its ack was written
 	res     Result
 }
 
@@ -43,6 +44,7 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 	}
 	topic := pk.TopicName
 	v5 := c.version == 5
+	var unsureID uint64 // the QoS2ID of an unsure resend
 	if v5 {
 		p := &pk.Properties
 		if len(p.SubscriptionIdentifier) > 0 {
@@ -85,14 +87,20 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 		if v5 && c.upPending >= int(c.e.opts.ReceiveMaximum) && !c.duplicateQoS2(pk.PacketID) {
 			return &protocolError{code: ReceiveMaximumExceeded, spec: "[MQTT-3.3.4-7]", msg: "more QoS 1/2 publishes in flight than Receive Maximum"}
 		}
-		if qos == 2 && c.duplicateQoS2(pk.PacketID) {
-			// A resend of a QoS 2 publish we have: not delivered twice
-			// [MQTT-4.3.3-10]. If its PUBREC went out, it goes out again.
-			if c.answeredQoS2(pk.PacketID) {
-				c.queueBytes(appendAck(nil, packets.Pubrec, pk.PacketID, Success, v5), false)
+		if qos == 2 {
+			if q, ok := c.inboundQoS2(pk.PacketID); ok && q.unsure {
+				// Taken by an earlier process that ended before its
+				// PUBREC: the Uplink looks whether it is stored.
+				unsureID = q.id
+			} else if ok {
+				// A resend of a QoS 2 publish we have: not delivered twice
+				// [MQTT-4.3.3-10]. If its PUBREC went out, it goes out again.
+				if q.answered {
+					c.queueBytes(appendAck(nil, packets.Pubrec, pk.PacketID, Success, v5), false)
+				}
+				c.e.m.duplicates.Add(1)
+				return nil
 			}
-			c.e.m.duplicates.Add(1)
-			return nil
 		}
 	}
 	c.e.m.published.Add(1)
@@ -144,7 +152,7 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 	if qos > 0 {
 		c.upPending++
 		if qos == 2 {
-			c.noteQoS2(pk.PacketID)
+			m.QoS2ID, m.QoS2Unsure = c.takeQoS2(pk.PacketID, unsureID), unsureID != 0
 		}
 	}
 	slot := &upSlot{pid: pk.PacketID, qos: qos, m: m, deliver: true}
@@ -233,10 +241,46 @@ func (c *conn) complete(slot *upSlot, r Result) {
 	}
 	slot.done, slot.res = true, r
 	head := len(c.up) > 0 && c.up[0] == slot
+	orphan := slot.orphan
 	c.upMu.Unlock()
+	if orphan {
+		c.settleQoS2(slot)
+	}
 	if head {
 		c.schedule(wAcks)
 	}
+}
+
+// settleQoS2 records in the session what became of the QoS 2 publish of a
+// slot whose connection closed before its PUBREC was written: stored, it
+// is answered (a resend on the next connection gets its PUBREC); failed,
+// it is unsure (a failed append may still have been stored: the resend is
+// looked for in the core). Without it, the resend would find the ID taken
+// and unanswered and wait for a PUBREC that never comes.
+func (c *conn) settleQoS2(slot *upSlot) {
+	if slot.qos != 2 {
+		return
+	}
+	if r := slot.res; r.Code >= 0x80 || r.Disconnect != 0 {
+		c.unsureQoS2(slot.pid)
+		return
+	}
+	c.answerQoS2(slot.pid, slot.res.Findable)
+}
+
+// unsureQoS2 marks inbound QoS 2 packet ID pid unsure, as after a restart:
+// whether its publish is stored is for the Uplink to find out at the
+// client's resend, under the QoS2ID it keeps (and that the store has).
+func (c *conn) unsureQoS2(pid uint16) {
+	s := c.sess
+	s.mu.Lock()
+	for i := range s.inQoS2 {
+		if q := &s.inQoS2[i]; q.pid == pid {
+			q.unsure, q.answered = true, false
+			break
+		}
+	}
+	s.mu.Unlock()
 }
 
 // drainAcks writes the acks of completed publishes from the head of the
@@ -260,6 +304,7 @@ func (c *conn) drainAcks() {
 		}
 		r := slot.res
 		if r.Disconnect != 0 {
+			c.settleQoS2(slot)
 			c.end(r.Disconnect, reasonCore, errors.New(r.Reason))
 			return
 		}
@@ -268,6 +313,9 @@ func (c *conn) drainAcks() {
 			// The core could not take it (a transient error): MQTT 3 cannot
 			// be told, so the connection is closed [MQTT-4.8.0-2].
 			if slot.qos > 0 && !v5 {
+				if slot.qos == 2 {
+					c.unsureQoS2(slot.pid) // the resend on the next connection is looked for
+				}
 				c.end(Success, reasonCore, errors.New("publish refused: "+r.Reason))
 				return
 			}
@@ -286,7 +334,7 @@ func (c *conn) drainAcks() {
 			c.queueBytes(appendAck(nil, packets.Puback, slot.pid, Success, v5), false)
 			c.upPending--
 		case 2:
-			c.answerQoS2(slot.pid)
+			c.answerQoS2(slot.pid, r.Findable)
 			c.queueBytes(appendAck(nil, packets.Pubrec, slot.pid, Success, v5), false)
 		}
 		if slot.deliver && !r.Hold {
@@ -299,56 +347,92 @@ func (c *conn) drainAcks() {
 }
 
 // Inbound QoS 2 packet IDs live in the session (they outlive the
-// connection: a PUBREL may come on the next one) [MQTT-4.3.3-8]; answered
-// is set once the PUBREC went out. gen says which connection received it,
-// for the Receive Maximum count of that connection.
+// connection: a PUBREL may come on the next one) [MQTT-4.3.3-8], each with
+// the QoS2ID it was taken under; answered is set once the PUBREC went out;
+// unsure marks one restored from the store (an earlier process took it,
+// and whether it stored it is for the Uplink to find out at its resend).
+// gen says which connection received it, for the Receive Maximum count of
+// that connection.
 type inQoS2 struct {
+	id       uint64
+	gen      uint64
 	pid      uint16
 	answered bool
-	gen      uint64
+	unsure   bool
 }
 
-func (c *conn) noteQoS2(pid uint16) {
+// takeQoS2 takes an inbound QoS 2 publish into the session and returns
+// its QoS2ID: a new one, stored with its packet ID before the Uplink sees
+// it (so that the record is on disk before the message can be); or
+// unsureID, the ID of a restored one being resent, already stored.
+func (c *conn) takeQoS2(pid uint16, unsureID uint64) uint64 {
 	s := c.sess
 	s.mu.Lock()
-	s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, gen: s.generation})
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if unsureID != 0 {
+		for i := range s.inQoS2 {
+			if q := &s.inQoS2[i]; q.pid == pid && q.unsure {
+				q.unsure, q.gen = false, s.generation
+				return q.id
+			}
+		}
+	}
+	id := c.e.nextQoS2ID()
+	s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, id: id, gen: s.generation})
+	c.e.storeInbound(s, pid, id, true)
+	return id
+}
+
+// nextQoS2ID returns a new QoS2ID: the time in unix nanoseconds, or one
+// past the last ID given if that is later, so IDs never repeat within a
+// process and keep growing across restarts (unless the clock goes back by
+// more than the restart took); an ID also says, to within the clock's
+// error, when its publish came (a lower bound for looking it up).
+func (e *Engine) nextQoS2ID() uint64 {
+	now := time.Now().UnixNano()
+	for {
+		last := e.lastQoS2ID.Load()
+		id := max(now, last+1)
+		if e.lastQoS2ID.CompareAndSwap(last, id) {
+			return uint64(id)
+		}
+	}
 }
 
 func (c *conn) duplicateQoS2(pid uint16) bool {
+	_, ok := c.inboundQoS2(pid)
+	return ok
+}
+
+// inboundQoS2 returns the session's record of inbound QoS 2 packet ID pid.
+func (c *conn) inboundQoS2(pid uint16) (inQoS2, bool) {
 	s := c.sess
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, q := range s.inQoS2 {
 		if q.pid == pid {
-			return true
+			return q, true
 		}
 	}
-	return false
+	return inQoS2{}, false
 }
 
-func (c *conn) answeredQoS2(pid uint16) bool {
-	s := c.sess
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, q := range s.inQoS2 {
-		if q.pid == pid {
-			return q.answered
-		}
-	}
-	return false
-}
-
-func (c *conn) answerQoS2(pid uint16) {
+// answerQoS2 marks inbound QoS 2 packet ID pid answered (its PUBREC goes
+// out) and records it in the session store — unless the Uplink can find
+// the publish by its QoS2ID (Result.Findable): then the store keeps it as
+// taken, and a resend after a restart is looked for instead.
+func (c *conn) answerQoS2(pid uint16, findable bool) {
 	s := c.sess
 	s.mu.Lock()
 	for i := range s.inQoS2 {
 		if s.inQoS2[i].pid == pid {
 			s.inQoS2[i].answered = true
+			if !findable {
+				c.e.storeInbound(s, pid, 0, true)
+			}
 			break
 		}
 	}
-	c.e.storeInbound(s, pid, true)
 	s.mu.Unlock()
 }
 
@@ -358,6 +442,7 @@ func (c *conn) forgetQoS2(pid uint16) {
 	for i := range s.inQoS2 {
 		if s.inQoS2[i].pid == pid {
 			s.inQoS2 = append(s.inQoS2[:i], s.inQoS2[i+1:]...)
+			c.e.storeInbound(s, pid, 0, false)
 			break
 		}
 	}
@@ -369,16 +454,17 @@ func (c *conn) forgetQoS2(pid uint16) {
 
 // releaseInbound handles a PUBREL: the ID leaves the session; it reports
 // whether it was there. One received on this connection gives its Receive
-// Maximum slot back.
+// Maximum slot back. An unsure one is released too: a PUBREL means its
+// PUBREC went out, so it was stored.
 func (c *conn) releaseInbound(pid uint16) bool {
 	s := c.sess
 	s.mu.Lock()
 	found, mine := false, false
 	for i, q := range s.inQoS2 {
-		if q.pid == pid && q.answered {
-			found, mine = true, q.gen == s.generation
+		if q.pid == pid && (q.answered || q.unsure) {
+			found, mine = true, q.gen == s.generation && !q.unsure
 			s.inQoS2 = append(s.inQoS2[:i], s.inQoS2[i+1:]...)
-			c.e.storeInbound(s, pid, false)
+			c.e.storeInbound(s, pid, 0, false)
 			break
 		}
 	}

@@ -36,9 +36,13 @@ type SessionStore interface {
 	MessageReleased(clientID string, pid uint16)
 	DeleteMessage(clientID string, pid uint16)
 
-	// SaveInbound records (add) or forgets an inbound QoS 2 packet ID
-	// answered PUBREC and awaiting PUBREL [MQTT-4.3.3-8].
-	SaveInbound(clientID string, pid uint16, add bool)
+	// SaveInbound records (add) inbound QoS 2 packet ID pid, which is the
+	// session's until its PUBREL [MQTT-4.3.3-8]: first taken under QoS2ID
+	// id, before the Uplink sees the publish (so that after a crash before
+	// its PUBREC a resend is checked against the core under id rather than
+	// stored again), then answered (id 0: its PUBREC went out) — or forgets
+	// it (add false: its PUBREL came, or it was refused).
+	SaveInbound(clientID string, pid uint16, id uint64, add bool)
 
 	// SaveRetained stores a retained message; an empty payload deletes the
 	// topic's.
@@ -91,7 +95,16 @@ type StoredSession struct {
 	Offline       time.Time
 	Subscriptions []StoredSubscription
 	Messages      []StoredMessage // in the order they were sent or queued
-	Inbound       []uint16
+	Inbound       []StoredInbound
+}
+
+// StoredInbound is an inbound QoS 2 packet ID of a stored session, not
+// yet released by its PUBREL.
+type StoredInbound struct {
+	PID uint16
+	// QoS2ID is the ID its publish was taken under (Message.QoS2ID) while
+	// its PUBREC had not gone out; 0 once it had.
+	QoS2ID uint64
 }
 
 // StoredSubscription is one subscription of a stored session.
@@ -165,9 +178,9 @@ func (e *Engine) forgetMessage(s *session, pid uint16) {
 	}
 }
 
-func (e *Engine) storeInbound(s *session, pid uint16, add bool) {
+func (e *Engine) storeInbound(s *session, pid uint16, id uint64, add bool) {
 	if st := e.opts.Hooks.Sessions; st != nil && s.persistent() {
-		st.SaveInbound(s.id, pid, add)
+		st.SaveInbound(s.id, pid, id, add)
 	}
 }
 
@@ -265,8 +278,10 @@ func (e *Engine) installLocked(ss *StoredSession, atStart bool) {
 		s.inflight = append(s.inflight, om)
 		e.stubLocked(s, om)
 	}
-	for _, pid := range ss.Inbound {
-		s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, answered: true})
+	// An inbound QoS 2 publish taken by an earlier process may or may not
+	// be stored: its resend is handed to the Uplink as unsure, to look.
+	for _, in := range ss.Inbound {
+		s.inQoS2 = append(s.inQoS2, inQoS2{pid: in.PID, id: in.QoS2ID, answered: in.QoS2ID == 0, unsure: in.QoS2ID != 0})
 	}
 	// A will still stored is still due: its connection died with the last
 	// process (Offline zero), or its delay had not run out when that

@@ -50,7 +50,7 @@ func (m *memStore) DeleteSubscription(string, string)                     {}
 func (m *memStore) SaveMessage(string, uint16, *engine.Message, []uint32) {}
 func (m *memStore) MessageReleased(string, uint16)                        {}
 func (m *memStore) DeleteMessage(string, uint16)                          {}
-func (m *memStore) SaveInbound(string, uint16, bool)                      {}
+func (m *memStore) SaveInbound(string, uint16, uint64, bool)              {}
 func (m *memStore) SaveRetained(*engine.Message)                          {}
 func (m *memStore) LoadMessages(string) ([]engine.StoredMessage, error)   { return nil, nil }
 
