@@ -378,6 +378,9 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 
 	case wire.OpTxnHalf, wire.OpTxnEnd, wire.OpTxnRegister, wire.OpTxnList:
 		return c.txnOp(f)
+
+	case wire.OpShadowGet, wire.OpShadowUpdate, wire.OpShadowDelete:
+		return c.shadowOp(f)
 	}
 	return nil, &wire.Error{Code: wire.CodeUnknownOp, Message: "unknown op " + f.Op.String()}
 }

@@ -68,6 +68,9 @@ type Options struct {
 	// may connect to. Without it the server names itself alone, at its
 	// listening address.
 	Cluster func(context.Context) (wire.ClusterInfo, error)
+	// Shadows, when set, serves device shadows (shadow.go); nil answers
+	// their ops wire.CodeNotEnabled.
+	Shadows Shadows
 	// Version is reported in OpHello; default "ferrymq".
 	Version string
 	// Trace, when set, records the hops of traced messages produced over

@@ -62,6 +62,18 @@ func FuzzDecodeEvent(f *testing.F) {
 	})
 }
 
+// FuzzDecodeDocument: a document answer decodes or is ErrCorrupt.
+func FuzzDecodeDocument(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := DecodeDocument(b)
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+			return
+		}
+		require.GreaterOrEqual(t, d.Version, int64(1))
+	})
+}
+
 // FuzzDecodeSnapshot: the snapshot file decodes or is ErrCorrupt. Each
 // input is tried as a body behind a sound header too, so that the fuzzer
 // gets past the CRC.
@@ -102,6 +114,7 @@ func TestFuzzSeedsHoldValidInputs(t *testing.T) {
 	for name, decode := range map[string]func([]byte) error{
 		"FuzzDecodeRequest":  func(b []byte) error { _, err := DecodeRequest(b, Reported, Limits{}); return err },
 		"FuzzDecodeEvent":    func(b []byte) error { _, err := DecodeEvent(b); return err },
+		"FuzzDecodeDocument": func(b []byte) error { _, err := DecodeDocument(b); return err },
 		"FuzzDecodeSnapshot": func(b []byte) error { _, err := decodeSnapshot(b); return err },
 	} {
 		raw, err := os.ReadFile(filepath.Join("testdata", "fuzz", name, "seed-00"))

@@ -205,10 +205,21 @@ func depth(v any) int {
 	}
 }
 
-// decodeDocument decodes a stored document (numbers kept as json.Number,
-// as requests decode them, so that deltas compare alike).
-func decodeDocument(b []byte, d *Document) error {
+// DecodeDocument decodes a document as the surfaces show it (wire and
+// HTTP answers), numbers kept as json.Number as requests decode them.
+// Errors wrap ErrCorrupt.
+func DecodeDocument(b []byte) (*Document, error) {
+	var d Document
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	return dec.Decode(d)
+	if err := dec.Decode(&d); err != nil {
+		return nil, fmt.Errorf("%w: document: %s", ErrCorrupt, jsonProblem(err))
+	}
+	if err := atEnd(dec); err != nil {
+		return nil, fmt.Errorf("%w: document: data after the JSON value", ErrCorrupt)
+	}
+	if d.Version < 1 {
+		return nil, fmt.Errorf("%w: document of version %d", ErrCorrupt, d.Version)
+	}
+	return &d, nil
 }
