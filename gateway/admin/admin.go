@@ -159,6 +159,9 @@ func (a *api) endpoints() []endpoint {
 		{http.MethodGet, pathRetained, a.listRetained},
 		{http.MethodGet, pathRetainedOne, a.getRetained},
 		{http.MethodDelete, pathRetainedOne, a.clearRetained},
+		{http.MethodGet, pathShadow, a.getShadow},
+		{http.MethodPatch, pathShadow, a.updateShadow},
+		{http.MethodDelete, pathShadow, a.deleteShadow},
 	}
 }
 

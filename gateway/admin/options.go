@@ -14,6 +14,7 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/shadow"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/session"
 )
@@ -61,6 +62,9 @@ type Options struct {
 	Gateway *gateway.Gateway
 	// Sessions adds the session store's figures to GET /api/v1/node.
 	Sessions *session.Store
+	// Shadows serves /api/v1/devices/{id}/shadow. Nil: 501
+	// shadows_disabled.
+	Shadows *shadow.Service
 
 	// Node names this node in GET /api/v1/node.
 	Node string
