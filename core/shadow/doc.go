@@ -32,10 +32,13 @@
 //     takes a disk-full cut of the topic.
 //   - OpenKV, for the JetStream engine: a key-value bucket
 //     ("ferrymq_shadows") shared by the gateway nodes, the key's revision
-//     being the optimistic lock across nodes. The event is appended after
-//     the bucket accepted the change; a node killed in between loses that
-//     event, not the change, and two nodes changing one device at nearly
-//     the same time may append its events out of version order (kv.go).
+//     being the optimistic lock across nodes. A change is accepted once
+//     the bucket stored it, marked as not yet in the topic; its event is
+//     produced and the record marked. A change on top of an unmarked
+//     record produces that record's event first, and the watchers repair
+//     records left unmarked: no accepted change is missing from the topic,
+//     and versions first appear in order, but an event may be repeated
+//     (kv.go).
 //
 // A Service is safe for concurrent use; Close waits for the requests in
 // flight and stops the goroutines it started (the snapshot loop, the

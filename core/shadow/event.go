@@ -53,17 +53,25 @@ func DecodeEvent(b []byte) (*Event, error) {
 	if err := atEnd(dec); err != nil {
 		return nil, fmt.Errorf("%w: event: data after the JSON value", ErrCorrupt)
 	}
-	switch {
-	case e.ClientID == "":
-		return nil, fmt.Errorf("%w: event without a client ID", ErrCorrupt)
-	case e.Version < 1:
-		return nil, fmt.Errorf("%w: event of %s: version %d", ErrCorrupt, e.ClientID, e.Version)
-	case e.Op == OpUpdate && (e.Shadow == nil || e.Shadow.Version != e.Version):
-		return nil, fmt.Errorf("%w: update event of %s without its document of version %d", ErrCorrupt, e.ClientID, e.Version)
-	case e.Op == OpDelete && e.Shadow != nil:
-		return nil, fmt.Errorf("%w: delete event of %s with a document", ErrCorrupt, e.ClientID)
-	case e.Op != OpUpdate && e.Op != OpDelete:
-		return nil, fmt.Errorf("%w: event of %s: unknown op %q", ErrCorrupt, e.ClientID, e.Op)
+	if err := e.check(); err != nil {
+		return nil, err
 	}
 	return &e, nil
+}
+
+// check says what is wrong with a decoded event (ErrCorrupt), if anything.
+func (e *Event) check() error {
+	switch {
+	case e.ClientID == "":
+		return fmt.Errorf("%w: event without a client ID", ErrCorrupt)
+	case e.Version < 1:
+		return fmt.Errorf("%w: event of %s: version %d", ErrCorrupt, e.ClientID, e.Version)
+	case e.Op == OpUpdate && (e.Shadow == nil || e.Shadow.Version != e.Version):
+		return fmt.Errorf("%w: update event of %s without its document of version %d", ErrCorrupt, e.ClientID, e.Version)
+	case e.Op == OpDelete && e.Shadow != nil:
+		return fmt.Errorf("%w: delete event of %s with a document", ErrCorrupt, e.ClientID)
+	case e.Op != OpUpdate && e.Op != OpDelete:
+		return fmt.Errorf("%w: event of %s: unknown op %q", ErrCorrupt, e.ClientID, e.Op)
+	}
+	return nil
 }

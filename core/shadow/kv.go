@@ -1,11 +1,15 @@
 package shadow
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,12 +28,18 @@ type KVOptions struct {
 	Replicas int
 	// Timeout bounds one request to JetStream; default 5 s.
 	Timeout time.Duration
+	// RepairAfter is how long a change may stay stored without its event
+	// (its node died in between, or the topic refused it) before the
+	// nodes' watchers append it, when the device changes no more; default
+	// DefaultRepairAfter (each node waits between it and twice it).
+	RepairAfter time.Duration
 }
 
 // Defaults of KVOptions.
 const (
-	DefaultBucket    = "ferrymq_shadows"
-	DefaultKVTimeout = 5 * time.Second
+	DefaultBucket      = "ferrymq_shadows"
+	DefaultKVTimeout   = 5 * time.Second
+	DefaultRepairAfter = 3 * time.Second
 	// eventTries is how often the JetStream backend tries to append an
 	// event whose document it stored.
 	eventTries = 3
@@ -39,23 +49,72 @@ const (
 // key-value bucket shared by the nodes: the key's revision is the
 // optimistic lock (Create for a first document, Update with the revision
 // read for the rest), so two nodes never both accept a change of the
-// same version. The event is appended to the topic after the bucket took
-// the change: a node killed between the two loses that event (not the
-// document), and events of one device written by two nodes at nearly the
-// same time may reach the topic out of version order — consumers order
-// them by Event.Version. Every node watches the bucket and tells its
-// watchers of every node's changes.
+// same version.
+//
+// The event follows the bucket: a change is stored with appended false,
+// its event produced, then the record marked appended. Before a change is
+// applied on top of a record that is not marked, that record's event is
+// produced (and marked) first; a record left unmarked on a device that
+// changes no more is found by the other nodes' watchers and appended
+// after KVOptions.RepairAfter (when every node was down at once, by the
+// device's next change). So every accepted change reaches the topic, and
+// a version's event is produced before any later version of the device is
+// even stored: in version order — but an event may be produced more than
+// once (a node killed after producing it and before marking it, two nodes
+// repairing at once), and such a repeat may land after later versions:
+// consumers skip an event whose version is not newer than the last one
+// they saw of that device.
 type kvBackend struct {
-	kv      jetstream.KeyValue
-	broker  core.Broker
-	topic   string
-	timeout time.Duration
-	log     zerolog.Logger
-	notify  func(*Event)
+	kv          jetstream.KeyValue
+	broker      core.Broker
+	topic       string
+	timeout     time.Duration
+	repairAfter time.Duration
+	log         zerolog.Logger
+	notify      func(*Event)
+	skipEvent   atomic.Pointer[func() bool] // tests: a crash between store and event
+
+	pmu     sync.Mutex // guards pending
+	pending map[string]pendingRecord
 
 	watcher jetstream.KeyWatcher
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+}
+
+// pendingRecord is a record seen without its event appended.
+type pendingRecord struct {
+	id    string
+	rev   uint64
+	since time.Time
+}
+
+// kvRecord is a device's record in the bucket: its latest event, and
+// whether that event is in the topic yet.
+type kvRecord struct {
+	Event
+	Appended bool `json:"appended,omitempty"`
+}
+
+func encodeRecord(ev *Event, appended bool) ([]byte, error) {
+	return json.Marshal(kvRecord{Event: *ev, Appended: appended})
+}
+
+// decodeRecord decodes and checks a bucket record. Errors wrap ErrCorrupt.
+func decodeRecord(b []byte) (*kvRecord, error) {
+	var r kvRecord
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("%w: record: %s", ErrCorrupt, jsonProblem(err))
+	}
+	if err := atEnd(dec); err != nil {
+		return nil, fmt.Errorf("%w: record: data after the JSON value", ErrCorrupt)
+	}
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // OpenKV opens the service over a JetStream key-value bucket (created if
@@ -75,6 +134,9 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, broker core.Broker, o O
 	if ko.Timeout == 0 {
 		ko.Timeout = DefaultKVTimeout
 	}
+	if ko.RepairAfter == 0 {
+		ko.RepairAfter = DefaultRepairAfter
+	}
 	kv, err := js.KeyValue(ctx, ko.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: ko.Bucket, History: 1,
@@ -90,7 +152,8 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, broker core.Broker, o O
 	} else if err != nil {
 		return nil, fmt.Errorf("shadow: topic %s: %w", s.opts.Topic, err)
 	}
-	b := &kvBackend{kv: kv, broker: broker, topic: s.opts.Topic, timeout: ko.Timeout, log: s.log, notify: s.notify}
+	b := &kvBackend{kv: kv, broker: broker, topic: s.opts.Topic, timeout: ko.Timeout, repairAfter: ko.RepairAfter,
+		log: s.log, notify: s.notify, pending: map[string]pendingRecord{}}
 	wctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
 	if b.watcher, err = kv.WatchAll(wctx, jetstream.UpdatesOnly()); err != nil {
@@ -114,7 +177,8 @@ func (b *kvBackend) reqCtx(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, b.timeout)
 }
 
-func (b *kvBackend) load(ctx context.Context, id string) (*Event, uint64, error) {
+// get reads id's record; nil, 0 when there is none.
+func (b *kvBackend) get(ctx context.Context, id string) (*kvRecord, uint64, error) {
 	ctx, cancel := b.reqCtx(ctx)
 	defer cancel()
 	ent, err := b.kv.Get(ctx, kvKey(id))
@@ -124,23 +188,47 @@ func (b *kvBackend) load(ctx context.Context, id string) (*Event, uint64, error)
 	if err != nil {
 		return nil, 0, fmt.Errorf("bucket get: %w", err)
 	}
-	ev, err := DecodeEvent(ent.Value())
+	rec, err := decodeRecord(ent.Value())
 	if err != nil {
 		return nil, 0, err
 	}
-	return ev, ent.Revision(), nil
+	return rec, ent.Revision(), nil
+}
+
+func (b *kvBackend) load(ctx context.Context, id string, forChange bool) (*Event, uint64, error) {
+	for {
+		rec, rev, err := b.get(ctx, id)
+		if err != nil || rec == nil {
+			return nil, 0, err
+		}
+		if rec.Appended || !forChange {
+			return &rec.Event, rev, nil
+		}
+		// The last change's event may be missing (its node died, or the
+		// topic refused it): it goes first.
+		if err := b.append(ctx, &rec.Event); err != nil {
+			return nil, 0, err
+		}
+		switch rev, err = b.mark(ctx, &rec.Event, rev); {
+		case errors.Is(err, errStale):
+			continue // someone else did, or changed it meanwhile
+		case err != nil:
+			return nil, 0, err
+		}
+		return &rec.Event, rev, nil
+	}
 }
 
 func (b *kvBackend) save(ctx context.Context, id string, rev uint64, ev *Event) error {
-	body, err := EncodeEvent(ev)
+	body, err := encodeRecord(ev, false)
 	if err != nil {
 		return err
 	}
 	kctx, cancel := b.reqCtx(ctx)
 	if rev == 0 {
-		_, err = b.kv.Create(kctx, kvKey(id), body)
+		rev, err = b.kv.Create(kctx, kvKey(id), body)
 	} else {
-		_, err = b.kv.Update(kctx, kvKey(id), body, rev)
+		rev, err = b.kv.Update(kctx, kvKey(id), body, rev)
 	}
 	cancel()
 	switch {
@@ -149,28 +237,75 @@ func (b *kvBackend) save(ctx context.Context, id string, rev uint64, ev *Event) 
 	case err != nil:
 		return fmt.Errorf("bucket write: %w", err)
 	}
-	// Stored: the change is accepted. Its event follows.
+	// Stored: the change is accepted. Its event follows; what fails here
+	// is done by the next change of the device or the watchers' repair.
+	if skip := b.skipEvent.Load(); skip != nil && (*skip)() {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	if err := b.append(ctx, ev); err != nil {
+		b.log.Warn().Err(err).Str(logClient, id).Int64("version", ev.Version).Msg("shadow change stored, its event not appended yet: the next change or the repair appends it")
+		return nil
+	}
+	if _, err := b.mark(ctx, ev, rev); err != nil && !errors.Is(err, errStale) {
+		b.log.Debug().Err(err).Str(logClient, id).Msg("shadow event appended, the record not marked: it may be appended again")
+	}
+	return nil
+}
+
+// append produces ev's event to the topic, trying eventTries times.
+func (b *kvBackend) append(ctx context.Context, ev *Event) error {
+	body, err := EncodeEvent(ev)
+	if err != nil {
+		return err
+	}
 	for try := 1; ; try++ {
-		pctx, cancel := b.reqCtx(context.WithoutCancel(ctx))
-		_, err = b.broker.Produce(pctx, &core.Message{Topic: b.topic, ShardingKey: id, Tag: string(ev.Op), Body: body})
+		pctx, cancel := b.reqCtx(ctx)
+		_, err = b.broker.Produce(pctx, &core.Message{Topic: b.topic, ShardingKey: ev.ClientID, Tag: string(ev.Op), Body: body})
 		cancel()
-		if err == nil {
-			return nil
-		}
-		if try == eventTries {
-			b.log.Error().Err(err).Str(logClient, id).Int64("version", ev.Version).
-				Msg("shadow change stored, its event not appended: the history misses this version")
+		if err == nil || try == eventTries || ctx.Err() != nil {
+			if err != nil {
+				return fmt.Errorf("append event of %s version %d: %w", ev.ClientID, ev.Version, err)
+			}
 			return nil
 		}
 	}
 }
 
-// watch tells the service's watchers of every change in the bucket.
+// mark records that ev (stored at rev) is in the topic; errStale when the
+// record changed since.
+func (b *kvBackend) mark(ctx context.Context, ev *Event, rev uint64) (uint64, error) {
+	body, err := encodeRecord(ev, true)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	rev, err = b.kv.Update(ctx, kvKey(ev.ClientID), body, rev)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return 0, errStale
+	case err != nil:
+		return 0, fmt.Errorf("bucket mark: %w", err)
+	}
+	return rev, nil
+}
+
+// watch tells the service's watchers of every change in the bucket (a
+// change is seen twice when its mark is, or only marked when the watcher
+// fell behind), and appends the events of records left unmarked for
+// longer than repairAfter.
 func (b *kvBackend) watch(ctx context.Context) {
+	// Nodes repair at different times, so that mostly one of them does.
+	period := b.repairAfter + time.Duration(rand.Int64N(int64(b.repairAfter)))
+	tick := time.NewTicker(period / 2)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			b.repair(ctx, period)
 		case ent, ok := <-b.watcher.Updates():
 			if !ok {
 				return
@@ -178,12 +313,42 @@ func (b *kvBackend) watch(ctx context.Context) {
 			if ent == nil || ent.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			ev, err := DecodeEvent(ent.Value())
+			rec, err := decodeRecord(ent.Value())
 			if err != nil {
 				b.log.Warn().Err(err).Str("key", ent.Key()).Msg("shadow record skipped")
 				continue
 			}
-			b.notify(ev)
+			b.pmu.Lock()
+			if rec.Appended {
+				delete(b.pending, ent.Key())
+			} else {
+				b.pending[ent.Key()] = pendingRecord{id: rec.ClientID, rev: ent.Revision(), since: time.Now()}
+			}
+			b.pmu.Unlock()
+			b.notify(&rec.Event)
+		}
+	}
+}
+
+// repair appends the events of records unmarked for longer than after.
+func (b *kvBackend) repair(ctx context.Context, after time.Duration) {
+	var due []pendingRecord
+	b.pmu.Lock()
+	for k, p := range b.pending {
+		if time.Since(p.since) >= after {
+			due = append(due, p)
+			delete(b.pending, k)
+		}
+	}
+	b.pmu.Unlock()
+	for _, p := range due {
+		if _, _, err := b.load(ctx, p.id, true); err != nil && ctx.Err() == nil {
+			b.log.Warn().Err(err).Str(logClient, p.id).Msg("shadow event not repaired: trying again later")
+			b.pmu.Lock()
+			if _, ok := b.pending[kvKey(p.id)]; !ok {
+				b.pending[kvKey(p.id)] = pendingRecord{id: p.id, rev: p.rev, since: time.Now()}
+			}
+			b.pmu.Unlock()
 		}
 	}
 }

@@ -179,7 +179,7 @@ func (b *logBackend) entry(id string, create bool) *entry {
 	return e
 }
 
-func (b *logBackend) load(_ context.Context, id string) (*Event, uint64, error) {
+func (b *logBackend) load(_ context.Context, id string, _ bool) (*Event, uint64, error) {
 	e := b.entry(id, false)
 	if e == nil {
 		return nil, 0, nil

@@ -68,8 +68,9 @@ var errStale = errors.New("shadow: record changed meanwhile")
 // changes to the topic.
 type backend interface {
 	// load returns id's latest event (nil: none) and its revision (0:
-	// none).
-	load(ctx context.Context, id string) (*Event, uint64, error)
+	// none); forChange: a change follows (the JetStream backend first
+	// appends the event of the last change if it is missing).
+	load(ctx context.Context, id string, forChange bool) (*Event, uint64, error)
 	// save makes ev id's latest if its revision is still rev (errStale
 	// otherwise), durably, and appends it to the topic; it calls the
 	// notify function with ev once stored (or, for a backend shared by
@@ -167,7 +168,7 @@ func (s *Service) Get(ctx context.Context, id string) (*Document, error) {
 	if err := ValidClientID(id); err != nil {
 		return nil, err
 	}
-	ev, _, err := s.b.load(ctx, id)
+	ev, _, err := s.b.load(ctx, id, false)
 	if err != nil {
 		return nil, fmt.Errorf("shadow of %s: %w", id, err)
 	}
@@ -235,7 +236,7 @@ func (s *Service) changeOnce(ctx context.Context, id string, next func(cur *Even
 		return nil, err
 	}
 	for range maxRaces {
-		cur, rev, err := s.b.load(ctx, id)
+		cur, rev, err := s.b.load(ctx, id, true)
 		if err != nil {
 			return nil, fmt.Errorf("shadow of %s: %w", id, err)
 		}

@@ -333,7 +333,7 @@ func TestKVTwoServicesShareOneBucket(t *testing.T) {
 			for {
 				select {
 				case ev := <-heard:
-					require.Greater(t, ev.Version, last, "heard in version order")
+					require.GreaterOrEqual(t, ev.Version, last, "heard in version order (a change, then its mark)")
 					last = ev.Version
 				default:
 					return last == 60
@@ -341,11 +341,59 @@ func TestKVTwoServicesShareOneBucket(t *testing.T) {
 			}
 		}, 10*time.Second, 10*time.Millisecond, "each node hears the other node's changes, up to the last")
 	}
-	hist := history(t, e1, shadow.DefaultTopic)["shared"]
-	require.Len(t, hist, 60)
-	got := map[int64]bool{}
+	checkKVHistory(t, history(t, e1, shadow.DefaultTopic)["shared"], 60)
+}
+
+// checkKVHistory: a device's events on the JetStream engine hold every
+// version 1..n, each first seen after the one before it (a repeat of a
+// version may come later: consumers skip what is not newer).
+func checkKVHistory(t testing.TB, hist []*shadow.Event, n int64) {
+	t.Helper()
+	var last int64
 	for _, ev := range hist {
-		got[ev.Version] = true
+		if ev.Version <= last {
+			continue // a repeat
+		}
+		require.Equal(t, last+1, ev.Version, "versions first seen in order, none missing")
+		last = ev.Version
 	}
-	require.Len(t, got, 60, "an event per version")
+	require.Equal(t, n, last)
+}
+
+// TestKVEventOfAKilledNodeIsNotLost: a node stores changes and dies
+// before appending their events (SkipEvents). Another node's change of
+// the same device appends the missing event first, then its own; a device
+// that changes no more gets its event from the other node's repair.
+func TestKVEventOfAKilledNodeIsNotLost(t *testing.T) {
+	ns := natstest.RunServer(t)
+	open := func() (*jetstream.Engine, *shadow.Service) {
+		eng, err := jetstream.Open(t.Context(), jetstream.Options{URLs: []string{ns.URL}})
+		require.NoError(t, err)
+		svc, err := shadow.OpenKV(t.Context(), eng.JetStream(), eng, shadow.Options{}, shadow.KVOptions{RepairAfter: 200 * time.Millisecond})
+		require.NoError(t, err)
+		return eng, svc
+	}
+	e1, dying := open()
+	defer e1.Close()
+	defer dying.Close()
+	e2, alive := open()
+	defer e2.Close()
+	defer alive.Close()
+	shadow.SkipEvents(dying, func() bool { return true })
+	ctx := t.Context()
+
+	for _, id := range []string{"busy", "idle"} {
+		_, err := dying.Update(ctx, id, shadow.Update{Section: shadow.Reported, Patch: patch(t, `{"a":1}`)})
+		require.NoError(t, err)
+	}
+	require.Empty(t, history(t, e1, shadow.DefaultTopic), "the dying node appended nothing")
+
+	d, err := alive.Update(ctx, "busy", shadow.Update{Section: shadow.Desired, Patch: patch(t, `{"a":2}`), Version: 1})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), d.Version)
+	checkKVHistory(t, history(t, e1, shadow.DefaultTopic)["busy"], 2)
+
+	require.Eventually(t, func() bool { return len(history(t, e1, shadow.DefaultTopic)["idle"]) > 0 },
+		10*time.Second, 50*time.Millisecond, "the other node repairs the idle device's event")
+	checkKVHistory(t, history(t, e1, shadow.DefaultTopic)["idle"], 1)
 }

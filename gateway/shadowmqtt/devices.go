@@ -66,7 +66,7 @@ type Devices struct {
 	e    atomic.Pointer[engine.Engine]
 
 	mu    sync.Mutex // guards conns
-	conns map[string]*engine.Client
+	conns map[string]*deviceConn
 
 	connects chan string
 	ctx      context.Context
@@ -96,7 +96,7 @@ func New(o Options) (*Devices, error) {
 		l := zerolog.Nop()
 		o.Logger = &l
 	}
-	d := &Devices{opts: o, log: o.Logger.With().Str("component", "shadow-mqtt").Logger(), conns: map[string]*engine.Client{},
+	d := &Devices{opts: o, log: o.Logger.With().Str("component", "shadow-mqtt").Logger(), conns: map[string]*deviceConn{},
 		connects: make(chan string, o.Backlog),
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferrymq_shadow_mqtt_sends_total",
@@ -284,12 +284,21 @@ func (d *Devices) send(kind string, c *engine.Client, topic string, qos byte, v 
 	d.sends.WithLabelValues(kind, outcomeSent).Inc()
 }
 
+// deviceConn is a device connected here.
+type deviceConn struct {
+	c *engine.Client
+	// sentDelta is the version of the last delta sent on this connection
+	// (guarded by Devices.mu): a change may be heard twice (the JetStream
+	// bucket's record, then its mark), and a delta is sent once.
+	sentDelta int64
+}
+
 // Connected implements engine.Presence: the device's delta, if any, is
 // read and sent by a worker (after the CONNACK: the engine holds what is
 // sent to a connection until then).
 func (d *Devices) Connected(c *engine.Client, _ bool, _ *engine.Client) {
 	d.mu.Lock()
-	d.conns[c.ID()] = c
+	d.conns[c.ID()] = &deviceConn{c: c}
 	d.mu.Unlock()
 	if !d.started.Load() || d.closed.Load() {
 		return
@@ -304,17 +313,24 @@ func (d *Devices) Connected(c *engine.Client, _ bool, _ *engine.Client) {
 // Disconnected implements engine.Presence.
 func (d *Devices) Disconnected(c *engine.Client, _ string, _ error, _ bool) {
 	d.mu.Lock()
-	if d.conns[c.ID()] == c {
+	if dc := d.conns[c.ID()]; dc != nil && dc.c == c {
 		delete(d.conns, c.ID())
 	}
 	d.mu.Unlock()
 }
 
-// conn is the device's connection here, nil if none.
-func (d *Devices) conn(id string) *engine.Client {
+// deltaConn is the device's connection here if it has not been sent the
+// delta of version or a later one (and it then counts as sent); nil
+// otherwise.
+func (d *Devices) deltaConn(id string, version int64) *engine.Client {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.conns[id]
+	dc := d.conns[id]
+	if dc == nil || dc.sentDelta >= version {
+		return nil
+	}
+	dc.sentDelta = version
+	return dc.c
 }
 
 // work sends the delta of devices that connected.
@@ -342,7 +358,7 @@ func (d *Devices) deltaAtConnect(id string) {
 	if doc.State.Delta == nil {
 		return
 	}
-	c := d.conn(id)
+	c := d.deltaConn(id, doc.Version)
 	if c == nil {
 		d.sends.WithLabelValues(kindConnectRead, outcomeNotHere).Inc()
 		return
@@ -361,7 +377,7 @@ func (d *Devices) changed(ev *shadow.Event) {
 	if d.closed.Load() || ev.Op != shadow.OpUpdate || ev.Section != shadow.Desired || ev.Shadow == nil || ev.Shadow.State.Delta == nil {
 		return
 	}
-	c := d.conn(ev.ClientID)
+	c := d.deltaConn(ev.ClientID, ev.Version)
 	if c == nil {
 		return
 	}
