@@ -16,6 +16,7 @@ import (
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
@@ -324,4 +325,41 @@ func TestShadowsAcrossTwoNATSNodes(t *testing.T) {
 	n2 := start("gw-2")
 	defer shutdown(t, n2)
 	shadowsStory(t, n1, n2)
+}
+
+// TestShadowsUnderTheACL: with ACL rules, a device's shadow requests are
+// publishes like any other (checked), and answers and deltas reach it
+// only if it may read their topics: a device allowed to publish updates
+// but not to read $shadow/ has them accepted and hears nothing; its get,
+// not allowed, is refused.
+func TestShadowsUnderTheACL(t *testing.T) {
+	o := options(t)
+	o.Shadows = &shadow.Options{}
+	o.Auth = &node.AuthOptions{Anonymous: true, ACL: []auth.ACLRule{
+		{Action: "allow", Clients: []string{"reader"}, Publish: []string{"$shadow/%c/update", "$shadow/%c/get"}, Subscribe: []string{"$shadow/%c/#"}},
+		{Action: "allow", Clients: []string{"blind"}, Publish: []string{"$shadow/%c/update"}, Subscribe: []string{"devices/%c/#"}},
+	}}
+	n, err := node.New(t.Context(), o, nil)
+	require.NoError(t, err)
+	defer shutdown(t, n)
+
+	reader := newDevice(t, "reader").connectV5(n.Addr("tcp"))
+	defer reader.close()
+	ok, body := reader.request("update", `{"state":{"reported":{"on":true}}}`)
+	require.True(t, ok, "%s", body)
+	ok, _ = reader.request("get", "")
+	require.True(t, ok)
+
+	blind := newDevice(t, "blind").connectV5(n.Addr("tcp"))
+	defer blind.close()
+	require.NoError(t, blind.publish(shadowmqtt.Prefix+"blind/update", []byte(`{"state":{"reported":{"on":true}}}`)))
+	require.Eventually(t, func() bool {
+		d, err := n.Shadows().Get(t.Context(), "blind")
+		return err == nil && d.Version == 1
+	}, 5*time.Second, 10*time.Millisecond, "the update is accepted")
+	_, err = n.Shadows().Update(t.Context(), "blind", shadow.Update{Section: shadow.Desired, Patch: map[string]any{"on": false}})
+	require.NoError(t, err)
+	require.Error(t, blind.publish(shadowmqtt.Prefix+"blind/get", nil), "the ACL refuses the get")
+	require.Never(t, func() bool { return len(blind.got) > 0 }, 300*time.Millisecond, 10*time.Millisecond,
+		"no answer nor delta reaches a device that may not read $shadow/")
 }
