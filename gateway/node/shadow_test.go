@@ -257,12 +257,12 @@ func shadowsStory(t *testing.T, front, back *node.Node) {
 			require.Nil(t, doc.State.Delta)
 
 			// Offline, the backend changes desired over the wire; at
-			// reconnect the device gets the delta.
+			// reconnect (to the backend's node) the device gets the delta.
 			dev.close()
 			d, err := c.UpdateShadow(ctx, id, json.RawMessage(`{"fw":"2.0"}`), 3)
 			require.NoError(t, err)
 			require.Equal(t, int64(4), d.Version)
-			dev = v.connect(newDevice(t, id), front.Addr("tcp"))
+			dev = v.connect(newDevice(t, id), back.Addr("tcp")) // with two nodes, the other one
 			defer dev.close()
 			delta = decodeDelta(t, dev.next(shadowmqtt.Prefix+id+"/update/delta"))
 			require.Equal(t, int64(4), delta.Version)
