@@ -244,7 +244,7 @@ func (b *kvBackend) save(ctx context.Context, id string, rev uint64, ev *Event) 
 	}
 	ctx = context.WithoutCancel(ctx)
 	if err := b.append(ctx, ev); err != nil {
-		b.log.Warn().Err(err).Str(logClient, id).Int64("version", ev.Version).Msg("shadow change stored, its event not appended yet: the next change or the repair appends it")
+		b.log.Warn().Err(err).Str(logClient, id).Int64(logVersion, ev.Version).Msg("shadow change stored, its event not appended yet: the next change or the repair appends it")
 		return nil
 	}
 	if _, err := b.mark(ctx, ev, rev); err != nil && !errors.Is(err, errStale) {
@@ -315,7 +315,7 @@ func (b *kvBackend) watch(ctx context.Context) {
 			}
 			rec, err := decodeRecord(ent.Value())
 			if err != nil {
-				b.log.Warn().Err(err).Str("key", ent.Key()).Msg("shadow record skipped")
+				b.log.Warn().Err(err).Str(logKey, ent.Key()).Msg("shadow record skipped")
 				continue
 			}
 			b.pmu.Lock()

@@ -101,7 +101,7 @@ func (b *logBackend) recover(ctx context.Context) error {
 		return err
 	}
 	if snap != nil && snap.Topic != b.topic {
-		b.log.Warn().Str("topic", snap.Topic).Msg("shadow snapshot of another topic: reading the whole topic")
+		b.log.Warn().Str(logTopic, snap.Topic).Msg("shadow snapshot of another topic: reading the whole topic")
 		snap = nil
 	}
 	var offsets []int64
@@ -126,7 +126,7 @@ func (b *logBackend) recover(ctx context.Context) error {
 		from := r.Min
 		if q < len(offsets) {
 			if offsets[q] < r.Min {
-				b.log.Warn().Int("queue", q).Int64("snapshot", offsets[q]).Int64("min", r.Min).
+				b.log.Warn().Int(logQueue, q).Int64(logSnapshot, offsets[q]).Int64(logMin, r.Min).
 					Msg("shadow events the snapshot did not cover were deleted by retention: those changes are missing")
 			}
 			from = max(offsets[q], r.Min)
@@ -138,7 +138,7 @@ func (b *logBackend) recover(ctx context.Context) error {
 		read += n
 	}
 	b.changed.Store(int64(read)) // the next snapshot saves reading them again
-	b.log.Info().Int("devices", len(b.latest)).Int("events", read).Bool("snapshot", snap != nil).Msg("shadows loaded")
+	b.log.Info().Int(logDevices, len(b.latest)).Int(logEvents, read).Bool(logSnapshot, snap != nil).Msg("shadows loaded")
 	return nil
 }
 
@@ -153,7 +153,7 @@ func (b *logBackend) replay(ctx context.Context, q int, from int64) (int, error)
 		for _, m := range res.Messages {
 			ev, err := DecodeEvent(m.Body)
 			if err != nil {
-				b.log.Warn().Err(err).Int("queue", q).Int64("offset", m.QueueOffset).Msg("shadow event skipped")
+				b.log.Warn().Err(err).Int(logQueue, q).Int64(logOffset, m.QueueOffset).Msg("shadow event skipped")
 				continue
 			}
 			n++

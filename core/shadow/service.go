@@ -97,9 +97,19 @@ type Service struct {
 
 // Log field names.
 const (
-	logClient  = "client"
-	logSection = "section"
-	logOutcome = "outcome"
+	logComponent = "component"
+	logClient    = "client"
+	logSection   = "section"
+	logOutcome   = "outcome"
+	logVersion   = "version"
+	logKey       = "key"
+	logTopic     = "topic"
+	logQueue     = "queue"
+	logOffset    = "offset"
+	logSnapshot  = "snapshot"
+	logMin       = "min"
+	logDevices   = "devices"
+	logEvents    = "events"
 )
 
 // Outcomes of requests, the label of ferrymq_shadow_requests_total.
@@ -117,7 +127,7 @@ func newService(o Options) (*Service, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{opts: o, log: o.Logger.With().Str("component", "shadow").Logger(),
+	s := &Service{opts: o, log: o.Logger.With().Str(logComponent, "shadow").Logger(),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferrymq_shadow_requests_total",
 			Help: "Device shadow updates and deletes, by section (desired, reported, delete) and outcome (accepted, conflict, too_large, bad_request, not_found, error).",

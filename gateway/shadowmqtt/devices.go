@@ -17,28 +17,40 @@ import (
 	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
-// Topics: the prefix, what devices publish, what they are sent.
+// Prefix is the topic space of shadow requests and answers.
+const Prefix = "$shadow/"
+
+// Topics below Prefix: what devices publish, what they are sent.
 const (
-	Prefix          = "$shadow/"
-	opUpdate        = "update"
-	opGet           = "get"
-	suffixAccepted  = "/accepted"
-	suffixRejected  = "/rejected"
-	suffixDelta     = "/update/delta"
-	requestTimeout  = 10 * time.Second
-	DefaultWorkers  = 4
-	DefaultBacklog  = 10_000
+	opUpdate       = "update"
+	opGet          = "get"
+	suffixAccepted = "/accepted"
+	suffixRejected = "/rejected"
+	suffixDelta    = "/update/delta"
+)
+
+// Defaults of Options.
+const (
+	DefaultWorkers = 4
+	DefaultBacklog = 10_000
+	// requestTimeout bounds the service's work for one request.
+	requestTimeout = 10 * time.Second
+)
+
+// Log field names, and the labels of ferrymq_shadow_mqtt_sends_total.
+const (
+	logComponent    = "component"
 	logClient       = "client"
 	logTopic        = "topic"
-	outcomeSent     = "sent"
-	outcomeDenied   = "denied"
-	outcomeNotHere  = "not_here"
-	outcomeDropped  = "dropped"
 	labelKind       = "kind"
 	labelOutcome    = "outcome"
 	kindAnswer      = "answer"
 	kindDelta       = "delta"
 	kindConnectRead = "connect"
+	outcomeSent     = "sent"
+	outcomeDenied   = "denied"
+	outcomeNotHere  = "not_here"
+	outcomeDropped  = "dropped"
 )
 
 // Options configure Devices.
@@ -96,7 +108,7 @@ func New(o Options) (*Devices, error) {
 		l := zerolog.Nop()
 		o.Logger = &l
 	}
-	d := &Devices{opts: o, log: o.Logger.With().Str("component", "shadow-mqtt").Logger(), conns: map[string]*deviceConn{},
+	d := &Devices{opts: o, log: o.Logger.With().Str(logComponent, "shadow-mqtt").Logger(), conns: map[string]*deviceConn{},
 		connects: make(chan string, o.Backlog),
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferrymq_shadow_mqtt_sends_total",
