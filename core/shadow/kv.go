@@ -224,7 +224,7 @@ func (b *kvBackend) save(ctx context.Context, id string, rev uint64, ev *Event) 
 	if err != nil {
 		return err
 	}
-	kctx, cancel := b.reqCtx(ctx)
+	kctx, cancel := b.reqCtx(context.WithoutCancel(ctx)) // a write once sent is seen through
 	if rev == 0 {
 		rev, err = b.kv.Create(kctx, kvKey(id), body)
 	} else {

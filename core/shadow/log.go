@@ -207,7 +207,11 @@ func (b *logBackend) save(ctx context.Context, id string, rev uint64, ev *Event)
 	if cur != rev {
 		return errStale
 	}
-	if _, err := b.broker.Produce(ctx, &core.Message{Topic: b.topic, ShardingKey: id, Tag: string(ev.Op), Body: body}); err != nil {
+	// Not cut short by the caller going away: a produce that stored the
+	// event and then returned the caller's cancellation would leave this
+	// version in the topic and not here, and the next change would write
+	// the same version again.
+	if _, err := b.broker.Produce(context.WithoutCancel(ctx), &core.Message{Topic: b.topic, ShardingKey: id, Tag: string(ev.Op), Body: body}); err != nil {
 		return err
 	}
 	e.ev = ev
