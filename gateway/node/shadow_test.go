@@ -363,3 +363,32 @@ func TestShadowsUnderTheACL(t *testing.T) {
 	require.Never(t, func() bool { return len(blind.got) > 0 }, 300*time.Millisecond, 10*time.Millisecond,
 		"no answer nor delta reaches a device that may not read $shadow/")
 }
+
+// TestShadowWillReportsOffline: a will on $shadow/<id>/update is applied
+// like the device's own update when its connection drops: a device can
+// have its shadow say it is offline.
+func TestShadowWillReportsOffline(t *testing.T) {
+	o := options(t)
+	o.Shadows = &shadow.Options{}
+	n, err := node.New(t.Context(), o, nil)
+	require.NoError(t, err)
+	defer shutdown(t, n)
+
+	conn, err := net.DialTimeout("tcp", n.Addr("tcp").String(), 5*time.Second)
+	require.NoError(t, err)
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: "lamp-1", KeepAlive: 30, CleanStart: true, WillMessage: &paho.WillMessage{
+		Topic: shadowmqtt.Prefix + "lamp-1/update", QoS: 1, Payload: []byte(`{"state":{"reported":{"online":false}}}`)}})
+	require.NoError(t, err)
+	require.Equal(t, byte(0), ca.ReasonCode)
+	_, err = c.Publish(ctx, &paho.Publish{Topic: shadowmqtt.Prefix + "lamp-1/update", QoS: 1, Payload: []byte(`{"state":{"reported":{"online":true}}}`)})
+	require.NoError(t, err)
+	require.NoError(t, conn.Close()) // no DISCONNECT: the will is due
+	<-c.Done()
+	require.Eventually(t, func() bool {
+		d, err := n.Shadows().Get(t.Context(), "lamp-1")
+		return err == nil && d.Version == 2 && d.State.Reported["online"] == false
+	}, 10*time.Second, 10*time.Millisecond, "the will reported the device offline")
+}
