@@ -30,7 +30,7 @@
 //     retention deletes before a snapshot covered them are lost (a warning
 //     says so); with the default 72 h retention and 1 min snapshots that
 //     takes a disk-full cut of the topic.
-//   - OpenKV, for the JetStream engine: a key-value bucket
+//   - package bucket, for the JetStream engine: a key-value bucket
 //     ("ferrymq_shadows") shared by the gateway nodes, the key's revision
 //     being the optimistic lock across nodes. A change is accepted once
 //     the bucket stored it, marked as not yet in the topic; its event is
@@ -38,9 +38,13 @@
 //     record produces that record's event first, and the watchers repair
 //     records left unmarked: no accepted change is missing from the topic,
 //     and versions first appear in order, but an event may be repeated
-//     (kv.go).
+//     (package bucket).
+//
+// Open takes any Backend. The package imports nothing of NATS nor of
+// Prometheus: the core wire protocol and the Go client use its documents,
+// decoders and errors (Service.Requests has the counts the node exports).
 //
 // A Service is safe for concurrent use; Close waits for the requests in
-// flight and stops the goroutines it started (the snapshot loop, the
-// bucket watcher).
+// flight and closes its backend, which stops the goroutines it started
+// (the snapshot loop, the bucket watcher).
 package shadow

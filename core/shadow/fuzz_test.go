@@ -62,24 +62,6 @@ func FuzzDecodeEvent(f *testing.F) {
 	})
 }
 
-// FuzzDecodeRecord: a JetStream bucket record decodes or is ErrCorrupt,
-// and what decodes encodes back to a record that decodes alike.
-func FuzzDecodeRecord(f *testing.F) {
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := decodeRecord(b)
-		if err != nil {
-			require.ErrorIs(t, err, ErrCorrupt)
-			return
-		}
-		again, err := encodeRecord(&r.Event, r.Appended)
-		require.NoError(t, err)
-		back, err := decodeRecord(again)
-		require.NoError(t, err)
-		require.Equal(t, r.Version, back.Version)
-		require.Equal(t, r.Appended, back.Appended)
-	})
-}
-
 // FuzzDecodeDocument: a document answer decodes or is ErrCorrupt.
 func FuzzDecodeDocument(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -133,7 +115,6 @@ func TestFuzzSeedsHoldValidInputs(t *testing.T) {
 		"FuzzDecodeRequest":  func(b []byte) error { _, err := DecodeRequest(b, Reported, Limits{}); return err },
 		"FuzzDecodeEvent":    func(b []byte) error { _, err := DecodeEvent(b); return err },
 		"FuzzDecodeDocument": func(b []byte) error { _, err := DecodeDocument(b); return err },
-		"FuzzDecodeRecord":   func(b []byte) error { _, err := decodeRecord(b); return err },
 		"FuzzDecodeSnapshot": func(b []byte) error { _, err := decodeSnapshot(b); return err },
 	} {
 		raw, err := os.ReadFile(filepath.Join("testdata", "fuzz", name, "seed-00"))

@@ -64,29 +64,26 @@ type entry struct {
 // after it before it returns, and writes a snapshot every
 // lo.SnapshotInterval until Close.
 func OpenLog(ctx context.Context, broker core.Broker, dir string, o Options, lo LogOptions) (*Service, error) {
-	s, err := newService(o)
-	if err != nil {
-		return nil, err
-	}
 	if lo.SnapshotInterval == 0 {
 		lo.SnapshotInterval = DefaultSnapshotInterval
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("shadow: %w", err)
-	}
-	b := &logBackend{broker: broker, topic: s.opts.Topic, dir: dir, log: s.log, notify: s.notify, latest: map[string]*entry{}}
-	if err := b.recover(ctx); err != nil {
-		return nil, fmt.Errorf("shadow: %w", err)
-	}
-	s.b = b
-	lctx, cancel := context.WithCancel(context.Background())
-	b.cancel = cancel
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		b.snapshotEvery(lctx, lo.SnapshotInterval)
-	}()
-	return s, nil
+	return Open(o, func(env BackendEnv) (Backend, error) {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("shadow: %w", err)
+		}
+		b := &logBackend{broker: broker, topic: env.Topic, dir: dir, log: env.Log, notify: env.Notify, latest: map[string]*entry{}}
+		if err := b.recover(ctx); err != nil {
+			return nil, fmt.Errorf("shadow: %w", err)
+		}
+		lctx, cancel := context.WithCancel(context.Background())
+		b.cancel = cancel
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.snapshotEvery(lctx, lo.SnapshotInterval)
+		}()
+		return b, nil
+	})
 }
 
 // recover loads the snapshot, then the topic's events after it.
@@ -179,7 +176,8 @@ func (b *logBackend) entry(id string, create bool) *entry {
 	return e
 }
 
-func (b *logBackend) load(_ context.Context, id string, _ bool) (*Event, uint64, error) {
+// Load implements Backend.
+func (b *logBackend) Load(_ context.Context, id string, _ bool) (*Event, uint64, error) {
 	e := b.entry(id, false)
 	if e == nil {
 		return nil, 0, nil
@@ -192,7 +190,9 @@ func (b *logBackend) load(_ context.Context, id string, _ bool) (*Event, uint64,
 	return e.ev, uint64(e.ev.Version), nil
 }
 
-func (b *logBackend) save(ctx context.Context, id string, rev uint64, ev *Event) error {
+// Save implements Backend: the event is produced under the device's
+// lock, and is the change.
+func (b *logBackend) Save(ctx context.Context, id string, rev uint64, ev *Event) error {
 	body, err := EncodeEvent(ev)
 	if err != nil {
 		return err
@@ -205,7 +205,7 @@ func (b *logBackend) save(ctx context.Context, id string, rev uint64, ev *Event)
 		cur = uint64(e.ev.Version)
 	}
 	if cur != rev {
-		return errStale
+		return ErrStale
 	}
 	// Not cut short by the caller going away: a produce that stored the
 	// event and then returned the caller's cancellation would leave this
@@ -277,8 +277,9 @@ func (b *logBackend) snapshot(ctx context.Context) error {
 	return nil
 }
 
-// close stops the snapshot loop and writes a last snapshot.
-func (b *logBackend) close() error {
+// Close implements Backend: it stops the snapshot loop and writes a last
+// snapshot.
+func (b *logBackend) Close() error {
 	b.cancel()
 	b.wg.Wait()
 	if b.changed.Load() == 0 {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -60,39 +60,60 @@ func (o Options) validate() error {
 	return nil
 }
 
-// errStale is returned by a backend's save when the device's record
-// changed since load.
-var errStale = errors.New("shadow: record changed meanwhile")
-
-// backend keeps the latest record of every device and appends accepted
-// changes to the topic.
-type backend interface {
-	// load returns id's latest event (nil: none) and its revision (0:
-	// none); forChange: a change follows (the JetStream backend first
-	// appends the event of the last change if it is missing).
-	load(ctx context.Context, id string, forChange bool) (*Event, uint64, error)
-	// save makes ev id's latest if its revision is still rev (errStale
-	// otherwise), durably, and appends it to the topic; it calls the
-	// notify function with ev once stored (or, for a backend shared by
-	// nodes, its watcher does, for every node's changes).
-	save(ctx context.Context, id string, rev uint64, ev *Event) error
-	close() error
+// Backend keeps the latest event of every device and appends accepted
+// changes to the topic: OpenLog's (the embedded engine), package bucket's
+// (a JetStream key-value bucket). Safe for concurrent use.
+type Backend interface {
+	// Load returns id's latest event (nil: none) and its revision (0:
+	// none); forChange says a change follows (a backend whose event may
+	// lag its record appends a missing one first).
+	Load(ctx context.Context, id string, forChange bool) (*Event, uint64, error)
+	// Save makes ev id's latest if its revision is still rev (ErrStale
+	// otherwise), durably, and gets it appended to the topic; once stored,
+	// BackendEnv.Notify hears it (from Save, or for a backend shared by
+	// nodes from its watcher, for every node's changes).
+	Save(ctx context.Context, id string, rev uint64, ev *Event) error
+	// Close stops what the backend started, after its last work.
+	Close() error
 }
 
-// Service serves device shadows over a backend: OpenLog (embedded
-// engine) or OpenKV (JetStream). Safe for concurrent use.
+// BackendEnv is what a Backend gets from the service it serves.
+type BackendEnv struct {
+	// Topic is the core topic of the events.
+	Topic string
+	// Notify tells the service's watchers of a stored change.
+	Notify func(*Event)
+	Log    zerolog.Logger
+}
+
+// ErrStale is returned by a Backend's Save when the device's record
+// changed since its Load: the service reads it again and retries.
+var ErrStale = errors.New("shadow: record changed meanwhile")
+
+// Service serves device shadows over a Backend. Safe for concurrent use.
 type Service struct {
 	opts Options
 	log  zerolog.Logger
-	b    backend
+	b    Backend
 
-	notify  func(*Event) // the watchers, called by the backend
 	wmu     sync.Mutex
 	watches []func(*Event)
 
-	ops     sync.RWMutex // held for reading by every request, for writing by Close: it waits for them
-	closed  bool         // guarded by ops
-	changes *prometheus.CounterVec
+	ops    sync.RWMutex // held for reading by every request, for writing by Close: it waits for them
+	closed bool         // guarded by ops
+
+	cmu    sync.Mutex // guards counts
+	counts map[RequestKind]int64
+}
+
+// RequestKind is a kind of request and its outcome, the key of
+// Service.Requests.
+type RequestKind struct {
+	// Section is "desired", "reported" or "delete".
+	Section string
+	// Outcome is "accepted", "conflict", "too_large", "bad_request",
+	// "not_found" or "error".
+	Outcome string
 }
 
 // Log field names.
@@ -122,19 +143,30 @@ const (
 	outcomeError      = "error"
 )
 
+// Open returns a service over the backend open returns; open gets the
+// service's topic, logger and the function that tells its watchers of a
+// change.
+func Open(o Options, open func(BackendEnv) (Backend, error)) (*Service, error) {
+	s, err := newService(o)
+	if err != nil {
+		return nil, err
+	}
+	if s.b, err = open(BackendEnv{Topic: s.opts.Topic, Notify: s.tell, Log: s.log}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 func newService(o Options) (*Service, error) {
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{opts: o, log: o.Logger.With().Str(logComponent, "shadow").Logger(),
-		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ferrymq_shadow_requests_total",
-			Help: "Device shadow updates and deletes, by section (desired, reported, delete) and outcome (accepted, conflict, too_large, bad_request, not_found, error).",
-		}, []string{logSection, logOutcome})}
-	s.notify = s.tell
-	return s, nil
+	return &Service{opts: o, log: o.Logger.With().Str(logComponent, "shadow").Logger(), counts: map[RequestKind]int64{}}, nil
 }
+
+// Backend is the backend the service runs over.
+func (s *Service) Backend() Backend { return s.b }
 
 // Limits are the service's limits, with defaults filled in.
 func (s *Service) Limits() Limits { return s.opts.Limits }
@@ -142,8 +174,8 @@ func (s *Service) Limits() Limits { return s.opts.Limits }
 // Topic is the core topic of the service's events.
 func (s *Service) Topic() string { return s.opts.Topic }
 
-// Watch calls fn with every accepted change from now on — with OpenKV,
-// every node's. fn runs on the goroutine that stored the change, or on the
+// Watch calls fn with every accepted change from now on — with a backend
+// shared by nodes (package bucket), every node's, a change possibly twice. fn runs on the goroutine that stored the change, or on the
 // bucket watcher's: it must not block.
 func (s *Service) Watch(fn func(*Event)) {
 	s.wmu.Lock()
@@ -178,7 +210,7 @@ func (s *Service) Get(ctx context.Context, id string) (*Document, error) {
 	if err := ValidClientID(id); err != nil {
 		return nil, err
 	}
-	ev, _, err := s.b.load(ctx, id, false)
+	ev, _, err := s.b.Load(ctx, id, false)
 	if err != nil {
 		return nil, fmt.Errorf("shadow of %s: %w", id, err)
 	}
@@ -246,7 +278,7 @@ func (s *Service) changeOnce(ctx context.Context, id string, next func(cur *Even
 		return nil, err
 	}
 	for range maxRaces {
-		cur, rev, err := s.b.load(ctx, id, true)
+		cur, rev, err := s.b.Load(ctx, id, true)
 		if err != nil {
 			return nil, fmt.Errorf("shadow of %s: %w", id, err)
 		}
@@ -254,10 +286,10 @@ func (s *Service) changeOnce(ctx context.Context, id string, next func(cur *Even
 		if err != nil {
 			return nil, err
 		}
-		switch err := s.b.save(ctx, id, rev, ev); {
+		switch err := s.b.Save(ctx, id, rev, ev); {
 		case err == nil:
 			return ev, nil
-		case errors.Is(err, errStale):
+		case errors.Is(err, ErrStale):
 			continue
 		default:
 			return nil, fmt.Errorf("store shadow of %s: %w", id, err)
@@ -304,7 +336,9 @@ func (s *Service) apply(cur *Event, id string, u Update, now int64) (*Event, err
 // count records a request's outcome; refused ones get a debug line.
 func (s *Service) count(id, label string, err error) {
 	outcome := outcomeOf(err)
-	s.changes.WithLabelValues(label, outcome).Inc()
+	s.cmu.Lock()
+	s.counts[RequestKind{Section: label, Outcome: outcome}]++
+	s.cmu.Unlock()
 	if err != nil {
 		s.log.Debug().Err(err).Str(logClient, id).Str(logSection, label).Str(logOutcome, outcome).Msg("shadow request refused")
 	}
@@ -327,14 +361,17 @@ func outcomeOf(err error) string {
 	}
 }
 
-// Describe implements prometheus.Collector.
-func (s *Service) Describe(ch chan<- *prometheus.Desc) { s.changes.Describe(ch) }
+// Requests counts the requests since Open by section and outcome (what
+// ferrymq_shadow_requests_total exports).
+func (s *Service) Requests() map[RequestKind]int64 {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	return maps.Clone(s.counts)
+}
 
-// Collect implements prometheus.Collector.
-func (s *Service) Collect(ch chan<- prometheus.Metric) { s.changes.Collect(ch) }
-
-// Close stops the service (and its bucket watcher, with OpenKV), after
-// the embedded backend wrote its snapshot. Safe to call twice.
+// Close waits for the requests in flight, then closes the backend (the
+// embedded one writes its snapshot, a bucket's stops its watcher). Safe
+// to call twice.
 func (s *Service) Close() error {
 	s.ops.Lock()
 	was := s.closed
@@ -343,5 +380,5 @@ func (s *Service) Close() error {
 	if was {
 		return nil
 	}
-	return s.b.close()
+	return s.b.Close()
 }

@@ -121,7 +121,7 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	if n.devices != nil { // attached to the engine through the bridge
-		n.gateway.Registry().MustRegister(n.shadows, n.devices)
+		n.gateway.Registry().MustRegister(newShadowCollector(n.shadows), n.devices)
 		n.devices.Start()
 	}
 	n.anonymous = n.anonymousListeners(n.gateway)

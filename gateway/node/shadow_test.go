@@ -294,6 +294,10 @@ func TestShadowsOverMQTTAndBackends(t *testing.T) {
 	require.NoError(t, err)
 	defer shutdown(t, n)
 	shadowsStory(t, n, n)
+	code, metrics := httpGet(t, n, "/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, metrics, `ferrymq_shadow_requests_total{outcome="conflict",section="desired"} 4`, "two per device: HTTP and wire")
+	require.Contains(t, metrics, `ferrymq_shadow_mqtt_sends_total{kind="connect",outcome="sent"} 2`)
 
 	for _, id := range []string{"car-v5", "car-v3"} {
 		msgs, err := n.Broker().FindByKey(t.Context(), shadow.DefaultTopic, id, core.KeyQuery{Max: 100})

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ferrymq/ferrymq/core/shadow"
+	"github.com/ferrymq/ferrymq/core/shadow/bucket"
 	"github.com/ferrymq/ferrymq/gateway/engine"
 	"github.com/ferrymq/ferrymq/gateway/shadowmqtt"
 )
@@ -42,8 +45,8 @@ func (n *Node) startShadowsNATS(ctx context.Context) error {
 		return nil
 	}
 	return n.whileUnavailable(ctx, "device shadows", func() (err error) {
-		n.shadows, err = shadow.OpenKV(ctx, n.engine.JetStream(), n.engine, n.shadowOptions(),
-			shadow.KVOptions{Replicas: nc.Replicas, Timeout: nc.Timeout})
+		n.shadows, err = bucket.Open(ctx, n.engine.JetStream(), n.engine, n.shadowOptions(),
+			bucket.Options{Replicas: nc.Replicas, Timeout: nc.Timeout})
 		return err
 	})
 }
@@ -71,4 +74,24 @@ func (n *Node) stopShadows() error {
 		n.shadows = nil
 	}
 	return errors.Join(errs...)
+}
+
+// shadowCollector exports the shadow service's request counts.
+type shadowCollector struct {
+	svc      *shadow.Service
+	requests *prometheus.Desc
+}
+
+func newShadowCollector(svc *shadow.Service) *shadowCollector {
+	return &shadowCollector{svc: svc, requests: prometheus.NewDesc("ferrymq_shadow_requests_total",
+		"Device shadow updates and deletes since start, by section (desired, reported, delete) and outcome (accepted, conflict, too_large, bad_request, not_found, error).",
+		[]string{"section", "outcome"}, nil)}
+}
+
+func (c *shadowCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.requests }
+
+func (c *shadowCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, v := range c.svc.Requests() {
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(v), k.Section, k.Outcome)
+	}
 }
