@@ -175,8 +175,10 @@ func (s *Service) Limits() Limits { return s.opts.Limits }
 func (s *Service) Topic() string { return s.opts.Topic }
 
 // Watch calls fn with every accepted change from now on — with a backend
-// shared by nodes (package bucket), every node's, a change possibly twice. fn runs on the goroutine that stored the change, or on the
-// bucket watcher's: it must not block.
+// shared by nodes (package bucket), every node's, a change possibly
+// twice. fn runs on the goroutine that stored the change (the embedded
+// backend: under the device's lock, so one device's changes in order), or
+// on the bucket watcher's: it must not block nor call the service.
 func (s *Service) Watch(fn func(*Event)) {
 	s.wmu.Lock()
 	s.watches = append(s.watches, fn)
