@@ -228,7 +228,14 @@ func New(o Options) (*Hook, error) {
 
 // Attach gives the hook the engine it delivers downlink commands through.
 // Call it once, before the engine starts.
-func (h *Hook) Attach(e *engine.Engine) { h.e = e }
+func (h *Hook) Attach(e *engine.Engine) {
+	h.e = e
+	for _, i := range h.opts.Interceptors { // they answer devices through it
+		if a, ok := i.(interface{ Attach(*engine.Engine) }); ok {
+			a.Attach(e)
+		}
+	}
+}
 
 // Collectors returns the bridge's metrics for a Prometheus registry.
 func (h *Hook) Collectors() []prometheus.Collector { return h.m.collectors() }

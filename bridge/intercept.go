@@ -10,7 +10,10 @@ import (
 // the gateway answers them itself ("$rpc/…" device answers to synchronous
 // calls, "$shadow/…" device shadow requests). An intercepted publish is
 // never stored in the core nor delivered to MQTT subscribers; the engine
-// has checked it against the ACL before the bridge sees it.
+// has checked it against the ACL before the bridge sees it. An
+// Interceptor that is also an engine.Presence hears every connection come
+// and go (the bridge being the engine's Presence), and one with an
+// Attach(*engine.Engine) method gets the engine when the bridge does.
 type Interceptor interface {
 	// Prefix is the topic prefix taken, e.g. "$shadow/".
 	Prefix() string

@@ -59,7 +59,8 @@ const (
 // replaced) and the connected event are stored before anything the client
 // can do after its CONNACK — including being taken over itself. Commands
 // held for the client go out after its CONNACK.
-func (h *Hook) Connected(c *engine.Client, _ bool, replaced *engine.Client) {
+func (h *Hook) Connected(c *engine.Client, present bool, replaced *engine.Client) {
+	h.interceptorsPresence(func(p engine.Presence) { p.Connected(c, present, replaced) })
 	traced := false
 	if all, topics := h.opts.Trace.Traced(); all || len(topics) > 0 {
 		traced = true
@@ -86,6 +87,7 @@ func (h *Hook) Connected(c *engine.Client, _ bool, replaced *engine.Client) {
 // the connection was taken over (the new connection's takeover event says
 // it). reason is the engine's: the Reason… names below.
 func (h *Hook) Disconnected(c *engine.Client, reason string, cause error, takenOver bool) {
+	h.interceptorsPresence(func(p engine.Presence) { p.Disconnected(c, reason, cause, takenOver) })
 	h.conns.Delete(c)
 	h.wake(c.ID())
 	if takenOver || h.opts.DisableEvents {
@@ -302,4 +304,15 @@ func appendJSONString(b []byte, s string) []byte {
 		i += size
 	}
 	return append(b, '"')
+}
+
+// interceptorsPresence calls f with each interceptor that hears
+// connections (an engine.Presence): the shadows' send a device its delta
+// when it connects.
+func (h *Hook) interceptorsPresence(f func(engine.Presence)) {
+	for _, i := range h.opts.Interceptors {
+		if p, ok := i.(engine.Presence); ok {
+			f(p)
+		}
+	}
 }

@@ -128,7 +128,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure throughput and latency against a running server",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchCoreCmd(), newBenchTableCmd(), newBenchMQTTCmd(), newBenchTortureCmd(), newBenchTailCmd(), newBenchReplayCmd(), newBenchRPCCmd())
+	cmd.AddCommand(newBenchCoreCmd(), newBenchTableCmd(), newBenchMQTTCmd(), newBenchTortureCmd(), newBenchTailCmd(), newBenchReplayCmd(), newBenchRPCCmd(), newBenchShadowCmd())
 	return cmd
 }
 

@@ -34,6 +34,7 @@ import (
 //	  cold_read_bytes_per_sec: 0             # all groups' together; 0: no bound
 //	  cold_read_max_bytes: 262144            # the most one answer returns from behind it; -1: a read's whole 4 MiB
 //	delay: {max_delay: 960h, max_hold: 18h12m16s}
+//	shadows: {max_bytes: 8192, max_depth: 6}
 //	trace: {all: false, topics: [telemetry], node: gw-1, sample: 1.0}
 //	retry: {schedule: [10s, 30s, 1m, …], max_attempts: 16}
 //	transactions: {first_check: 6s, check_interval: 30s, max_checks: 15, max_pending: 100000}
@@ -71,6 +72,12 @@ type fileConfig struct {
 		MaxDelay duration `yaml:"max_delay"`
 		MaxHold  duration `yaml:"max_hold"`
 	} `yaml:"delay"`
+	Shadows struct {
+		// MaxBytes bounds a shadow's desired + reported as JSON (0: 8 KiB);
+		// MaxDepth their nesting (0: 6).
+		MaxBytes int `yaml:"max_bytes"`
+		MaxDepth int `yaml:"max_depth"`
+	} `yaml:"shadows"`
 	Retry struct {
 		Schedule    []duration `yaml:"schedule"`
 		MaxAttempts int        `yaml:"max_attempts"`

@@ -19,6 +19,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/httpapi"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/shadow"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/txn"
 	"github.com/ferrymq/ferrymq/core/wire"
@@ -149,6 +150,8 @@ func TestSampleConfigParses(t *testing.T) {
 
 		{"delay.max_delay", cfg.Delay.MaxDelay, d("960h")},
 		{"delay.max_hold", cfg.Delay.MaxHold, d("18h12m16s")},
+		{"shadows.max_bytes", cfg.Shadows.MaxBytes, shadow.DefaultMaxBytes},
+		{"shadows.max_depth", cfg.Shadows.MaxDepth, shadow.DefaultMaxDepth},
 		{"retry.schedule", cfg.Retry.Schedule, []duration{d("10s"), d("30s"), d("1m"), d("2m"), d("3m"), d("4m"), d("5m"), d("6m"),
 			d("7m"), d("8m"), d("9m"), d("10m"), d("20m"), d("30m"), d("1h"), d("2h")}},
 		{"retry.max_attempts", cfg.Retry.MaxAttempts, 16},

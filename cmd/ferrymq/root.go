@@ -22,7 +22,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newServeCmd(), newVersionCmd(),
 		newProduceCmd(), newConsumeCmd(), newTopicCmd(), newGroupCmd(), newMsgCmd(), newTraceCmd(), newBenchCmd(),
-		newAuthCmd(), newAlarmCmd(), newNodesCmd(), newRPCCmd(), newDeviceCmd())
+		newAuthCmd(), newAlarmCmd(), newNodesCmd(), newRPCCmd(), newDeviceCmd(), newShadowCmd())
 	return root
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/ferrymq/ferrymq/auth"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/shadow"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
@@ -334,7 +335,8 @@ func (o *serveOptions) nodeOptions(cfg fileConfig, out io.Writer) (node.Options,
 			Transactions: txn.Options{FirstCheck: time.Duration(cfg.Transactions.FirstCheck), CheckInterval: time.Duration(cfg.Transactions.CheckInterval),
 				MaxChecks: cfg.Transactions.MaxChecks, MaxPending: cfg.Transactions.MaxPending},
 		},
-		Delay: &delay.Options{MaxDelay: time.Duration(cfg.Delay.MaxDelay), MaxHold: time.Duration(cfg.Delay.MaxHold), DisableAutoCreate: noAutoCreate},
+		Delay:   &delay.Options{MaxDelay: time.Duration(cfg.Delay.MaxDelay), MaxHold: time.Duration(cfg.Delay.MaxHold), DisableAutoCreate: noAutoCreate},
+		Shadows: &shadow.Options{Limits: shadow.Limits{MaxBytes: cfg.Shadows.MaxBytes, MaxDepth: cfg.Shadows.MaxDepth}},
 		Trace: &trace.Options{All: cfg.Trace.All, Topics: cfg.Trace.Topics, Node: cmp.Or(cfg.Trace.Node, hostname()),
 			Sample: cfg.Trace.Sample, Flush: o.flush},
 		HTTPAddr:         o.httpAddr,

@@ -381,6 +381,9 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 
 	case wire.OpCall:
 		return c.call(f)
+
+	case wire.OpShadowGet, wire.OpShadowUpdate, wire.OpShadowDelete:
+		return c.shadowOp(f)
 	}
 	return nil, &wire.Error{Code: wire.CodeUnknownOp, Message: "unknown op " + f.Op.String()}
 }

@@ -71,6 +71,9 @@ type Options struct {
 	// Calls, when set, answers OpCall: synchronous calls to devices.
 	// Nil: CodeNotEnabled.
 	Calls Caller
+	// Shadows, when set, serves device shadows (shadow.go); nil answers
+	// their ops wire.CodeNotEnabled.
+	Shadows Shadows
 	// Version is reported in OpHello; default "ferrymq".
 	Version string
 	// Trace, when set, records the hops of traced messages produced over

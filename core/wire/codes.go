@@ -13,6 +13,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/query"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/shadow"
 	"github.com/ferrymq/ferrymq/core/txn"
 )
 
@@ -122,6 +123,12 @@ var sentinels = []struct {
 	{CodeNotConnected, ErrDeviceNotConnected},
 	{CodeDeviceTimeout, ErrDeviceTimeout},
 	{CodeBadRequest, retry.ErrInvalidMax},
+	{CodeVersionConflict, shadow.ErrVersionConflict},
+	{CodeShadowNotFound, shadow.ErrNotFound},
+	{CodeShadowTooLarge, shadow.ErrTooLarge},
+	{CodeBadRequest, shadow.ErrBadRequest},
+	{CodeShuttingDown, shadow.ErrClosed},
+	{CodeOverloaded, shadow.ErrBusy},
 	{CodeBadRequest, ErrBadPayload},
 	{CodeFrameTooLarge, ErrFrameTooLarge},
 	{CodeBadFrame, ErrBadFrame},

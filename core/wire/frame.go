@@ -212,7 +212,8 @@ var opNames = map[Op]string{OpHello: "hello", OpPing: "ping", OpProduce: "produc
 	OpFindByKey: "find-by-key", OpCancelDelay: "cancel-delayed", OpListDelayed: "list-delayed", OpTrace: "trace", OpQuery: "query",
 	OpCheckTxn: "check-transaction", OpTxnHalf: "transaction-half", OpTxnEnd: "transaction-end",
 	OpTxnRegister: "transaction-register", OpTxnList: "transaction-list", OpCluster: "cluster",
-	OpCall: "call"}
+	OpCall:      "call",
+	OpShadowGet: "shadow-get", OpShadowUpdate: "shadow-update", OpShadowDelete: "shadow-delete"}
 
 // Known reports whether op is an operation of this protocol version.
 func (op Op) Known() bool {

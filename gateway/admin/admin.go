@@ -161,6 +161,9 @@ func (a *api) endpoints() []endpoint {
 		{http.MethodGet, pathRetainedOne, a.getRetained},
 		{http.MethodDelete, pathRetainedOne, a.clearRetained},
 		{http.MethodPost, pathDeviceRPC, a.callDevice},
+		{http.MethodGet, pathShadow, a.getShadow},
+		{http.MethodPatch, pathShadow, a.updateShadow},
+		{http.MethodDelete, pathShadow, a.deleteShadow},
 	}
 }
 

@@ -20,6 +20,9 @@
 //	GET    /api/v1/retained/{topic...}                  one retained message
 //	DELETE /api/v1/retained/{topic...}                  clear a retained message
 //	POST   /api/v1/devices/{id}/rpc                     a synchronous call to a device {payload | payload_base64, timeout_ms}
+//	GET    /api/v1/devices/{id}/shadow                  a device shadow; 404 shadow_not_found
+//	PATCH  /api/v1/devices/{id}/shadow                  merge {state: {desired}, version}; 409 version_conflict, 413 shadow_too_large
+//	DELETE /api/v1/devices/{id}/shadow                  delete it (?version=N); 409 version_conflict
 //
 // docs/http-api.md ("Admin API") has examples, docs/openapi.yaml the
 // shapes.
@@ -28,7 +31,7 @@
 //
 // The caller mounts the handler (Patterns) behind the same token check as
 // the rest of /api/, so reads need what every API call needs. Writes —
-// every POST and DELETE — additionally need Options.AllowWrites, or a
+// every POST, PATCH and DELETE — additionally need Options.AllowWrites, or a
 // request that Options.Authorize accepts (BearerAuthorizer checks the
 // bearer token); otherwise they answer 401 unauthorized (Authorize set) or
 // 403 writes_disabled (the API is read-only). The check runs before the

@@ -14,6 +14,7 @@ import (
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/group"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/shadow"
 	"github.com/ferrymq/ferrymq/gateway"
 	"github.com/ferrymq/ferrymq/gateway/rpc"
 	"github.com/ferrymq/ferrymq/session"
@@ -65,6 +66,9 @@ type Options struct {
 	Calls *rpc.Service
 	// Sessions adds the session store's figures to GET /api/v1/node.
 	Sessions *session.Store
+	// Shadows serves /api/v1/devices/{id}/shadow. Nil: 501
+	// shadows_disabled.
+	Shadows *shadow.Service
 
 	// Node names this node in GET /api/v1/node.
 	Node string

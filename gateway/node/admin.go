@@ -51,7 +51,7 @@ func (o *Options) summary() ConfigSummary {
 func (n *Node) adminHandler(withCore bool) (http.Handler, error) {
 	cfg := n.summary
 	cfg.TokenSet = n.token != "" // given or generated
-	opts := admin.Options{Gateway: n.gateway, Calls: n.rpc, Sessions: n.sessions,
+	opts := admin.Options{Gateway: n.gateway, Calls: n.rpc, Sessions: n.sessions, Shadows: n.shadows,
 		Node: cmp.Or(n.nodeName, hostname()), Version: n.version(), Config: cfg, Started: time.Now(),
 		Authorize: admin.BearerAuthorizer(n.token), AllowWrites: n.token == "", Logger: n.log}
 	if withCore {

@@ -60,6 +60,20 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 		return fmt.Errorf("device calls: %w", err)
 	}
 	bo.Interceptors = append(slices.Clip(bo.Interceptors), n.rpc)
+	if o.Auth != nil {
+		hook, closers, err := newAuth(o.Auth, n.log)
+		n.closers = append(n.closers, closers...)
+		if err != nil {
+			return err
+		}
+		hooks.Auth, hooks.ACL, hooks.Limits = hook, hook, hook
+	}
+	if err := n.newShadowDevices(hooks.ACL); err != nil {
+		return fmt.Errorf("device shadows: %w", err)
+	}
+	if n.devices != nil {
+		bo.Interceptors = append(bo.Interceptors[:len(bo.Interceptors):len(bo.Interceptors)], n.devices)
+	}
 	if n.bridge, err = bridge.New(bo); err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
@@ -77,14 +91,6 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 			return fmt.Errorf("mqtt tls listener %d: %w", i+1, err)
 		}
 		gwo.Listeners = append(gwo.Listeners, gateway.Listener{Name: t.Name, Type: t.Type, Addr: t.Addr, Path: t.Path, TLS: cfg})
-	}
-	if o.Auth != nil {
-		hook, closers, err := newAuth(o.Auth, n.log)
-		n.closers = append(n.closers, closers...)
-		if err != nil {
-			return err
-		}
-		hooks.Auth, hooks.ACL, hooks.Limits = hook, hook, hook
 	}
 	if hooks.Sessions == nil && n.sessions != nil {
 		hooks.Sessions = n.sessions
@@ -130,6 +136,10 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 	n.gateway.Registry().MustRegister(n.rpc.Collectors()...)
 	if err := n.rpc.Start(); err != nil {
 		return fmt.Errorf("device calls: %w", err)
+	}
+	if n.devices != nil { // attached to the engine through the bridge
+		n.gateway.Registry().MustRegister(newShadowCollector(n.shadows), n.devices)
+		n.devices.Start()
 	}
 	n.anonymous = n.anonymousListeners(n.gateway)
 	for _, a := range n.anonymous {

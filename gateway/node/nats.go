@@ -103,6 +103,9 @@ func (n *Node) startNATS(ctx context.Context) error {
 		}
 		bo.Broker, bo.MaxDelay = n.producer.Broker(), cmp.Or(bo.MaxDelay, n.producer.MaxDelay())
 	}
+	if err := n.startShadowsNATS(ctx); err != nil {
+		return err // it names the step
+	}
 	if err := n.newGateway(bo, nil); err != nil {
 		return err
 	}

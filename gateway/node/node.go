@@ -27,6 +27,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
+	"github.com/ferrymq/ferrymq/core/shadow"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
@@ -36,6 +37,7 @@ import (
 	"github.com/ferrymq/ferrymq/gateway/cluster"
 	"github.com/ferrymq/ferrymq/gateway/dashboard"
 	"github.com/ferrymq/ferrymq/gateway/rpc"
+	"github.com/ferrymq/ferrymq/gateway/shadowmqtt"
 	"github.com/ferrymq/ferrymq/session"
 )
 
@@ -91,6 +93,8 @@ type Node struct {
 	alarmLog    *alarm.Log                   // where alarms stores its events (nil: in memory only)
 	services    atomic.Pointer[coreServices] // the current term's, for health and alarms
 	anonymous   []AnonymousListener          // set once the gateway is bound
+	shadows     *shadow.Service              // Options.Shadows (not with CoreRemote)
+	devices     *shadowmqtt.Devices          // the shadows' MQTT topics
 }
 
 // New builds a node and starts it: when New returns, every listener is
@@ -174,6 +178,9 @@ func (n *Node) startEmbedded() error {
 		n.trace.Start()
 	}
 	if err := n.startDelay(); err != nil {
+		return err
+	}
+	if err := n.startShadowsEmbedded(); err != nil {
 		return err
 	}
 	if o.Core != nil {
@@ -409,6 +416,9 @@ func (n *Node) startCoreServer(broker core.Broker, placement func(context.Contex
 		Trace: n.trace, Cluster: n.clusterInfo, Token: n.token, Version: n.version(), Calls: deviceCalls{n}, Logger: n.log}
 	if placement == nil {
 		so.Groups, so.Retry, so.Pop, so.Delay, so.Txn = n.groups, n.retry, n.pop, n.delay, n.txn
+	}
+	if n.shadows != nil { // not a typed nil in the interface
+		so.Shadows = n.shadows
 	}
 	var err error
 	if n.core, err = server.New(so); err != nil {
@@ -653,6 +663,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.sessions = nil
 	}
 	errs = append(errs, n.stopCore(ctx))
+	errs = append(errs, n.stopShadows()) // after the gateway, the HTTP API and the core port, before the store or engine
 	if n.trace != nil {
 		errs = append(errs, n.trace.Close()) // after everything that records
 		n.trace = nil
@@ -802,6 +813,9 @@ func (n *Node) Groups() *group.Coordinator {
 	}
 	return n.groups
 }
+
+// Shadows is the device shadow service (Options.Shadows), or nil.
+func (n *Node) Shadows() *shadow.Service { return n.shadows }
 
 // Token is what callers of the core port and the HTTP API present ("" when
 // none is needed), generated or given.

@@ -11,6 +11,7 @@ import (
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/core/retry"
+	"github.com/ferrymq/ferrymq/core/shadow"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
@@ -85,6 +86,15 @@ type Options struct {
 	// gateway's hops go to the remote core's trace topic, with no Flush.
 	// Nil: none.
 	Trace *trace.Options
+	// Shadows serves device shadows (docs/commands.md, "Device shadows"):
+	// MQTT topics $shadow/…, the core port's shadow ops, the admin API's
+	// /api/v1/devices/{id}/shadow; every change an event on the topic
+	// device-shadows. With the embedded engine the topic is their record
+	// (snapshot in DataDir/shadows); with EngineNATS the latest documents
+	// live in the bucket ferrymq_shadows, shared by the nodes (not on a
+	// read-only standby). Its Logger defaults to the node's. Nil: none;
+	// ignored with CoreRemote.
+	Shadows *shadow.Options
 	// HTTPAddr serves the HTTP API, the admin API, the dashboard and
 	// /metrics /stats /healthz /readyz. Empty: no HTTP server.
 	HTTPAddr string

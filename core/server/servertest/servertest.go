@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymq/ferrymq/core/pop"
 	"github.com/ferrymq/ferrymq/core/retry"
 	"github.com/ferrymq/ferrymq/core/server"
+	"github.com/ferrymq/ferrymq/core/shadow"
 	"github.com/ferrymq/ferrymq/core/store"
 	"github.com/ferrymq/ferrymq/core/trace"
 	"github.com/ferrymq/ferrymq/core/txn"
@@ -32,7 +33,9 @@ type Env struct {
 	Pop    *pop.Service
 	Delay  *delay.Service
 	Txn    *txn.Service
-	Server *server.Server
+	// Shadows is the shadow service (Options.Shadows), or nil.
+	Shadows *shadow.Service
+	Server  *server.Server
 	// Trace is the recorder the parts share; nil unless Options.Trace.
 	Trace *trace.Recorder
 	Addr  string
@@ -59,6 +62,9 @@ type Options struct {
 	// GroupsBroker, when set, is what the group coordinator reads instead
 	// of the store itself (a test wraps the store to count its reads).
 	GroupsBroker func(*store.Store) core.Broker
+	// Shadows, when set, serves device shadows with these options over
+	// the store (snapshot in Dir/shadows): Env.Shadows.
+	Shadows *shadow.Options
 	// ServerBroker, when set, wraps what the server's own requests
 	// (produce, read, admin) go to — a test injects faults with it.
 	ServerBroker func(core.Broker) core.Broker
@@ -126,13 +132,19 @@ func Start(t testing.TB, o Options) *Env {
 	if o.ServerBroker != nil {
 		so.Broker = o.ServerBroker(so.Broker)
 	}
+	var sh *shadow.Service
+	if o.Shadows != nil {
+		sh, err = shadow.OpenLog(context.Background(), st, filepath.Join(o.Dir, "shadows"), *o.Shadows, shadow.LogOptions{})
+		require.NoError(t, err)
+		so.Shadows = sh
+	}
 	if so.Trace == nil {
 		so.Trace = rec
 	}
 	srv, err := server.New(so)
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
-	e := &Env{Dir: o.Dir, Store: st, Groups: gc, Retry: rs, Pop: ps, Delay: ds, Txn: ts, Server: srv, Trace: rec, Addr: srv.Addr().String()}
+	e := &Env{Dir: o.Dir, Store: st, Groups: gc, Retry: rs, Pop: ps, Delay: ds, Txn: ts, Shadows: sh, Server: srv, Trace: rec, Addr: srv.Addr().String()}
 	stopped := false
 	e.stop = func() {
 		if stopped {
@@ -142,6 +154,9 @@ func Start(t testing.TB, o Options) *Env {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
+		if sh != nil {
+			_ = sh.Close()
+		}
 		_ = ts.Close()
 		_ = ds.Close()
 		_ = ps.Close()
