@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	natstest.MaybeChild()
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...)
 }
 
 // TestServeOpensAndClosesStore runs `ferrymq serve` in-process until its

@@ -47,9 +47,16 @@ func RunLeafPair(t testing.TB, primary, standby string, opts ...Option) (p, s *S
 }
 
 // IgnoreServerGoroutines are goleak options for what an in-process
-// nats-server leaves running for a moment after its Shutdown: a mirror
-// stream's consumer set-up goroutine waits out its retry timer before it
-// sees the server is gone (nats-server's own, not the code under test).
+// nats-server leaves running after its Shutdown (nats-server's own, not the
+// code under test): a mirror stream's consumer set-up goroutine waits out
+// its retry timer before it sees the server is gone; and a stream's file
+// store created while the server shuts down — a test that stops NATS under
+// a node still creating its streams — is never stopped, so its state
+// flusher and the store-wide access-time ticker it registered keep running.
 func IgnoreServerGoroutines() []goleak.Option {
-	return []goleak.Option{goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*stream).setupMirrorConsumer.func3")}
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*stream).setupMirrorConsumer.func3"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
+	}
 }
