@@ -49,7 +49,7 @@ func (h *Hook) produceQoS2(clientID string, id uint64, msg *core.Message, tr *up
 	go func() {
 		defer h.produces.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), qos2LookTimeout)
-		found, err := h.findQoS2(ctx, msg.Topic, clientID, id)
+		found, err := h.findQoS2(ctx, msg.Topic, clientID, msg.ShardingKey, id)
 		cancel()
 		switch {
 		case err != nil:
@@ -67,11 +67,11 @@ func (h *Hook) produceQoS2(clientID string, id uint64, msg *core.Message, tr *up
 	}()
 }
 
-// findQoS2 returns the message of topic that clientID published under
+// findQoS2ByKey returns the message of topic that clientID published under
 // QoS2ID id, or nil. It reads the client's messages stored from the ID's
 // time on (the client ID is always one of a bridged message's keys),
 // page by page.
-func (h *Hook) findQoS2(ctx context.Context, topic, clientID string, id uint64) (*core.StoredMessage, error) {
+func (h *Hook) findQoS2ByKey(ctx context.Context, topic, clientID string, id uint64) (*core.StoredMessage, error) {
 	want := strconv.FormatUint(id, 10)
 	begin := time.Unix(0, int64(id)).Add(-qos2ClockSlack)
 	seen := map[core.MessageID]bool{}
@@ -104,6 +104,30 @@ func (h *Hook) findQoS2(ctx context.Context, topic, clientID string, id uint64) 
 	// stored again rather than refused for ever.
 	h.log.Warn().Str(logClient, clientID).Str("topic", topic).Msg("qos 2 resend after a restart: look ended unfinished; stored again")
 	return nil, nil
+}
+
+// findQoS2 looks by key first (findQoS2ByKey), then, where the core can,
+// in the queues of the message's sharding key (every queue without one):
+// the JetStream engine's key index may miss a message whose process was
+// killed right after storing it.
+func (h *Hook) findQoS2(ctx context.Context, topic, clientID, shardingKey string, id uint64) (*core.StoredMessage, error) {
+	found, err := h.findQoS2ByKey(ctx, topic, clientID, id)
+	if err != nil || found != nil {
+		return found, err
+	}
+	qs, ok := h.core.(queueScanner)
+	if !ok {
+		return nil, nil
+	}
+	want := strconv.FormatUint(id, 10)
+	begin := time.Unix(0, int64(id)).Add(-qos2ClockSlack)
+	found, err = qs.scanKeyQueues(ctx, topic, shardingKey, begin, qos2Page*qos2MaxPages, func(sm *core.StoredMessage) bool {
+		return sm.Properties[PropQoS2ID] == want && sm.Properties[PropClientID] == clientID
+	})
+	if err != nil {
+		return nil, fmt.Errorf("look for qos 2 publish %s of %q in %s's queues: %w", want, clientID, topic, err)
+	}
+	return found, nil
 }
 
 // qos2Of returns m's QoS2ID, for a QoS 2 publish.

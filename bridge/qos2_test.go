@@ -18,6 +18,9 @@ import (
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/brokertest"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ferrymq/ferrymq/core/jetstream"
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 	"github.com/ferrymq/ferrymq/core/store"
@@ -297,11 +300,33 @@ func TestQoS2ResendAfterCrashStoredOnceV5(t *testing.T) {
 		{"embedded", func(t *testing.T) coreSpot { return embeddedCore(t.TempDir()) }},
 		{"jetstream", func(t *testing.T) coreSpot { return jetstreamCore(natstest.RunServer(t, natstest.SyncAlways()).URL) }},
 	} {
-		t.Run(c.name, func(t *testing.T) { resendAfterCrashV5(t, c.spot(t)) })
+		t.Run(c.name, func(t *testing.T) { resendAfterCrashV5(t, c.spot(t), nil) })
 	}
+	// The JetStream engine writes a message's key-index entry after the
+	// message: a process killed in between leaves the message out of
+	// FindByKey. The look then finds it in the queue of its key.
+	t.Run("jetstream without the key index", func(t *testing.T) {
+		url := natstest.RunServer(t, natstest.SyncAlways()).URL
+		resendAfterCrashV5(t, jetstreamCore(url), func() {
+			nc, err := nats.Connect(url)
+			require.NoError(t, err)
+			defer nc.Close()
+			js, err := natsjs.New(nc)
+			require.NoError(t, err)
+			keys, err := js.Stream(t.Context(), "FMQ__KEYS")
+			require.NoError(t, err)
+			require.NoError(t, keys.Purge(t.Context()))
+			info, err := keys.Info(t.Context())
+			require.NoError(t, err)
+			require.Zero(t, info.State.Msgs, "every key-index entry gone")
+		})
+	})
 }
 
-func resendAfterCrashV5(t *testing.T, cs coreSpot) {
+// resendAfterCrashV5: packet ID 7 completes, is reused, and the process
+// dies after the core stored the second message; afterCrash, if set, runs
+// then (before the restart). The resend is answered and stored once.
+func resendAfterCrashV5(t *testing.T, cs coreSpot, afterCrash func()) {
 	sessDir := t.TempDir()
 	cp := &packets.Connect{ClientID: "car-8", ProtocolName: "MQTT", ProtocolVersion: 5, KeepAlive: 30, CleanStart: true,
 		Properties: &packets.Properties{SessionExpiryInterval: u32(300)}}
@@ -330,6 +355,9 @@ func resendAfterCrashV5(t *testing.T, cs coreSpot) {
 	}
 	g.stop(t, cc.release)
 	dev.close()
+	if afterCrash != nil {
+		afterCrash()
+	}
 
 	g = startGateway(t, cs, sessDir, nil)
 	dev = dialRaw(t, g.addr, cp)

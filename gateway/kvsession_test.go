@@ -461,3 +461,34 @@ func TestKVSessionsOnCluster(t *testing.T) {
 	c.WaitStreamLeader(t, "KV_"+kvBucket, 30*time.Second)
 	move(b, a, "two")
 }
+
+// With its sessions in a bucket, a QoS 2 publish goes to the core only
+// once the bucket holds its QoS2ID: a node killed after the core stored
+// the message would otherwise leave the client's resend, on another node,
+// nothing to find it by. NATS gone, the ID cannot be stored: the publish
+// is refused (PUBREC 0x80), and nothing reaches the core; a QoS 1 publish
+// still does.
+func TestKVQoS2NotStoredBeforeItsID(t *testing.T) {
+	ns := natstest.RunServer(t)
+	a := kvNode(t, ns.URL, "gw-a", kvFast)
+	expiry := uint32(300)
+	dev := dialV5With(t, a.TCP, &paho.Connect{ClientID: "meter-9", KeepAlive: 30, CleanStart: true,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	_, err := dev.Publish(ctx, &paho.Publish{Topic: "meters/9", QoS: 2, Payload: []byte("before")})
+	require.NoError(t, err, "NATS up: stored")
+	ns.Shutdown()
+
+	r, err := dev.Publish(ctx, &paho.Publish{Topic: "meters/9", QoS: 2, Payload: []byte("during")})
+	require.NotNil(t, r, "%v", err)
+	require.Equal(t, byte(0x80), r.ReasonCode, "its QoS2ID could not be stored: %v", err)
+	_, err = dev.Publish(ctx, &paho.Publish{Topic: "meters/9", QoS: 1, Payload: []byte("qos1")})
+	require.NoError(t, err)
+
+	var bodies []string
+	for _, m := range readAll(t, a.Store, "meters") {
+		bodies = append(bodies, string(m.Body))
+	}
+	require.Equal(t, []string{"before", "qos1"}, bodies)
+}

@@ -487,7 +487,7 @@ func (k *kvBackend) write(it *kvWrite) {
 	s := k.s
 	switch {
 	case it.barrier != nil:
-		close(it.barrier)
+		it.barrier <- k.w.takeFailed(it.lane)
 		return
 	case it.claim:
 		k.claimNow(it)
@@ -497,7 +497,9 @@ func (k *kvBackend) write(it *kvWrite) {
 		it.fence = k.held[it.id]
 		s.mu.Unlock()
 		if it.fence == 0 {
-			s.failed(reasonNotOwner, fmt.Errorf("%w: %q: its claim failed", ErrNotOwner, it.id), it.id, it.what)
+			err := fmt.Errorf("%w: %q: its claim failed", ErrNotOwner, it.id)
+			k.w.fail(it.lane, err)
+			s.failed(reasonNotOwner, err, it.id, it.what)
 			return
 		}
 	}
@@ -533,6 +535,7 @@ func (k *kvBackend) write(it *kvWrite) {
 		k.retainedAcked(it.topic, it.m, rev)
 	}
 	if err != nil {
+		k.w.fail(it.lane, err)
 		s.failed(reasonOf(err), err, it.id, it.what)
 	}
 }

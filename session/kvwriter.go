@@ -42,8 +42,9 @@ type kvWrite struct {
 	// session was stored again meanwhile (a clean start deletes the old
 	// session, then stores the new one).
 	release bool
-	// barrier is closed when the lane reaches it (flush).
-	barrier chan struct{}
+	// barrier gets, when the lane reaches it (flush), the first error of a
+	// write of the lane since its previous barrier (nil: every one made).
+	barrier chan error
 	// topic and m: a retained message's write (m nil: its delete), for
 	// the ack's bookkeeping.
 	topic string
@@ -66,6 +67,9 @@ type kvWriter struct {
 	closing bool // no new writes
 	stopped bool // workers exit
 	drained chan struct{}
+	// failed holds, per lane, the first write that failed or was refused
+	// since the lane's last barrier: a flush reports it.
+	failed map[string]error
 }
 
 func newKVWriter(max int) *kvWriter {
@@ -80,8 +84,10 @@ func (w *kvWriter) enqueue(it *kvWrite) error {
 	defer w.mu.Unlock()
 	switch {
 	case w.closing:
+		w.failLocked(it.lane, ErrClosed)
 		return ErrClosed
 	case w.queued >= w.max && it.barrier == nil:
+		w.failLocked(it.lane, ErrBacklog)
 		return ErrBacklog
 	}
 	l := w.lanes[it.lane]
@@ -137,18 +143,44 @@ func (w *kvWriter) done(l *lane) {
 }
 
 // flush waits until every write queued on lane name before the call was
-// made (or ctx ends).
+// made (or ctx ends); it returns the first error of those writes, or of a
+// write refused since the lane's previous flush.
 func (w *kvWriter) flush(ctx context.Context, name string) error {
-	ch := make(chan struct{})
+	ch := make(chan error, 1)
 	if err := w.enqueue(&kvWrite{lane: name, barrier: ch}); err != nil {
 		return err
 	}
 	select {
-	case <-ch:
-		return nil
+	case err := <-ch:
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// fail records a failed write of lane, for its next flush.
+func (w *kvWriter) fail(lane string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failLocked(lane, err)
+}
+
+func (w *kvWriter) failLocked(lane string, err error) {
+	if w.failed == nil {
+		w.failed = map[string]error{}
+	}
+	if w.failed[lane] == nil {
+		w.failed[lane] = err
+	}
+}
+
+// takeFailed returns and forgets lane's recorded failure (a barrier).
+func (w *kvWriter) takeFailed(lane string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.failed[lane]
+	delete(w.failed, lane)
+	return err
 }
 
 func (w *kvWriter) backlog() int {

@@ -207,8 +207,9 @@ func (s *Store) Load() ([]engine.StoredSession, []*engine.Message, error) {
 }
 
 // Flush returns when the writes of clientID's session made so far are in
-// the bucket (engine.SessionClaimer). A store opened with Open has nothing
-// to wait for: no other node reads its log.
+// the bucket (engine.SessionClaimer), with an error when one of them — or
+// one refused since the previous Flush — failed. A store opened with Open
+// has nothing to wait for: no other node reads its log.
 func (s *Store) Flush(ctx context.Context, clientID string) error {
 	if s.kv == nil {
 		return nil

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"time"
 	"unicode/utf8"
@@ -157,8 +158,14 @@ func (c *conn) handlePublish(first byte, body []byte) error {
 	}
 	slot := &upSlot{pid: pk.PacketID, qos: qos, m: m, deliver: true}
 	dec, res := Deliver, Result{}
+	if qos == 2 && unsureID == 0 {
+		if err := c.syncQoS2(); err != nil {
+			c.e.log.Warn().Err(err).Str(logClient, c.client.id).Msg("qos 2 publish refused: its ID is not in the session store")
+			dec, res = Refuse, Result{Code: UnspecifiedError, Reason: "session store unavailable"}
+		}
+	}
 	var done func(Result)
-	if up := c.e.opts.Hooks.Uplink; up != nil {
+	if up := c.e.opts.Hooks.Uplink; up != nil && dec == Deliver {
 		done = func(r Result) { c.complete(slot, r) }
 		dec, res = up.Publish(c.client, m, done)
 	}
@@ -381,6 +388,32 @@ func (c *conn) takeQoS2(pid uint16, unsureID uint64) uint64 {
 	s.inQoS2 = append(s.inQoS2, inQoS2{pid: pid, id: id, gen: s.generation})
 	c.e.storeInbound(s, pid, id, true)
 	return id
+}
+
+// qos2SyncTimeout bounds the wait for the session store to hold a QoS2ID.
+const qos2SyncTimeout = 10 * time.Second
+
+// syncQoS2 returns once the session store holds the QoS2ID just taken,
+// when the store is shared by several nodes (engine.SessionClaimer: a
+// bucket, whose writes are queued): a node killed after the core stored
+// the message but before the bucket had its ID would leave the client's
+// resend, on another node, nothing to look for. A local log wrote it
+// already: its Flush returns at once. Clean sessions keep no record.
+func (c *conn) syncQoS2() error {
+	cs, ok := c.e.opts.Hooks.Sessions.(SessionClaimer)
+	if !ok {
+		return nil
+	}
+	s := c.sess
+	s.mu.Lock()
+	persistent := s.persistent()
+	s.mu.Unlock()
+	if !persistent {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), qos2SyncTimeout)
+	defer cancel()
+	return cs.Flush(ctx, c.client.id)
 }
 
 // nextQoS2ID returns a new QoS2ID: the time in unix nanoseconds, or one

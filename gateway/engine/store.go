@@ -70,7 +70,9 @@ type SessionStore interface {
 type SessionClaimer interface {
 	Claim(ctx context.Context, clientID string, clean bool) (*StoredSession, error)
 	// Flush returns when the writes of clientID's session made so far are
-	// stored.
+	// stored, with an error if one of them could not be. The engine calls
+	// it before a CONNACK and before handing a QoS 2 publish of a
+	// persistent session to the Uplink (its QoS2ID must be stored first).
 	Flush(ctx context.Context, clientID string) error
 }
 
