@@ -486,8 +486,11 @@ func (k *kvBackend) work() {
 func (k *kvBackend) write(it *kvWrite) {
 	s := k.s
 	switch {
-	case it.barrier != nil:
+	case it.barrier != nil && it.check:
 		it.barrier <- k.w.takeFailed(it.lane)
+		return
+	case it.barrier != nil:
+		it.barrier <- nil
 		return
 	case it.claim:
 		k.claimNow(it)

@@ -150,7 +150,11 @@ func TestKVWritesAreFencedByOwner(t *testing.T) {
 	a.mu.Unlock()
 	a.SaveSubscription("dev", "x/#", topictree.Options{QoS: 1})
 	a.Delete("dev")
-	flush(t, a, "dev")
+	flush(t, a, "dev") // tried: an unchecked flush does not say how
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.Error(t, a.kv.w.flushChecked(ctx, sessionLane("dev")), "a checked flush reports the refused writes")
+	require.NoError(t, a.kv.w.flushChecked(ctx, sessionLane("dev")), "once")
 	require.Equal(t, int64(5), a.Stats().WriteErrors[reasonFenced],
 		"the subscription, then the session's delete: its client, offline and subscription keys and its owner record")
 

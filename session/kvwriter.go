@@ -42,9 +42,11 @@ type kvWrite struct {
 	// session was stored again meanwhile (a clean start deletes the old
 	// session, then stores the new one).
 	release bool
-	// barrier gets, when the lane reaches it (flush), the first error of a
-	// write of the lane since its previous barrier (nil: every one made).
+	// barrier gets, when the lane reaches it (flush), nil; or, with check,
+	// the first error of a write of the lane since its previous checked
+	// barrier (nil: every one made).
 	barrier chan error
+	check   bool
 	// topic and m: a retained message's write (m nil: its delete), for
 	// the ack's bookkeeping.
 	topic string
@@ -143,11 +145,20 @@ func (w *kvWriter) done(l *lane) {
 }
 
 // flush waits until every write queued on lane name before the call was
-// made (or ctx ends); it returns the first error of those writes, or of a
-// write refused since the lane's previous flush.
+// made has been tried (or ctx ends).
 func (w *kvWriter) flush(ctx context.Context, name string) error {
+	return w.barrier(ctx, name, false)
+}
+
+// flushChecked is flush that also returns the first error of those
+// writes, or of a write refused, since the lane's previous checked flush.
+func (w *kvWriter) flushChecked(ctx context.Context, name string) error {
+	return w.barrier(ctx, name, true)
+}
+
+func (w *kvWriter) barrier(ctx context.Context, name string, check bool) error {
 	ch := make(chan error, 1)
-	if err := w.enqueue(&kvWrite{lane: name, barrier: ch}); err != nil {
+	if err := w.enqueue(&kvWrite{lane: name, barrier: ch, check: check}); err != nil {
 		return err
 	}
 	select {

@@ -27,7 +27,14 @@ type Options struct {
 	// a new file) once it is larger than this and more than half of it is
 	// dead. Default 1 MiB.
 	CompactBytes int64
-	Logger       *zerolog.Logger
+	// SyncInbound fsyncs the record of an inbound QoS 2 publish (its
+	// QoS2ID) before the publish goes on to the core (SyncInbound, with
+	// group commit), so that a power loss after the core stored it cannot
+	// lose the record its resend is looked up by. Worth it only when the
+	// core fsyncs before it acknowledges (--flush sync); without it the
+	// record is fsynced within SyncInterval.
+	SyncInbound bool
+	Logger      *zerolog.Logger
 }
 
 // Defaults of Options.
@@ -382,6 +389,39 @@ func (b *logBackend) syncLoop() {
 			}
 		}
 	}
+}
+
+// syncNow fsyncs what was written before the call, unless an fsync since
+// covered it: callers that arrive during one fsync share the next (group
+// commit).
+func (b *logBackend) syncNow() error {
+	s := b.s
+	s.mu.Lock()
+	target, err := b.size, b.err
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	s.swapMu.Lock()
+	defer s.swapMu.Unlock()
+	s.mu.Lock()
+	if b.err != nil || b.synced >= target || !b.dirty {
+		err := b.err
+		s.mu.Unlock()
+		return err
+	}
+	f, size := b.f, b.size
+	b.dirty = false
+	s.mu.Unlock()
+	err = f.Sync()
+	s.mu.Lock()
+	if err != nil {
+		b.fail(err)
+	} else {
+		b.synced = max(b.synced, size)
+	}
+	s.mu.Unlock()
+	return err
 }
 
 // sync fsyncs the file if anything was written since the last sync,

@@ -214,8 +214,25 @@ func (s *Store) Flush(ctx context.Context, clientID string) error {
 	if s.kv == nil {
 		return nil
 	}
-	if err := s.kv.w.flush(ctx, sessionLane(clientID)); err != nil {
+	if err := s.kv.w.flushChecked(ctx, sessionLane(clientID)); err != nil {
 		return fmt.Errorf("session: store %q: %w: %w", clientID, ErrUnavailable, err)
+	}
+	return nil
+}
+
+// SyncInbound returns once the inbound QoS 2 records of clientID written so
+// far are durable (engine.InboundSyncer): in the bucket (Flush), or, with
+// Options.SyncInbound, fsynced in the log; with an error when one could not
+// be stored. Without SyncInbound the log's records are durable against a
+// process crash already (they are written at once) and it returns nil.
+func (s *Store) SyncInbound(ctx context.Context, clientID string) error {
+	if s.kv != nil {
+		return s.Flush(ctx, clientID)
+	}
+	if s.lg != nil && s.lg.opts.SyncInbound {
+		if err := s.lg.syncNow(); err != nil {
+			return fmt.Errorf("session: sync %q: %w", clientID, err)
+		}
 	}
 	return nil
 }

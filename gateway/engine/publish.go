@@ -393,14 +393,13 @@ func (c *conn) takeQoS2(pid uint16, unsureID uint64) uint64 {
 // qos2SyncTimeout bounds the wait for the session store to hold a QoS2ID.
 const qos2SyncTimeout = 10 * time.Second
 
-// syncQoS2 returns once the session store holds the QoS2ID just taken,
-// when the store is shared by several nodes (engine.SessionClaimer: a
-// bucket, whose writes are queued): a node killed after the core stored
-// the message but before the bucket had its ID would leave the client's
-// resend, on another node, nothing to look for. A local log wrote it
-// already: its Flush returns at once. Clean sessions keep no record.
+// syncQoS2 returns once the session store holds the QoS2ID just taken
+// durably (InboundSyncer): a bucket's writes are queued, and a node killed
+// after the core stored the message but before the bucket had its ID would
+// leave the client's resend, on another node, nothing to look for; a log
+// may be asked to fsync it (power loss). Clean sessions keep no record.
 func (c *conn) syncQoS2() error {
-	cs, ok := c.e.opts.Hooks.Sessions.(SessionClaimer)
+	is, ok := c.e.opts.Hooks.Sessions.(InboundSyncer)
 	if !ok {
 		return nil
 	}
@@ -413,7 +412,7 @@ func (c *conn) syncQoS2() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), qos2SyncTimeout)
 	defer cancel()
-	return cs.Flush(ctx, c.client.id)
+	return is.SyncInbound(ctx, c.client.id)
 }
 
 // nextQoS2ID returns a new QoS2ID: the time in unix nanoseconds, or one

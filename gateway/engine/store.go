@@ -70,10 +70,17 @@ type SessionStore interface {
 type SessionClaimer interface {
 	Claim(ctx context.Context, clientID string, clean bool) (*StoredSession, error)
 	// Flush returns when the writes of clientID's session made so far are
-	// stored, with an error if one of them could not be. The engine calls
-	// it before a CONNACK and before handing a QoS 2 publish of a
-	// persistent session to the Uplink (its QoS2ID must be stored first).
+	// stored, with an error if one of them could not be.
 	Flush(ctx context.Context, clientID string) error
+}
+
+// InboundSyncer is a SessionStore that can make the record of an inbound
+// QoS 2 publish durable on demand: the engine calls SyncInbound after
+// SaveInbound and before the publish reaches the Uplink, for persistent
+// sessions, so that no crash can leave the publish in the core without
+// the record its resend is found by. An error refuses the publish.
+type InboundSyncer interface {
+	SyncInbound(ctx context.Context, clientID string) error
 }
 
 // ClientRecord is what a session keeps of its client.

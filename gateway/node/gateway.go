@@ -43,6 +43,9 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 		if so.Logger == nil {
 			so.Logger = n.log
 		}
+		// A core that fsyncs before it acknowledges keeps a QoS 2 publish
+		// across a power loss: so must the record its resend is found by.
+		so.SyncInbound = so.SyncInbound || o.Store.FlushPolicy == store.FlushSync
 		n.sessions, err = session.Open(filepath.Join(o.DataDir, "sessions"), so)
 		n.ownSessions = true
 	}

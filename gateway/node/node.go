@@ -591,9 +591,10 @@ func (n *Node) startGateway() error {
 	return nil
 }
 
-// Shutdown stops the node: the MQTT gateway first (wills and in-flight
-// publishes still go into the core), then the HTTP server, the core
-// services, the session store (after the gateway and the core: both write
+// Shutdown stops the node: the alarms and (engine nats) the core term's
+// services, then the MQTT gateway (wills and in-flight publishes still go
+// into the core), the HTTP server, the leases, the core port and services,
+// the session store (after the gateway and the core: both write
 // to it), the trace recorder, the engine and the auth providers. It
 // returns once every goroutine the node started has ended, with every
 // error met on the way; ctx bounds the waits for connections to drain.
@@ -609,6 +610,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.log.Warn().Err(err).Msg("alarm events the store refused are lost")
 		}
 		n.alarmLog = nil
+	}
+	if n.stopTerms != nil {
+		// The core term's goroutine first: a term starting now reads the
+		// fields cleared below (the gateway, for the admin API). The core
+		// services stop; the lease is given up below.
+		n.stopTerms()
+		<-n.terms
+		n.stopTerms = nil
 	}
 	if n.gateway != nil {
 		errs = append(errs, n.gateway.Shutdown(ctx))
@@ -648,11 +657,6 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.election != nil {
 		errs = append(errs, n.election.Close()) // gives up the lease
 		n.election = nil
-	}
-	if n.stopTerms != nil {
-		n.stopTerms() // and the core services stop
-		<-n.terms
-		n.stopTerms = nil
 	}
 	if n.sessions != nil {
 		// After the engine (it wrote its last changes) and the core term
