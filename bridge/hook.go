@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -368,6 +369,12 @@ func (h *Hook) delayedPublish(c *engine.Client, m *engine.Message, inner string,
 func setDelay(msg *core.Message, d time.Duration) {
 	msg.DeliverAt = time.Now().Add(d)
 	msg.Properties[PropDelay] = strconv.FormatInt(int64(d/time.Second), 10)
+	// While it waits, the delay topic's copy has a sharding key of the
+	// delay service's: indexed by the client ID as well, it is found by
+	// the look for an unsure QoS 2 resend (qos2.go) and by operators.
+	if id := msg.Properties[PropClientID]; id != "" && !slices.Contains(msg.Keys, id) {
+		msg.Keys = append(slices.Clip(msg.Keys), id)
+	}
 }
 
 // mapPublish applies the uplink rules to pk and says which rule's filter

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/ferrymq/ferrymq/gateway/engine"
 )
 
@@ -50,6 +51,12 @@ func (h *Hook) produceQoS2(clientID string, id uint64, msg *core.Message, tr *up
 		defer h.produces.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), qos2LookTimeout)
 		found, err := h.findQoS2(ctx, msg.Topic, clientID, msg.ShardingKey, id)
+		if err == nil && found == nil && !msg.DeliverAt.IsZero() {
+			// A delayed publish waits in the delay topic until it is due
+			// (core/delay: its copies keep the message's keys and
+			// properties).
+			found, err = h.findQoS2ByKey(ctx, delay.DelayTopic, clientID, id)
+		}
 		cancel()
 		switch {
 		case err != nil:

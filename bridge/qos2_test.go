@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymq/ferrymq/bridge"
 	"github.com/ferrymq/ferrymq/core"
 	"github.com/ferrymq/ferrymq/core/brokertest"
+	"github.com/ferrymq/ferrymq/core/delay"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
@@ -33,10 +34,13 @@ import (
 // folder that outlive it (a restart opens them again).
 type gateway struct {
 	core core.Broker
-	ss   *session.Store
-	e    *engine.Engine
-	h    *bridge.Hook
-	addr string
+	// delay, when set, writes the gateway's delayed publishes (never
+	// started: first copies only, as a gateway's own delay service).
+	delay *delay.Service
+	ss    *session.Store
+	e     *engine.Engine
+	h     *bridge.Hook
+	addr  string
 }
 
 // coreSpot is where the test's core lives across restarts: open connects
@@ -70,11 +74,24 @@ func (url jetstreamCore) open(t *testing.T) core.Broker {
 // core.
 func startGateway(t *testing.T, cs coreSpot, sessDir string, wrap func(bridge.Core) bridge.Core) *gateway {
 	t.Helper()
+	return startGatewayWith(t, cs, sessDir, "", wrap)
+}
+
+// startGatewayWith is startGateway whose bridge produces through a delay
+// service in delayDir ("": none).
+func startGatewayWith(t *testing.T, cs coreSpot, sessDir, delayDir string, wrap func(bridge.Core) bridge.Core) *gateway {
+	t.Helper()
 	g := &gateway{core: cs.open(t)}
 	var err error
 	g.ss, err = session.Open(sessDir, session.Options{})
 	require.NoError(t, err)
-	c := bridge.Embedded(g.core)
+	b := g.core
+	if delayDir != "" {
+		g.delay, err = delay.New(g.core, delayDir, delay.Options{})
+		require.NoError(t, err)
+		b = g.delay.Broker()
+	}
+	c := bridge.Embedded(b)
 	if wrap != nil {
 		c = wrap(c)
 	}
@@ -110,6 +127,9 @@ func (g *gateway) stop(t *testing.T, crash func()) {
 	require.NoError(t, g.h.Drain(ctx))
 	if crash == nil {
 		require.NoError(t, g.ss.Close())
+	}
+	if g.delay != nil {
+		require.NoError(t, g.delay.Close())
 	}
 	require.NoError(t, g.core.Close())
 }
@@ -464,3 +484,36 @@ func (r *raw) ack(typ byte, pid uint16) {
 }
 
 func u32(v uint32) *uint32 { return &v }
+
+// A delayed QoS 2 publish ($delayed/{seconds}/{topic}) waits in the delay
+// topic: a resend after the process died past its append is looked for
+// there too, and not stored again.
+func TestQoS2DelayedResendAfterCrashStoredOnce(t *testing.T) {
+	cs, sessDir, delayDir := embeddedCore(t.TempDir()), t.TempDir(), t.TempDir()
+	cp := &packets.Connect{ClientID: "car-6", ProtocolName: "MQTT", ProtocolVersion: 5, KeepAlive: 30, CleanStart: true,
+		Properties: &packets.Properties{SessionExpiryInterval: u32(300)}}
+	cc := &crashingCore{afterAppend: true, appended: make(chan struct{}, 1)}
+	cc.armed.Store(true)
+	g := startGatewayWith(t, cs, sessDir, delayDir, func(c bridge.Core) bridge.Core { cc.Core = c; return cc })
+	dev := dialRaw(t, g.addr, cp)
+	dev.publish(5, 2, false, "$delayed/600/telemetry/car-6", "later")
+	select {
+	case <-cc.appended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the publish never reached the core")
+	}
+	g.stop(t, cc.release)
+	dev.close()
+
+	g = startGatewayWith(t, cs, sessDir, delayDir, nil)
+	cp.CleanStart = false
+	dev = dialRaw(t, g.addr, cp)
+	dev.publish(5, 2, true, "$delayed/600/telemetry/car-6", "later")
+	rec := dev.expect(packets.PUBREC).Content.(*packets.Pubrec)
+	require.Equal(t, byte(packets.PubrecSuccess), rec.ReasonCode)
+	dev.ack(packets.PUBREL, 5)
+	require.Equal(t, byte(packets.PubcompSuccess), dev.expect(packets.PUBCOMP).Content.(*packets.Pubcomp).ReasonCode)
+	dev.close()
+	g.stop(t, nil)
+	require.Len(t, storedBodies(t, cs, delay.DelayTopic), 1, "the delayed message waits once")
+}
