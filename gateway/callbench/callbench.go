@@ -11,17 +11,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/wire"
+	"github.com/ferrymq/ferrymq/gateway/devicesim"
 	"github.com/ferrymq/ferrymq/gateway/mqttbench"
 )
 
@@ -274,82 +273,33 @@ func progress(o Options, t *tally, from time.Time) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// device is one connected MQTT 5 device answering its calls.
-type device struct {
-	c         *paho.Client
-	mu        sync.Mutex // orders answering.Add against closing's Wait
-	closing   bool
-	answering sync.WaitGroup
-}
-
-// connectDevices connects o.Devices devices, 64 at a time.
-func connectDevices(ctx context.Context, o Options) ([]*device, error) {
-	devs := make([]*device, o.Devices)
+// connectDevices connects o.Devices devices answering every request with
+// its payload (gateway/devicesim), 64 at a time.
+func connectDevices(ctx context.Context, o Options) ([]*devicesim.Device, error) {
+	devs := make([]*devicesim.Device, o.Devices)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(64)
 	for i := range devs {
 		g.Go(func() error {
-			d, err := connectDevice(gctx, o, o.Prefix+strconv.Itoa(i))
+			id := o.Prefix + strconv.Itoa(i)
+			so := devicesim.Options{Addr: o.MQTT, ClientID: id, Answer: "{payload}", KeepAlive: 60}
+			if o.Target == TargetMQTT {
+				so.AnswerAll, so.Subscribe = true, []string{requestTopic(id)}
+			}
+			d, err := devicesim.Connect(gctx, so)
 			devs[i] = d
-			return err
+			if err != nil {
+				return fmt.Errorf("callbench: device %s: %w", id, err)
+			}
+			return nil
 		})
 	}
 	err := g.Wait()
 	return devs, err
 }
 
-// connectDevice connects one device that answers every request with its
-// payload.
-func connectDevice(ctx context.Context, o Options, id string) (*device, error) {
-	conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", o.MQTT)
-	if err != nil {
-		return nil, fmt.Errorf("callbench: device %s: %w", id, err)
-	}
-	d := &device{}
-	d.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-		func(r paho.PublishReceived) (bool, error) {
-			p := r.Packet
-			if p.Properties == nil || p.Properties.ResponseTopic == "" {
-				return true, nil
-			}
-			d.mu.Lock()
-			if d.closing {
-				d.mu.Unlock()
-				return true, nil
-			}
-			d.answering.Add(1)
-			d.mu.Unlock()
-			go func() { // never on paho's reading goroutine: a QoS 1 publish waits for its PUBACK
-				defer d.answering.Done()
-				actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_, _ = d.c.Publish(actx, &paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: p.Payload,
-					Properties: &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData}})
-			}()
-			return true, nil
-		}}})
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ca, err := d.c.Connect(cctx, &paho.Connect{ClientID: id, KeepAlive: 60, CleanStart: true})
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("callbench: device %s: connect: %w", id, err)
-	}
-	if ca.ReasonCode != 0 {
-		_ = conn.Close()
-		return nil, fmt.Errorf("callbench: device %s: CONNACK %#x", id, ca.ReasonCode)
-	}
-	if o.Target == TargetMQTT {
-		if _, err := d.c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: requestTopic(id), QoS: 1}}}); err != nil {
-			_ = d.c.Disconnect(&paho.Disconnect{})
-			return nil, fmt.Errorf("callbench: device %s: subscribe: %w", id, err)
-		}
-	}
-	return d, nil
-}
-
 // closeDevices disconnects the devices once their answers are out.
-func closeDevices(devs []*device) {
+func closeDevices(devs []*devicesim.Device) {
 	var wg sync.WaitGroup
 	for _, d := range devs {
 		if d == nil {
@@ -358,12 +308,7 @@ func closeDevices(devs []*device) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.mu.Lock()
-			d.closing = true
-			d.mu.Unlock()
-			d.answering.Wait()
-			_ = d.c.Disconnect(&paho.Disconnect{})
-			<-d.c.Done()
+			_ = d.Close()
 		}()
 	}
 	wg.Wait()

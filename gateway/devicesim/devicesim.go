@@ -31,6 +31,11 @@ type Options struct {
 	Answer string
 	// Subscribe lists filters to subscribe to besides the calls.
 	Subscribe []string
+	// AnswerAll answers every publish that carries a Response Topic (MQTT
+	// 5 request/response through any broker), not only ferrymq's calls.
+	AnswerAll bool
+	// KeepAlive is the MQTT keep alive in seconds; default 30.
+	KeepAlive uint16
 	// Log receives one line per message received and per call answered.
 	Log io.Writer
 }
@@ -55,13 +60,16 @@ func Connect(ctx context.Context, o Options) (*Device, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = 30
+	}
 	conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("devicesim: %w", err)
 	}
 	d := &Device{o: o}
 	d.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){d.received}})
-	cp := &paho.Connect{ClientID: o.ClientID, KeepAlive: 30, CleanStart: true}
+	cp := &paho.Connect{ClientID: o.ClientID, KeepAlive: o.KeepAlive, CleanStart: true}
 	if o.Username != "" {
 		cp.Username, cp.UsernameFlag = o.Username, true
 	}
@@ -89,8 +97,10 @@ func Connect(ctx context.Context, o Options) (*Device, error) {
 // received logs a message and answers it when it is a call.
 func (d *Device) received(r paho.PublishReceived) (bool, error) {
 	p := r.Packet
-	fmt.Fprintf(d.o.Log, "%s %s\n", p.Topic, p.Payload)
-	if p.Properties == nil || p.Properties.ResponseTopic == "" || !strings.HasPrefix(p.Topic, "$rpc/") {
+	if d.o.Log != io.Discard {
+		fmt.Fprintf(d.o.Log, "%s %s\n", p.Topic, p.Payload)
+	}
+	if p.Properties == nil || p.Properties.ResponseTopic == "" || (!d.o.AnswerAll && !strings.HasPrefix(p.Topic, "$rpc/")) {
 		return true, nil
 	}
 	d.mu.Lock()
@@ -111,7 +121,9 @@ func (d *Device) received(r paho.PublishReceived) (bool, error) {
 			fmt.Fprintf(d.o.Log, "answer to %s failed: %v\n", p.Topic, err)
 			return
 		}
-		fmt.Fprintf(d.o.Log, "answered %s: %s\n", p.Properties.ResponseTopic, answer)
+		if d.o.Log != io.Discard {
+			fmt.Fprintf(d.o.Log, "answered %s: %s\n", p.Properties.ResponseTopic, answer)
+		}
 	}()
 	return true, nil
 }

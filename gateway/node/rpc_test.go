@@ -1,20 +1,17 @@
 package node_test
 
 import (
-	"context"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrymq/ferrymq/core/client"
 	"github.com/ferrymq/ferrymq/core/jetstream/natstest"
 	"github.com/ferrymq/ferrymq/core/wire"
+	"github.com/ferrymq/ferrymq/gateway/devicesim"
 	"github.com/ferrymq/ferrymq/gateway/node"
 	"github.com/ferrymq/ferrymq/gateway/rpc"
 )
@@ -35,9 +32,9 @@ func TestNATSCallsReachDevicesOnOtherNodes(t *testing.T) {
 	require.NoError(t, err)
 	defer shutdown(t, n2)
 
-	var answering sync.WaitGroup
-	defer answering.Wait()
-	dialV5Answering(t, n2.Addr("tcp"), "car-5", &answering)
+	d5, err := devicesim.Connect(t.Context(), devicesim.Options{Addr: n2.Addr("tcp").String(), ClientID: "car-5", Answer: "v5:{payload}"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d5.Close()) }()
 	o := paho3.NewClientOptions().AddBroker("tcp://" + n1.Addr("tcp").String()).SetClientID("car-3").SetAutoReconnect(false)
 	o.SetDefaultPublishHandler(func(c paho3.Client, m paho3.Message) {
 		if string(m.Payload()) != "mute" {
@@ -87,39 +84,4 @@ func TestNATSCallsReachDevicesOnOtherNodes(t *testing.T) {
 	require.Zero(t, here+asked)
 	here, asked = n1.RPC().Pending()
 	require.Zero(t, here+asked)
-}
-
-// dialV5Answering connects an MQTT 5 device to addr that answers every
-// request on its Response Topic with "v5:" and the request.
-func dialV5Answering(t *testing.T, addr net.Addr, id string, answering *sync.WaitGroup) *paho.Client {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
-	require.NoError(t, err)
-	var c *paho.Client
-	c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-		func(r paho.PublishReceived) (bool, error) {
-			p := r.Packet
-			if p.Properties == nil || p.Properties.ResponseTopic == "" {
-				return true, nil
-			}
-			answering.Add(1)
-			go func() {
-				defer answering.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_, _ = c.Publish(ctx, &paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: append([]byte("v5:"), p.Payload...),
-					Properties: &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData}})
-			}()
-			return true, nil
-		}}})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true})
-	require.NoError(t, err)
-	require.Equal(t, byte(0), ca.ReasonCode)
-	t.Cleanup(func() {
-		_ = c.Disconnect(&paho.Disconnect{})
-		<-c.Done()
-	})
-	return c
 }
