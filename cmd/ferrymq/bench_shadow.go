@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -67,12 +65,7 @@ A line a second goes to stderr; the result to stdout.`,
 			}
 			row := benchShadowRow{Label: b.label, Result: res}
 			if b.json {
-				out, err := json.Marshal(row)
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", out)
-				return err
+				return writeJSONLine(cmd.OutOrStdout(), row)
 			}
 			return writeBenchShadow(cmd.OutOrStdout(), row)
 		},
@@ -82,7 +75,7 @@ A line a second goes to stderr; the result to stdout.`,
 }
 
 func writeBenchShadow(w io.Writer, r benchShadowRow) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "label\t%s\n", benchDash(r.Label))
 	fmt.Fprintf(tw, "updates/s\t%.0f in %.1f s (%d devices, %d backends)\n", r.PerSecond, r.Window, r.Devices, r.Backends)
 	for _, s := range []struct {

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,12 +82,7 @@ A line a second goes to stderr; the result to stdout.`,
 			}
 			row := benchTailRow{Label: o.label, TailResult: res}
 			if o.json {
-				b, err := json.Marshal(row)
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
-				return err
+				return writeJSONLine(cmd.OutOrStdout(), row)
 			}
 			return writeBenchTail(cmd.OutOrStdout(), row)
 		},
@@ -99,7 +92,7 @@ A line a second goes to stderr; the result to stdout.`,
 }
 
 func writeBenchTail(w io.Writer, r benchTailRow) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "label\t%s\n", benchDash(r.Label))
 	fmt.Fprintf(tw, "tail\t%s, %.0f msgs/s of %d B: %d received in %.1f s (%d sent)\n", r.Topic, r.Rate, r.Size, r.Received, r.Window, r.Sent)
 	fmt.Fprintf(tw, "store → receive\tp50 %s  p99 %s  p99.9 %s  max %s\n", fmtBenchMicros(r.P50us), fmtBenchMicros(r.P99us),
