@@ -19,29 +19,22 @@ type shadowDeleted struct {
 	Version  int64  `json:"version"`
 }
 
-func (a *api) shadows() (*shadow.Service, error) {
+// shadowOf returns the shadow service and the path's client ID, checked:
+// what every shadow endpoint starts with.
+func (a *api) shadowOf(r *http.Request) (*shadow.Service, string, error) {
 	if a.opts.Shadows == nil {
-		return nil, disabled(CodeShadowsDisabled, "device shadows")
+		return nil, "", disabled(CodeShadowsDisabled, "device shadows")
 	}
-	return a.opts.Shadows, nil
-}
-
-// shadowID is the path's client ID, checked.
-func shadowID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if err := shadow.ValidClientID(id); err != nil {
-		return "", httperr.BadRequest("client ID: %v", err)
+		return nil, "", httperr.BadRequest("client ID: %v", err)
 	}
-	return id, nil
+	return a.opts.Shadows, id, nil
 }
 
 // getShadow: GET /api/v1/devices/{id}/shadow.
 func (a *api) getShadow(w http.ResponseWriter, r *http.Request) error {
-	svc, err := a.shadows()
-	if err != nil {
-		return err
-	}
-	id, err := shadowID(r)
+	svc, id, err := a.shadowOf(r)
 	if err != nil {
 		return err
 	}
@@ -56,11 +49,7 @@ func (a *api) getShadow(w http.ResponseWriter, r *http.Request) error {
 // updateShadow: PATCH /api/v1/devices/{id}/shadow with
 // {"state":{"desired":{…}},"version":N}: a merge patch of desired.
 func (a *api) updateShadow(w http.ResponseWriter, r *http.Request) error {
-	svc, err := a.shadows()
-	if err != nil {
-		return err
-	}
-	id, err := shadowID(r)
+	svc, id, err := a.shadowOf(r)
 	if err != nil {
 		return err
 	}
@@ -92,11 +81,7 @@ func (a *api) updateShadow(w http.ResponseWriter, r *http.Request) error {
 
 // deleteShadow: DELETE /api/v1/devices/{id}/shadow[?version=N].
 func (a *api) deleteShadow(w http.ResponseWriter, r *http.Request) error {
-	svc, err := a.shadows()
-	if err != nil {
-		return err
-	}
-	id, err := shadowID(r)
+	svc, id, err := a.shadowOf(r)
 	if err != nil {
 		return err
 	}
