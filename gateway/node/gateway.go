@@ -135,7 +135,8 @@ func (n *Node) newGateway(bo bridge.Options, st *store.Store) error {
 	if n.gateway, err = gateway.New(gwo); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	n.rpc.Attach(n.gateway.Engine())
+	// The calls' service got the engine through the bridge, whose
+	// interceptor it is (as the shadows' MQTT side below).
 	n.gateway.Registry().MustRegister(n.rpc.Collectors()...)
 	if err := n.rpc.Start(); err != nil {
 		return fmt.Errorf("device calls: %w", err)
