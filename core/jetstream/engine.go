@@ -156,6 +156,7 @@ type Engine struct {
 	loading map[string]*load       // topic lookups in flight
 
 	sendMu  sync.RWMutex  // held for reading while a produce enqueues; Close takes it to close acks
+	bgMu    sync.Mutex    // orders a goroutine begun in the background (finishLater) with Close
 	acks    chan *pending // produce → checker
 	checked chan *pending // checker → acker, while a call awaits a message published again
 	behind  atomic.Int64  // calls handed to the acker and not yet answered
@@ -179,13 +180,17 @@ type topicState struct {
 	// question; until then a publish no stream took fails at once instead
 	// of asking again (produce.go, refusal).
 	silentUntil atomic.Int64
+	// finishing is set while a goroutine of this engine finishes a resize
+	// whose resizer seems gone (resize.go, finishLater).
+	finishing atomic.Bool
 
-	// Publishing (produce.go). Produces publish with pub; a newer layout
-	// waits in next until every message published with pub has been
-	// checked by the checker (inflight 0), so that what the fence refused
-	// is published again before anything newer. While waiters > 0 (a
-	// resize or the checker waiting for an epoch to be committed) produces
-	// wait too. ready is closed when they may go on.
+	// Publishing (produce.go). Produces publish to pub's publishing epoch;
+	// a newer layout waits in next until every message published with pub
+	// has been checked by the checker (inflight 0), so that what the fence
+	// refused is published again before anything newer. While waiters > 0
+	// (a resize until its fence is up and its marker stored, or the checker
+	// asking the stream for the new epoch) produces wait too. ready is
+	// closed when they may go on.
 	mu       sync.Mutex
 	pub      *layout
 	next     *layout
@@ -193,6 +198,8 @@ type topicState struct {
 	inflight int
 	ready    chan struct{}
 	drained  chan struct{} // closed when inflight reaches 0 (idle)
+	// layChanged is closed when lay changes (learn), for whoever waits.
+	layChanged chan struct{}
 }
 
 // Open connects to NATS and prepares the engine's bucket and index stream.
@@ -385,6 +392,8 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	close(e.closing)
+	e.bgMu.Lock() // a goroutine begun in the background is counted in wg by now
+	e.bgMu.Unlock()
 	e.sendMu.Lock()
 	close(e.acks)
 	e.sendMu.Unlock()

@@ -47,19 +47,38 @@ type epochRec struct {
 // layout is what the engine knows of a topic's epochs: the committed ones
 // (their number is their index, the epoch tag of their subjects) and an
 // intent — an epoch whose fence is up (its predecessor's subjects refused
-// by the stream) but whose boundaries are not yet recorded. Nothing may be
-// published while there is an intent. A layout is never changed once
-// built.
+// by the stream, its own taken) but whose boundaries are not yet recorded.
+// Producers write to the intent's epoch as soon as they know it (pubEpoch);
+// readers follow committed epochs only, so what is stored there waits for
+// the commit. A layout is never changed once built.
 type layout struct {
 	epochs []epochRec
 	intent *epochRec
 }
 
-// cur is the number of the epoch producers write to.
+// cur is the number of the newest committed epoch: the one readers follow
+// last.
 func (l *layout) cur() int { return len(l.epochs) - 1 }
 
-// queues is the queue count producers use.
+// queues is the queue count of the newest committed epoch.
 func (l *layout) queues() int { return l.epochs[l.cur()].Queues }
+
+// pubEpoch is the epoch producers write to: the intent's, if any (the
+// stream takes only its subjects), else the newest committed one.
+func (l *layout) pubEpoch() int {
+	if l.intent != nil {
+		return len(l.epochs)
+	}
+	return l.cur()
+}
+
+// pubQueues is the queue count producers route with: pubEpoch's.
+func (l *layout) pubQueues() int {
+	if l.intent != nil {
+		return l.intent.Queues
+	}
+	return l.queues()
+}
 
 // newer reports whether l knows more than o (nil o: anything is newer).
 func (l *layout) newer(o *layout) bool {

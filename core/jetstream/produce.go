@@ -184,14 +184,9 @@ func (e *Engine) claim(ctx context.Context, p *pending) error {
 			for i, t := range p.ts {
 				lay := t.pub
 				t.inflight++
-				q := 0
-				if m := p.msgs[i]; m.ShardingKey != "" {
-					q = core.QueueFor(m.ShardingKey, lay.queues())
-				} else {
-					q = int((t.rr.Add(1) - 1) % uint32(lay.queues()))
-				}
+				q := t.route(p.msgs[i], lay)
 				p.lays[i], p.queues[i] = lay, q
-				p.out[i].Subject = queueSubject(t.tok, q, lay.cur())
+				p.out[i].Subject = queueSubject(t.tok, q, lay.pubEpoch())
 			}
 		}
 		for _, t := range topics[:locked] {
@@ -208,6 +203,15 @@ func (e *Engine) claim(ctx context.Context, p *pending) error {
 			return core.ErrClosed
 		}
 	}
+}
+
+// route picks m's queue under lay's publishing count: its key's, or the
+// next in turn.
+func (t *topicState) route(m *core.Message, lay *layout) int {
+	if m.ShardingKey != "" {
+		return core.QueueFor(m.ShardingKey, lay.pubQueues())
+	}
+	return int((t.rr.Add(1) - 1) % uint32(lay.pubQueues()))
 }
 
 // readyLocked returns the channel closed when produces may go on.
@@ -279,7 +283,17 @@ func (t *topicState) unhold() {
 	t.mu.Unlock()
 }
 
-// newest is the newest committed layout t publishes with or will.
+// layChange returns a channel closed when t.lay next changes.
+func (t *topicState) layChange() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.layChanged == nil {
+		t.layChanged = make(chan struct{})
+	}
+	return t.layChanged
+}
+
+// newest is the newest layout t publishes with or will.
 func (t *topicState) newest() *layout {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -289,20 +303,36 @@ func (t *topicState) newest() *layout {
 	return t.pub
 }
 
-// learn takes a layout read from t's stream: readers use it at once;
-// publishing switches to its committed epochs once what was published
-// before has been checked; the subjects of ended epochs are fenced.
+// learn takes a layout read from t's stream: readers use it at once (its
+// committed epochs); publishing switches to its publishing epoch — an
+// intent's, once its fence is up — when what was published before has
+// been checked; the subjects of ended epochs are fenced.
 func (e *Engine) learn(t *topicState, lay *layout) {
 	t.mu.Lock()
 	if lay.newer(t.lay.Load()) {
 		t.lay.Store(lay)
+		if t.layChanged != nil {
+			close(t.layChanged)
+			t.layChanged = nil
+		}
 	}
-	committed := lay.committedOnly()
-	if committed.cur() > t.pub.cur() && (t.next == nil || committed.cur() > t.next.cur()) {
+	newest := t.pub
+	if t.next != nil {
+		newest = t.next
+	}
+	switch {
+	case lay.pubEpoch() > newest.pubEpoch():
 		if t.inflight == 0 {
-			t.pub, t.next = committed, nil
+			t.pub, t.next = lay, nil
 		} else {
-			t.next = committed
+			t.next = lay
+		}
+	case lay.pubEpoch() == newest.pubEpoch() && newest.intent != nil && lay.intent == nil:
+		// The intent it publishes to was committed: the same subjects.
+		if t.next != nil {
+			t.next = lay
+		} else {
+			t.pub = lay
 		}
 	}
 	t.goLocked()
@@ -310,6 +340,7 @@ func (e *Engine) learn(t *topicState, lay *layout) {
 	ended := lay.cur()
 	if lay.intent != nil {
 		ended++
+		e.finishLater(t, lay.intent) // if its resizer is gone
 	}
 	for k := 0; k < ended; k++ {
 		if err := e.fence.ensure(epochPattern(t.tok, k)); err != nil && !e.closed.Load() {
@@ -372,7 +403,7 @@ func (e *Engine) refusal(p *pending, i int, err error) error {
 		return e.unavailable("publish to "+t.name, err)
 	}
 	lay := t.newest()
-	if lay.cur() <= p.lays[i].cur() || t.lay.Load().intent != nil {
+	if lay.pubEpoch() <= p.lays[i].pubEpoch() {
 		var rerr error
 		if lay, rerr = e.resolve(t, p.lays[i]); rerr != nil {
 			if errors.Is(rerr, errNotFenced) {
@@ -382,13 +413,8 @@ func (e *Engine) refusal(p *pending, i int, err error) error {
 			return rerr
 		}
 	}
-	q := 0
-	if m := p.msgs[i]; m.ShardingKey != "" {
-		q = core.QueueFor(m.ShardingKey, lay.queues())
-	} else {
-		q = int((t.rr.Add(1) - 1) % uint32(lay.queues()))
-	}
-	nm := &nats.Msg{Subject: queueSubject(t.tok, q, lay.cur()), Data: p.out[i].Data}
+	q := t.route(p.msgs[i], lay)
+	nm := &nats.Msg{Subject: queueSubject(t.tok, q, lay.pubEpoch()), Data: p.out[i].Data}
 	f, perr := e.js.PublishMsgAsync(nm)
 	if perr != nil {
 		return e.unavailable("publish to "+t.name, perr)

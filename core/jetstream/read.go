@@ -174,10 +174,12 @@ var errStaleLayout = errors.New("jetstream: message of an unknown epoch")
 // epochs are lay.
 func (e *Engine) decode(t *topicState, lay *layout, r rawMsg) (*core.StoredMessage, error) {
 	q, ep, ok := queueOf(t.tok, r.subject)
-	if ok && ep > lay.cur() {
+	if ok && ep > lay.pubEpoch() {
 		return nil, errStaleLayout
 	}
-	if !ok || q >= lay.epochs[ep].Queues {
+	// A message of an intent's epoch (Get by ID of an acknowledged message,
+	// before the commit) has its queues; readers do not go there yet.
+	if !ok || (ep < len(lay.epochs) && q >= lay.epochs[ep].Queues) || (ep == len(lay.epochs) && q >= lay.intent.Queues) {
 		return nil, fmt.Errorf("%w: %s sequence %d has subject %q", core.ErrCorrupt, t.name, r.seq, r.subject)
 	}
 	m, err := decodeRecord(r.data)
@@ -348,8 +350,17 @@ func (e *Engine) OffsetAt(ctx context.Context, topic string, queue int, at time.
 		return rg.Max, nil
 	}
 	at = at.UTC()
+	subjects := make([]string, 0, len(lay.epochs)+1)
 	for _, seg := range lay.segments(t.tok, queue) {
-		raws, err := e.get.do(ctx, t.stream, directReq{Start: &at, NextFor: seg.subject, Batch: 1})
+		subjects = append(subjects, seg.subject)
+	}
+	if lay.intent != nil && queue < lay.intent.Queues {
+		// Messages of an epoch not yet committed: an offset past them
+		// (the range's end) would pass them by once readers go there.
+		subjects = append(subjects, queueSubject(t.tok, queue, lay.pubEpoch()))
+	}
+	for _, subject := range subjects {
+		raws, err := e.get.do(ctx, t.stream, directReq{Start: &at, NextFor: subject, Batch: 1})
 		if err != nil {
 			return 0, err
 		}

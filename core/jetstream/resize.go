@@ -2,10 +2,12 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,7 +34,7 @@ import (
 //  1. Intent. One stream update swaps the subjects to the new epoch's
 //     (and its marker subject fmqe.<tok>.<e>) and records the epoch,
 //     without boundaries, in the metadata. From here no message is stored
-//     under the old count; producers hold theirs until step 4.
+//     under the old count; this node's producers hold theirs until step 2.
 //  2. Marker. An empty message on the marker subject. The stream stores in
 //     the order it takes messages in, and it took the marker after the
 //     update, so every old-count message it had taken is stored by then —
@@ -40,30 +42,40 @@ import (
 //     when the update was answered (measured: up to 69 on the 3-node
 //     cluster; the stream's last sequence in the update's answer misses
 //     them). The fence answers what it held, but what the stream stored.
+//     Producers go on with the new count: this node's now, the others'
+//     when the fence refuses their next publish and they read the intent.
+//     The stream takes the new subjects only since the update, after every
+//     old-count message it took, so each message of the new epoch is
+//     stored above every message of the ended one.
 //  3. Boundaries. For each queue q of the ended epoch, the sequence of its
 //     last message (one batched direct get of the last message per
 //     subject, from a replica that has the marker): Begin[q], the queue's
-//     next offset. No message of the new epoch exists yet, so everything
-//     on the ended subjects counts, even a message stored after the marker.
+//     next offset. Everything on the ended subjects counts, even a message
+//     stored after the marker — unless a message of the new epoch in the
+//     same queue was stored before it (below).
 //  4. Commit. One stream update records the boundaries (and the new count
-//     in ferrymq.queues). Producers may now use the new epoch.
+//     in ferrymq.queues). Readers follow the new epoch from here: what was
+//     stored in it since step 2 waited for this.
 //
-// Any node that finds an intent older than graceOf waits for the lock and
-// finishes steps 2 to 4 (a second marker changes nothing), so a resize
-// whose caller died is completed by the next producer; until then
-// producers wait, readers see the epochs committed. The lock expires after
-// lockTTL unless renewed (before the updates): a holder stalled longer
-// than that may write after the node that took over. Leases fence time,
-// not writes, as in lease.go.
+// Any node that finds an intent older than graceOf — a producer writing
+// to its epoch, a reader, a producer the fence refused — finishes steps 2
+// to 4 in the background once the lock expires (a second marker changes
+// nothing), so a resize whose caller died is completed; producers do not
+// wait for it, readers see the committed epochs until then. The lock
+// expires after lockTTL unless renewed (before the updates): a holder
+// stalled longer than that may write after the node that took over.
+// Leases fence time, not writes, as in lease.go.
 //
 // What JetStream does not close: a publish the stream's server had matched
 // to the old subjects just before step 1 but handed to the stream only
-// after step 4 (its goroutine paused in between, milliseconds) is stored
-// after the boundary under the old count. Reads log it and do not return
-// it (read.go).
+// later (its goroutine paused in between) is stored under the old count
+// above messages of the new epoch. If one of those is in its own queue,
+// the boundary is set below that one (a boundary above it would hide it
+// from readers) and the late message is logged and not read (read.go);
+// likewise for one stored after step 4.
 
-// pollEvery is how often a producer looks at a topic's stream while an
-// epoch is being committed.
+// pollEvery is how often a resize looks again at a replica behind its
+// marker, or a refused producer at a stream that has no new epoch yet.
 const pollEvery = 10 * time.Millisecond
 
 // boundaryChunk is how many queues one direct get of last messages asks
@@ -131,13 +143,18 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 	if lay.queues() == queues {
 		return topicInfo(t, info, lay), nil
 	}
-	// This node's produces wait from here to the commit rather than be
-	// refused by the fence and published again; those in flight are
-	// answered first: one the servers matched before the fence listened
-	// and handed the stream's leader only after the swap would be dropped
-	// unanswered.
+	// This node's produces wait only while its fence begins to listen to
+	// the epoch that ends, and for those in flight to be answered first:
+	// one the servers matched before the fence listened and handed the
+	// stream's leader only after the swap would be dropped unanswered.
+	// Then they go on with the old count: the stream stores what it takes
+	// before the swap, the fence holds what it refuses after and answers
+	// once the marker is stored, and those are published again with the
+	// new count — this node learns the intent as soon as it is written, so
+	// no question to the stream — before anything produced later.
 	t.hold()
-	defer t.unhold()
+	release := sync.OnceFunc(t.unhold)
+	defer release()
 	if err := t.idle(ctx); err != nil {
 		return core.TopicInfo{}, err
 	}
@@ -146,6 +163,7 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 	if err := e.fence.hold(ended); err != nil {
 		return core.TopicInfo{}, err
 	}
+	release()
 	if err := lk.renew(ctx); err != nil {
 		e.fence.drop(ended)
 		return core.TopicInfo{}, err
@@ -158,6 +176,8 @@ func (e *Engine) ResizeTopic(ctx context.Context, name string, queues int) (core
 			return core.TopicInfo{}, err
 		}
 		info, intent = nil, nil // complete reads them
+	} else {
+		e.learn(t, intent)
 	}
 	if info, lay, err = e.complete(ctx, t, lk, &heldFence{pattern: ended, since: since}, info, intent); err != nil {
 		return core.TopicInfo{}, err
@@ -320,7 +340,79 @@ func (e *Engine) boundaries(ctx context.Context, t *topicState, lay *layout, mar
 			}
 		}
 	}
+	if err := e.belowNewEpoch(ctx, t, lay, begin); err != nil {
+		return nil, err
+	}
 	return begin, nil
+}
+
+// clockSkew is how far the clocks of the node that began an intent and of
+// the stream's servers may disagree: a message of the epoch is looked for
+// from this long before the intent's time.
+const clockSkew = time.Minute
+
+// belowNewEpoch lowers a boundary that a message of the new epoch in the
+// same queue is stored below (resize.go's "what JetStream does not
+// close"): readers read the new epoch's queue from its boundary on, and
+// must not pass that message by. One question to the stream's leader in
+// the usual case (no message of the ended epoch above the new epoch's
+// first), one per such queue otherwise.
+func (e *Engine) belowNewEpoch(ctx context.Context, t *topicState, lay *layout, begin []int64) error {
+	k := lay.cur() + 1
+	from := time.Unix(0, lay.intent.Started).Add(-clockSkew)
+	first, ok, err := e.firstOf(ctx, t, epochPattern(t.tok, k), from)
+	if err != nil || !ok {
+		return err
+	}
+	for q := range begin {
+		if q >= lay.intent.Queues || begin[q] < int64(first) {
+			continue
+		}
+		seq, ok, err := e.firstOf(ctx, t, queueSubject(t.tok, q, k), from)
+		if err != nil {
+			return err
+		}
+		if ok && int64(seq) <= begin[q] {
+			e.log.Error().Str("topic", t.name).Int("queue", q).Int64("last_of_ended_epoch", begin[q]).Uint64("first_of_new_epoch", seq).
+				Msg("message of the ended epoch stored after one of the new epoch in its queue: boundary set below the new one, the late one is not read")
+			begin[q] = int64(seq) - 1
+		}
+	}
+	return nil
+}
+
+// firstOf asks t's stream leader (which has every message it stored) for
+// the first message on subject stored at or after from: its sequence, ok
+// false when there is none.
+func (e *Engine) firstOf(ctx context.Context, t *topicState, subject string, from time.Time) (uint64, bool, error) {
+	body, err := json.Marshal(directReq{NextFor: subject, Start: &from})
+	if err != nil {
+		return 0, false, fmt.Errorf("jetstream: first message of %s: %w", subject, err)
+	}
+	ctx, cancel := e.reqCtx(ctx)
+	defer cancel()
+	m, err := e.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+t.stream, body)
+	if err != nil {
+		return 0, false, e.unavailable("first message of "+subject, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return 0, false, fmt.Errorf("%w: first message of %s: %w", core.ErrCorrupt, subject, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, false, nil
+	case resp.Error != nil:
+		return 0, false, e.unavailable("first message of "+subject, resp.Error)
+	case resp.Message == nil:
+		return 0, false, fmt.Errorf("%w: first message of %s: empty answer", core.ErrCorrupt, subject)
+	}
+	return resp.Message.Seq, true, nil
 }
 
 // lastSeqs asks for the last message of each subject; ok is false when the
@@ -386,65 +478,95 @@ func (e *Engine) updateStream(ctx context.Context, t *topicState, info *jetstrea
 // stream is gone, or electing a leader).
 var errNotFenced = errors.New("jetstream: no new epoch")
 
-// resolve waits until t's stream has a committed epoch newer than since
-// and returns it; produces to t wait meanwhile. An intent older than
-// graceOf is finished here (its resizer may be gone).
+// resolve asks t's stream for an epoch newer than the one since publishes
+// to — an intent whose fence is up, or a committed epoch — and returns the
+// layout; produces to t wait meanwhile (one question).
+func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
+	t.hold()
+	defer t.unhold()
+	// One question is short: a stream that answers at all answers in
+	// milliseconds, and the checker waits on this.
+	ctx, cancel := context.WithTimeout(e.ctx, min(e.opts.Timeout, time.Second))
+	defer cancel()
+	_, lay, err := e.info(ctx, t)
+	switch {
+	case err == nil:
+		if lay.pubEpoch() > since.pubEpoch() {
+			return lay, nil
+		}
+		return nil, errNotFenced
+	case errors.Is(err, core.ErrTopicNotFound), errors.Is(err, core.ErrCorrupt):
+		return nil, err
+	default:
+		// The stream does not answer (a leader election, servers down): no
+		// fence said no, the service is unavailable. The publish fails now,
+		// as any publish then does, and so do the next ones no stream takes
+		// for a while (silentUntil): asking again here would hold every
+		// produce of the topic, and the checker with them, for each message
+		// in flight.
+		t.silentUntil.Store(time.Now().Add(silentFor).UnixNano())
+		return nil, err
+	}
+}
+
 // silentFor is how long, after the stream did not answer resolve, a
 // publish no stream took fails at once.
 const silentFor = time.Second
 
-func (e *Engine) resolve(t *topicState, since *layout) (*layout, error) {
-	t.hold()
-	defer t.unhold()
-	ctx, cancel := context.WithTimeout(e.ctx, 2*e.lockTTL()+e.graceOf())
-	defer cancel()
-	for {
-		woken := e.arrive.wait(t.tok) // a commit tells every node of the topic
-		// One question at a time is short: a stream that answers at all
-		// answers in milliseconds, and the checker waits on this.
-		ictx, icancel := context.WithTimeout(ctx, min(e.opts.Timeout, time.Second))
-		_, lay, err := e.info(ictx, t)
-		icancel()
-		switch {
-		case err == nil:
-			if lay.intent == nil {
-				if lay.cur() > since.cur() {
-					return lay, nil
-				}
-				return nil, errNotFenced
-			}
-			// An epoch is being begun: wait for its commit, or finish it
-			// if its resizer seems gone.
-			if time.Since(time.Unix(0, lay.intent.Started)) > e.graceOf() {
-				if lk, lerr := e.lockResize(ctx, t, false); lerr == nil {
-					_, done, cerr := e.complete(ctx, t, lk, nil, nil, nil)
-					lk.release()
-					if cerr == nil && done.cur() > since.cur() {
-						return done, nil
-					}
-				}
-			}
-		case errors.Is(err, core.ErrTopicNotFound), errors.Is(err, core.ErrCorrupt):
-			return nil, err
-		default:
-			// The stream does not answer (a leader election, servers
-			// down): no fence said no, the service is unavailable. The
-			// publish fails now, as any publish then does, and so do the
-			// next ones no stream takes for a while (silentUntil): waiting
-			// here would hold every produce of the topic, and the checker
-			// with them, for each message in flight.
-			t.silentUntil.Store(time.Now().Add(silentFor).UnixNano())
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: topic %s: no new epoch committed: %w", ErrUnavailable, t.name, ctx.Err())
-		case <-e.closing:
-			return nil, core.ErrClosed
-		case <-woken:
-		case <-time.After(pollEvery):
-		}
+// finishLater watches an intent of t this node learned of, in a goroutine
+// of the engine's, one at a time per topic: once the intent is older than
+// graceOf and still not committed, its resizer seems gone; it waits for the
+// resize lock to expire and does steps 2 to 4 (nothing if the resizer, or
+// another node, committed the epoch meanwhile). Producers do not wait for
+// it; readers see the new epoch's messages from the commit on.
+func (e *Engine) finishLater(t *topicState, intent *epochRec) {
+	if !t.finishing.CompareAndSwap(false, true) {
+		return
 	}
+	e.bgMu.Lock()
+	if e.closed.Load() {
+		e.bgMu.Unlock()
+		t.finishing.Store(false)
+		return
+	}
+	e.wg.Add(1)
+	e.bgMu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		defer t.finishing.Store(false)
+		stale := time.NewTimer(time.Until(time.Unix(0, intent.Started).Add(e.graceOf())))
+		defer stale.Stop()
+		for waiting := true; waiting; {
+			changed := t.layChange()
+			if t.lay.Load().intent == nil {
+				return // committed, as this node learned meanwhile
+			}
+			select {
+			case <-e.ctx.Done():
+				return
+			case <-changed:
+			case <-stale.C:
+				waiting = false
+			}
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, 2*e.lockTTL()+e.graceOf())
+		defer cancel()
+		_, lay, err := e.info(ctx, t)
+		if err == nil && lay.intent == nil {
+			return
+		}
+		var lk *resizeLock
+		if err == nil {
+			lk, err = e.lockResize(ctx, t, true)
+		}
+		if err == nil {
+			defer lk.release()
+			_, _, err = e.complete(ctx, t, lk, nil, nil, nil)
+		}
+		if err != nil && !e.closed.Load() {
+			e.log.Warn().Err(err).Str("topic", t.name).Msg("resize its node left unfinished not finished yet")
+		}
+	}()
 }
 
 // resizeLock is a topic's resize lock: the bucket key r.<tok> holding

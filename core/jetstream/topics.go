@@ -202,7 +202,7 @@ func (e *Engine) cache(name string, info *jetstream.StreamInfo) (*topicState, er
 	}
 	t := &topicState{name: name, tok: token(name), stream: info.Config.Name, created: created}
 	t.lay.Store(lay)
-	t.pub = lay.committedOnly()
+	t.pub = lay
 	e.mu.Lock()
 	old := e.topics[name]
 	if old == nil || !old.created.Equal(created) {
