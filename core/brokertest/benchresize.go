@@ -19,8 +19,9 @@ import (
 // brokers[0] resizes the topic 8 ↔ 16 every period. It reports resize-µs
 // (one resize call), produce-p50-µs, produce-p99-µs and produce-max-µs
 // over the run, and of the produces that overlapped a resize call
-// met-p50-µs and met-max-µs (what a resize costs the producers it meets:
-// the pause); a run with resize unset is the baseline.
+// met-p50-µs and met-max-µs, and pause-p50-µs: per resize the longest
+// produce it met, the median over the resizes (what a resize costs the
+// producers it meets, the pause). A run with resize unset is the baseline.
 func BenchResize(b *testing.B, brokers []core.Broker, resize bool, period time.Duration) {
 	ctx := context.Background()
 	_, err := brokers[0].CreateTopic(ctx, core.TopicConfig{Name: "bench", Queues: 8})
@@ -73,10 +74,12 @@ func BenchResize(b *testing.B, brokers []core.Broker, resize bool, period time.D
 	close(stop)
 	wg.Wait()
 	var met []time.Duration
+	pauses := make([]time.Duration, len(resizes)) // per resize, the longest produce it met
 	for _, p := range spans {
-		for _, r := range resizes {
+		for i, r := range resizes {
 			if p.from.Before(r.to) && r.from.Before(p.to) {
 				met = append(met, p.to.Sub(p.from))
+				pauses[i] = max(pauses[i], p.to.Sub(p.from))
 				break
 			}
 		}
@@ -84,6 +87,9 @@ func BenchResize(b *testing.B, brokers []core.Broker, resize bool, period time.D
 	if slices.Sort(met); len(met) > 0 {
 		b.ReportMetric(float64(met[len(met)-1].Microseconds()), "met-max-µs")
 		b.ReportMetric(float64(met[len(met)/2].Microseconds()), "met-p50-µs")
+	}
+	if slices.Sort(pauses); len(pauses) > 0 {
+		b.ReportMetric(float64(pauses[len(pauses)/2].Microseconds()), "pause-p50-µs")
 	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
