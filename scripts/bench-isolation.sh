@@ -11,7 +11,11 @@
 #           replay`), as a backlog reader runs on a machine of its own, so
 #           that receiving and decoding the backlog is not work of the tail
 #           client's process; BACKLOG_PROCESS=same runs it in the tail's
-#           (`ferrymq bench tail --backlog`), as before
+#           (`ferrymq bench tail --backlog`), as before; BACKLOG_PROCESS=dd
+#           replaces the replay by the floor any broker has on this machine:
+#           `dd iflag=direct` reading the commit log's files to /dev/null
+#           as fast as the disk gives them (no broker, no network, no
+#           decoding — only the disk reads' own cost to the two cores)
 #
 # alternating, ROUNDS times, for each server configuration in MODES:
 #   default   the tail cache on (store defaults)
@@ -40,7 +44,8 @@
 #   RATE [5000] SIZE [1024] the tail's load; DURATION [15s] WARMUP [2s]
 #   ROUNDS [3]             alone/with pairs per mode; MODES ["default nocache"]
 #   BACKLOG_PROCESS [own]  own: the replay in a process of its own; same: in
-#                          the tail bench's process
+#                          the tail bench's process; dd: no replay, the
+#                          commit log read with dd iflag=direct instead
 #   BACKLOG_NICE [0]       the replay process's niceness (own only)
 #   BUDGET                 store.reader_cold_read_bytes_per_sec for the modes
 #                          that do not set it
@@ -249,6 +254,20 @@ run() { # mode round kind [bench tail args…]
 			kill -0 "$replay_pid" 2>/dev/null || { cat "$replay_err" >&2; return 1; }
 			sleep 0.1
 		done
+	elif [[ $kind == with && $BACKLOG_PROCESS == dd ]]; then
+		# Whole files, one after another, round and round; the rate is what
+		# the files read so far add up to over the time they took.
+		(
+			start=$(date +%s%N) total=0
+			while :; do
+				for f in "$data"/commitlog/*; do
+					dd if="$f" of=/dev/null bs=4M iflag=direct status=none || exit 1
+					total=$((total + $(stat -c %s "$f")))
+					echo "{\"mb_per_sec\":$(awk -v b="$total" -v ns=$(($(date +%s%N) - start)) 'BEGIN {printf "%.1f", b / 1e6 / (ns / 1e9)}'),\"done\":false}" >"$replay_out"
+				done
+			done
+		) &
+		replay_pid=$!
 	elif [[ $kind == with ]]; then
 		set -- "$@" --backlog backlog
 	fi
@@ -257,7 +276,12 @@ run() { # mode round kind [bench tail args…]
 	echo "$row" >>"$work/results.jsonl"
 	local backlog=$row # the backlog group's rate and "done": in the tail's row, or the replay's own
 	if [[ -n "$replay_pid" ]]; then
-		kill -INT "$replay_pid" 2>/dev/null || true
+		if [[ $BACKLOG_PROCESS == dd ]]; then
+			pkill -TERM -P "$replay_pid" 2>/dev/null || true # the dd it runs
+			kill -TERM "$replay_pid" 2>/dev/null || true
+		else
+			kill -INT "$replay_pid" 2>/dev/null || true
+		fi
 		wait "$replay_pid" || true
 		backlog=$(cat "$replay_out")
 		echo "$backlog" >>"$work/results.jsonl"
@@ -302,7 +326,7 @@ done
 echo
 echo "| mode | round | tail p99 alone | tail p99 with the backlog | ratio | backlog MB/s (% of $DISK_READ_MBPS MB/s) | server major faults alone / with | disk read MiB with | tail-cache hits / misses with | cold MiB, budget waits with | tail consume queues resident | server CPU-s alone / with |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-awk -F'\t' -v disk="$DISK_READ_MBPS" -v own="$([[ $BACKLOG_PROCESS == own ]] && echo 1)" 'NR > 1 {
+awk -F'\t' -v disk="$DISK_READ_MBPS" -v own="$([[ $BACKLOG_PROCESS != same ]] && echo 1)" 'NR > 1 {
 	k = $1 SUBSEP $2
 	if ($3 == "alone") { alone[k] = $5; fa[k] = $10; ca[k] = $17 }
 	else {
