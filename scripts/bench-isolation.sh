@@ -11,11 +11,11 @@
 #           replay`), as a backlog reader runs on a machine of its own, so
 #           that receiving and decoding the backlog is not work of the tail
 #           client's process; BACKLOG_PROCESS=same runs it in the tail's
-#           (`ferrymq bench tail --backlog`), as before; BACKLOG_PROCESS=dd
+#           (`ferrymq bench tail --backlog`), as before; BACKLOG_PROCESS=raw
 #           replaces the replay by the floor any broker has on this machine:
-#           `dd iflag=direct` reading the commit log's files to /dev/null
-#           as fast as the disk gives them (no broker, no network, no
-#           decoding — only the disk reads' own cost to the two cores)
+#           a reader of the commit log's files with O_DIRECT, 4 MiB per
+#           read, as fast as the disk gives them or at RAW_MBPS (no broker,
+#           no network, no decoding: only the disk reads' own cost)
 #
 # alternating, ROUNDS times, for each server configuration in MODES:
 #   default   the tail cache on (store defaults)
@@ -44,9 +44,10 @@
 #   RATE [5000] SIZE [1024] the tail's load; DURATION [15s] WARMUP [2s]
 #   ROUNDS [3]             alone/with pairs per mode; MODES ["default nocache"]
 #   BACKLOG_PROCESS [own]  own: the replay in a process of its own; same: in
-#                          the tail bench's process; dd: no replay, the
-#                          commit log read with dd iflag=direct instead
+#                          the tail bench's process; raw: no replay, the
+#                          commit log read with O_DIRECT instead
 #   BACKLOG_NICE [0]       the replay process's niceness (own only)
+#   RAW_MBPS               BACKLOG_PROCESS=raw: read at most this many MB/s
 #   BUDGET                 store.reader_cold_read_bytes_per_sec for the modes
 #                          that do not set it
 #   DATA                   keep the data directory here (a later run with the
@@ -254,19 +255,38 @@ run() { # mode round kind [bench tail args…]
 			kill -0 "$replay_pid" 2>/dev/null || { cat "$replay_err" >&2; return 1; }
 			sleep 0.1
 		done
-	elif [[ $kind == with && $BACKLOG_PROCESS == dd ]]; then
-		# Whole files, one after another, round and round; the rate is what
-		# the files read so far add up to over the time they took.
-		(
-			start=$(date +%s%N) total=0
-			while :; do
-				for f in "$data"/commitlog/*; do
-					dd if="$f" of=/dev/null bs=4M iflag=direct status=none || exit 1
-					total=$((total + $(stat -c %s "$f")))
-					echo "{\"mb_per_sec\":$(awk -v b="$total" -v ns=$(($(date +%s%N) - start)) 'BEGIN {printf "%.1f", b / 1e6 / (ns / 1e9)}'),\"done\":false}" >"$replay_out"
-				done
-			done
-		) &
+	elif [[ $kind == with && $BACKLOG_PROCESS == raw ]]; then
+		# The commit log's files read round and round with O_DIRECT, 4 MiB
+		# per read into one aligned buffer, paced to RAW_MBPS if set; the
+		# rate goes to $replay_out as the replay's does.
+		python3 -c '
+import glob, json, mmap, os, signal, sys, time
+out, data, rate = sys.argv[1], sys.argv[2], float(sys.argv[3] or 0) * 1e6
+files = sorted(glob.glob(data + "/commitlog/*"))
+buf = mmap.mmap(-1, 4 << 20)
+start, total, shown = time.monotonic(), 0, 0.0
+def show():
+    with open(out, "w") as f:
+        json.dump({"mb_per_sec": total / 1e6 / (time.monotonic() - start), "done": False}, f, separators=(",", ":"))
+signal.signal(signal.SIGTERM, lambda *_: (show(), sys.exit(0)))
+while True:
+    for name in files:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECT)
+        off = 0
+        while True:
+            if rate:
+                ahead = total / rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+            n = os.preadv(fd, [buf], off)
+            off, total = off + n, total + n
+            if time.monotonic() - shown > 0.5:
+                show()
+                shown = time.monotonic()
+            if n < len(buf):
+                break  # the end of the file (O_DIRECT reads on from aligned offsets only)
+        os.close(fd)
+' "$replay_out" "$data" "${RAW_MBPS:-}" &
 		replay_pid=$!
 	elif [[ $kind == with ]]; then
 		set -- "$@" --backlog backlog
@@ -276,8 +296,7 @@ run() { # mode round kind [bench tail args…]
 	echo "$row" >>"$work/results.jsonl"
 	local backlog=$row # the backlog group's rate and "done": in the tail's row, or the replay's own
 	if [[ -n "$replay_pid" ]]; then
-		if [[ $BACKLOG_PROCESS == dd ]]; then
-			pkill -TERM -P "$replay_pid" 2>/dev/null || true # the dd it runs
+		if [[ $BACKLOG_PROCESS == raw ]]; then
 			kill -TERM "$replay_pid" 2>/dev/null || true
 		else
 			kill -INT "$replay_pid" 2>/dev/null || true
