@@ -61,6 +61,7 @@ var (
 type outFrame struct {
 	f       wire.Frame
 	release bool // frees an in-flight slot once written
+	recycle bool // the payload is the writer's once written (recycleAnswer)
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -218,7 +219,11 @@ func (c *conn) writeNow(f wire.Frame) bool {
 }
 
 // reply queues the response to request f.
-func (c *conn) reply(f wire.Frame, payload []byte) {
+func (c *conn) reply(f wire.Frame, payload []byte) { c.replyWith(f, payload, false) }
+
+// replyWith queues the response to request f; recycle hands the payload
+// to the writer, which recycles it once written (answerBuf).
+func (c *conn) replyWith(f wire.Frame, payload []byte, recycle bool) {
 	if f.Flags&wire.FlagNoReply != 0 {
 		<-c.inflight
 		return
@@ -227,7 +232,7 @@ func (c *conn) reply(f wire.Frame, payload []byte) {
 		c.fail(f, err)
 		return
 	}
-	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse, ID: f.ID, Payload: payload}, release: true}
+	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse, ID: f.ID, Payload: payload}, release: true, recycle: recycle}
 }
 
 // fits refuses an answer larger than the frame limit the server announced
@@ -255,13 +260,13 @@ func (c *conn) reserve() bool {
 }
 
 // replyMore queues an answer to request f that more answers follow, in the
-// slot reserve took.
-func (c *conn) replyMore(f wire.Frame, payload []byte) {
+// slot reserve took; recycle as in replyWith.
+func (c *conn) replyMore(f wire.Frame, payload []byte, recycle bool) {
 	if err := c.fits(payload); err != nil {
 		c.fail(f, err) // ends the stream for the client
 		return
 	}
-	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse | wire.FlagMore, ID: f.ID, Payload: payload}, release: true}
+	c.out <- outFrame{f: wire.Frame{Op: f.Op, Flags: wire.FlagResponse | wire.FlagMore, ID: f.ID, Payload: payload}, release: true, recycle: recycle}
 }
 
 // bigPayload is the size from which writeLoop writes a payload from where
@@ -289,6 +294,7 @@ func (c *conn) writeLoop() {
 	defer c.wg.Done()
 	buf := make([]byte, 0, 64<<10)
 	var bufs net.Buffers
+	var written [][]byte // payloads to recycle once written
 	for {
 		var of outFrame
 		select {
@@ -298,18 +304,24 @@ func (c *conn) writeLoop() {
 		case <-c.ctx.Done():
 			return
 		}
-		buf, bufs = buf[:0], bufs[:0]
+		buf, bufs, written = buf[:0], bufs[:0], written[:0]
 		mark, big := 0, 0 // buf[:mark] is in bufs; big: bytes of payloads not copied
-		add := func(f wire.Frame) {
+		add := func(f wire.Frame, recycle bool) {
 			if len(f.Payload) < bigPayload {
 				buf = wire.AppendFrame(buf, f)
+				if recycle {
+					recycleAnswer(f.Payload)
+				}
 				return
 			}
 			buf = wire.AppendHeader(buf, f, len(f.Payload))
 			bufs = append(bufs, buf[mark:], f.Payload)
 			mark, big = len(buf), big+len(f.Payload)
+			if recycle {
+				written = append(written, f.Payload)
+			}
 		}
-		add(of.f)
+		add(of.f, of.recycle)
 		released := 0
 		if of.release {
 			released++
@@ -318,12 +330,12 @@ func (c *conn) writeLoop() {
 		for len(buf)+big < 256<<10 {
 			select {
 			case of = <-c.out:
-				add(of.f)
+				add(of.f, of.recycle)
 				if of.release {
 					released++
 				}
 			case pf := <-c.push:
-				add(pf)
+				add(pf, false)
 			default:
 				break more
 			}
@@ -339,6 +351,10 @@ func (c *conn) writeLoop() {
 			w := bufs // WriteTo consumes its receiver
 			_, err = w.WriteTo(c.nc)
 			clear(bufs) // keep no payload alive
+			for _, p := range written {
+				recycleAnswer(p)
+			}
+			clear(written)
 		}
 		if err != nil {
 			c.log.Debug().Err(err).Msg("write failed; closing")

@@ -61,7 +61,7 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 		if !s.goesOn() || !c.reserve() {
 			return payload, nil
 		}
-		c.replyMore(f, payload)
+		c.replyMore(f, payload, false)
 	} else if first.Reset {
 		s.reset, s.resetFrom = true, first.Offset // the answer that ends the wait says so
 	}
@@ -106,7 +106,8 @@ func (s *groupStream) try(ctx context.Context) ([]byte, bool, error) {
 	if s.reset && !p.Reset {
 		start = s.resetFrom
 	}
-	b, err := wire.EncodePull(pullAnswer(p, p.Reset || s.reset, start))
+	ans := pullAnswer(p, p.Reset || s.reset, start)
+	b, err := wire.AppendPull(answerBuf(wire.PullSize(ans)), ans)
 	if err != nil {
 		return nil, false, err
 	}

@@ -45,7 +45,9 @@ type held struct {
 	c        *conn
 	f        wire.Frame
 	deadline time.Time
-	// try retries the request; ok means payload is the answer now.
+	// try retries the request; ok means payload is the answer now, a
+	// buffer of its own that the connection's writer recycles once
+	// written (answerBuf).
 	try   func(ctx context.Context) (payload []byte, ok bool, err error)
 	empty []byte // the answer at the deadline
 	// more is set for a streaming pull and asked after each answer: goesOn
@@ -139,15 +141,15 @@ func (h *holder) run(bk *bucket) {
 				p.c.fail(p.f, err)
 			case ok && p.more != nil:
 				if empty, goesOn, more := p.more(); goesOn && p.c.reserve() {
-					p.c.replyMore(p.f, payload)
+					p.c.replyMore(p.f, payload, true) // try's answers are fresh: the writer's
 					p.empty, p.deadline = empty, now.Add(p.wait)
 					kept = append(kept, p)
 					again = again || more
 					continue
 				}
-				p.c.reply(p.f, payload) // its last answer
+				p.c.replyWith(p.f, payload, true) // its last answer
 			case ok:
-				p.c.reply(p.f, payload)
+				p.c.replyWith(p.f, payload, true)
 			case !now.Before(p.deadline):
 				p.c.reply(p.f, p.empty)
 			default:

@@ -212,11 +212,21 @@ type PullResult struct {
 func EncodePull(res PullResult) ([]byte, error) {
 	// Sized for the messages at once: a backlog's answers are megabytes,
 	// and growing one by doubling copied it twice more.
+	return AppendPull(make([]byte, 0, PullSize(res)), res)
+}
+
+// PullSize bounds the bytes EncodePull writes for res (an estimate from
+// above, for sizing a buffer once).
+func PullSize(res PullResult) int {
 	hint := 64
 	for _, m := range res.Messages {
 		hint += 128 + max(m.Size, len(m.Body)+len(m.Topic)+len(m.ShardingKey)+len(m.Tag))
 	}
-	b := make([]byte, 0, hint)
+	return hint
+}
+
+// AppendPull appends the encoding of res to b (EncodePull's).
+func AppendPull(b []byte, res PullResult) ([]byte, error) {
 	b = binary.BigEndian.AppendUint64(b, uint64(res.NextOffset))
 	b = binary.BigEndian.AppendUint64(b, uint64(res.Offset))
 	b = binary.BigEndian.AppendUint64(b, uint64(res.Range.Min))
