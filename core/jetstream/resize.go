@@ -310,6 +310,37 @@ func (e *Engine) boundaries(ctx context.Context, t *topicState, lay *layout, mar
 		begin[q] = lay.lastBefore(q, cur)
 	}
 	mark := markerSubject(t.tok, cur+1)
+	apply := func(last map[int]int64) {
+		for q, seq := range last {
+			if q < len(begin) {
+				if seq > int64(marker) {
+					e.log.Warn().Str("topic", t.name).Int("queue", q).Int64("seq", seq).
+						Msg("message of the ended epoch stored after the marker: counted in the ended epoch")
+				}
+				begin[q] = max(begin[q], seq)
+			}
+		}
+	}
+	// Every queue at once, in an answer of at most boundaryBatchBytes:
+	// enough unless the queues' last messages are large. The marker is
+	// the newest message, so an answer the server cut short lacks it, as
+	// one from a replica behind does; then a chunk of queues at a time,
+	// each chunk's answer large enough for its messages at the limit.
+	all := []string{mark}
+	for q := range ended {
+		all = append(all, queueSubject(t.tok, q, cur))
+	}
+	last, ok, err := e.lastSeqs(ctx, t, all, mark, marker, boundaryBatchBytes)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		apply(last)
+		if err := e.belowNewEpoch(ctx, t, lay, begin); err != nil {
+			return nil, err
+		}
+		return begin, nil
+	}
 	chunk := max(1, min(boundaryChunk, boundaryBatchBytes/(e.maxMsg+1<<10)))
 	for lo := 0; lo < ended; lo += chunk {
 		subjects := []string{mark}
@@ -317,20 +348,12 @@ func (e *Engine) boundaries(ctx context.Context, t *topicState, lay *layout, mar
 			subjects = append(subjects, queueSubject(t.tok, q, cur))
 		}
 		for {
-			last, ok, err := e.lastSeqs(ctx, t, subjects, mark, marker)
+			last, ok, err := e.lastSeqs(ctx, t, subjects, mark, marker, len(subjects)*(e.maxMsg+1<<10))
 			if err != nil {
 				return nil, err
 			}
 			if ok {
-				for q, seq := range last {
-					if q < len(begin) {
-						if seq > int64(marker) {
-							e.log.Warn().Str("topic", t.name).Int("queue", q).Int64("seq", seq).
-								Msg("message of the ended epoch stored after the marker: counted in the ended epoch")
-						}
-						begin[q] = max(begin[q], seq)
-					}
-				}
+				apply(last)
 				break
 			}
 			select {
@@ -415,20 +438,26 @@ func (e *Engine) firstOf(ctx context.Context, t *topicState, subject string, fro
 	return resp.Message.Seq, true, nil
 }
 
-// lastSeqs asks for the last message of each subject; ok is false when the
-// replica that answered does not have the marker yet.
-func (e *Engine) lastSeqs(ctx context.Context, t *topicState, subjects []string, mark string, marker uint64) (map[int]int64, bool, error) {
-	raws, err := e.get.do(ctx, t.stream, directReq{MultiLast: subjects, Batch: len(subjects),
-		MaxBytes: len(subjects) * (e.maxMsg + 1<<10)})
+// lastSeqs asks for the last message of each subject, in an answer of at
+// most maxBytes (the server sends them in sequence order); ok is false when
+// the answer lacks the marker (the replica that answered does not have it
+// yet) or was cut short.
+func (e *Engine) lastSeqs(ctx context.Context, t *topicState, subjects []string, mark string, marker uint64, maxBytes int) (map[int]int64, bool, error) {
+	raws, err := e.get.do(ctx, t.stream, directReq{MultiLast: subjects, Batch: len(subjects), MaxBytes: maxBytes})
 	if err != nil {
 		return nil, false, err
 	}
 	last := map[int]int64{}
 	ok := false
-	for _, nm := range raws {
+	for i, nm := range raws {
 		r, err := parseDirect(nm)
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: boundaries of %s: %w", core.ErrCorrupt, t.name, err)
+		}
+		if i == len(raws)-1 && r.pending > 0 {
+			// Cut short: a message of the ended epoch stored after the
+			// marker (sorted after it) may be missing.
+			return nil, false, nil
 		}
 		if r.subject == mark {
 			ok = r.seq >= marker
