@@ -85,8 +85,12 @@ func (a *api) deleteShadow(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	q, err := queryParams(r, "version")
+	if err != nil {
+		return err
+	}
 	var version int64
-	if s := r.URL.Query().Get("version"); s != "" {
+	if s := q.Get("version"); s != "" {
 		if version, err = strconv.ParseInt(s, 10, 64); err != nil || version < 0 {
 			return httperr.BadRequest("version %q: want an integer ≥ 0", s)
 		}

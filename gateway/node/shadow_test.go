@@ -311,6 +311,42 @@ func TestShadowsOverMQTTAndBackends(t *testing.T) {
 	}
 }
 
+// TestShadowDeleteOverHTTP: DELETE /api/v1/devices/{id}/shadow takes an
+// optional expected version; a stale one conflicts, a malformed one or an
+// unknown query parameter is refused before anything is deleted.
+func TestShadowDeleteOverHTTP(t *testing.T) {
+	o := options(t)
+	o.Shadows = &shadow.Options{}
+	n, err := node.New(t.Context(), o, nil)
+	require.NoError(t, err)
+	defer shutdown(t, n)
+	for _, body := range []string{`{"state":{"desired":{"temp":20}}}`, `{"state":{"desired":{"temp":21}}}`} {
+		code, b := patchShadow(t, n, "car-1", body)
+		require.Equal(t, http.StatusOK, code, "%s", b)
+	}
+	del := func(query string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, "http://"+n.HTTPAddr().String()+"/api/v1/devices/car-1/shadow"+query, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	for _, bad := range []string{"?versoin=2", "?version=two", "?version=-1", "?version=2&version=2"} {
+		code, body := del(bad)
+		require.Equal(t, http.StatusBadRequest, code, "%s: %s", bad, body)
+	}
+	code, body := del("?version=1")
+	require.Equal(t, http.StatusConflict, code, "%s", body)
+	require.Contains(t, body, `"version_conflict"`)
+	code, body = del("?version=2")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	_, err = n.Shadows().Get(t.Context(), "car-1")
+	require.ErrorIs(t, err, shadow.ErrNotFound)
+}
+
 // TestShadowsAcrossTwoNATSNodes: two nodes on one nats-server share the
 // bucket; devices connect to one, the backend talks to the other: deltas
 // cross from the node that took the change to the node holding the
