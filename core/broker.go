@@ -173,6 +173,12 @@ type ReadResult struct {
 	// read: every message returned belongs to one of them. A reader holding
 	// fewer must learn the new ones (Topic) before it trusts its barriers.
 	Epochs int
+	// Release, if not nil, lets the engine reuse the memory the messages'
+	// bodies are in. A caller done with every byte of them — it encoded
+	// them into an answer, say — may call it (once is enough; more are
+	// no-ops); one that keeps a message or a body, or hands them on, must
+	// not. Leaving it uncalled is always safe.
+	Release func()
 }
 
 // KeyQuery bounds a FindByKey.

@@ -130,6 +130,9 @@ func (g *Gate) Read(ctx context.Context, group string, req core.ReadRequest, sta
 		// barriers. Compared with the epochs the limit saw, not with those
 		// the gate knows now: another reader may have refreshed them
 		// meanwhile, and this read was still made without their barriers.
+		if res.Release != nil {
+			res.Release() // read again: nobody sees these
+		}
 		if _, err := g.Stale(ctx, req.Topic, res.Epochs); err != nil {
 			return core.ReadResult{}, false, err
 		}

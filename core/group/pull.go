@@ -43,6 +43,10 @@ type PullResult struct {
 	// continue from NextOffset.
 	Reset bool
 	Range core.QueueRange
+	// Release is the read's (core.ReadResult.Release): a caller done with
+	// every byte of the messages' bodies may call it; nil when there is
+	// nothing to give back.
+	Release func()
 }
 
 // Pull returns messages of a queue the member may consume: in clustering
@@ -130,7 +134,7 @@ func (c *Coordinator) Pull(ctx context.Context, req PullRequest) (PullResult, er
 			}
 			reset = reset || len(res.Messages) == 0
 		}
-		out := PullResult{Messages: res.Messages, Offset: start, NextOffset: res.NextOffset, Reset: reset, Range: res.Range}
+		out := PullResult{Messages: res.Messages, Offset: start, NextOffset: res.NextOffset, Reset: reset, Range: res.Range, Release: res.Release}
 		wait := time.Until(deadline)
 		if len(res.Messages) > 0 || res.NextOffset != offset || wait <= 0 {
 			c.traceDelivered(req, key, mode, out.Messages)

@@ -31,7 +31,7 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 	moved := len(first.Messages) > 0 || (r.Offset >= 0 && first.NextOffset != r.Offset)
 	stream := r.Stream && r.WaitMS > 0 && f.Flags&wire.FlagNoReply == 0
 	if r.WaitMS <= 0 || moved && !stream {
-		return wire.EncodePull(pullAnswer(first, first.Reset, first.Offset))
+		return encodeFirst(first)
 	}
 	s.left = r.Max
 	if s.left <= 0 {
@@ -53,7 +53,7 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 		}
 	}
 	if moved {
-		payload, err := wire.EncodePull(pullAnswer(first, first.Reset, first.Offset))
+		payload, err := encodeFirst(first)
 		if err != nil {
 			return nil, err
 		}
@@ -69,6 +69,16 @@ func (c *conn) groupPull(f wire.Frame, r wire.GroupPullReq) ([]byte, error) {
 	p.deadline = time.Now().Add(p.wait)
 	c.s.hold.park(r.Topic, r.Group, p)
 	return nil, errParked
+}
+
+// encodeFirst encodes a pull's first answer and gives its read's memory
+// back.
+func encodeFirst(first group.PullResult) ([]byte, error) {
+	b, err := wire.EncodePull(pullAnswer(first, first.Reset, first.Offset))
+	if first.Release != nil {
+		first.Release()
+	}
+	return b, err
 }
 
 func pullAnswer(p group.PullResult, reset bool, start int64) wire.PullResult {
@@ -108,6 +118,9 @@ func (s *groupStream) try(ctx context.Context) ([]byte, bool, error) {
 	}
 	ans := pullAnswer(p, p.Reset || s.reset, start)
 	b, err := wire.AppendPull(answerBuf(wire.PullSize(ans)), ans)
+	if p.Release != nil {
+		p.Release() // the bodies are copied into b
+	}
 	if err != nil {
 		return nil, false, err
 	}

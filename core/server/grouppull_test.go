@@ -102,12 +102,25 @@ func TestStreamingGroupPullSendsEachArrival(t *testing.T) {
 // go out of buffers the connection's writer takes back once written and
 // hands out again (answerBuf): every one of 200 answers reaches the client
 // with the bytes produced, none overwritten by a later answer before it
-// went out.
+// went out. "backlog": the messages are stored first, behind a small tail
+// cache, so the stream reads them on the cold path, into run buffers the
+// server gives back once it encoded each answer (ReadResult.Release).
 func TestStreamingGroupPullLargeAnswersIntact(t *testing.T) {
-	env, nc := memberConn(t, servertest.Options{}, "big", 1)
+	for _, backlog := range []bool{false, true} {
+		t.Run(map[bool]string{false: "arrivals", true: "backlog"}[backlog], func(t *testing.T) {
+			streamLargeAnswers(t, backlog)
+		})
+	}
+}
+
+func streamLargeAnswers(t *testing.T, backlog bool) {
+	o := servertest.Options{}
+	if backlog {
+		o.TailCacheBytes = 1 << 20
+	}
+	env, nc := memberConn(t, o, "big", 1)
 	const n = 200
 	before := server.AnswersRecycled()
-	streamPull(t, nc, 30, "big", 0, n, 30*time.Second)
 	body := func(i int) []byte {
 		b := make([]byte, 100<<10)
 		for j := range b {
@@ -115,15 +128,15 @@ func TestStreamingGroupPullLargeAnswersIntact(t *testing.T) {
 		}
 		return b
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
+	produce := func() {
 		for i := range n {
 			if _, err := env.Store.Produce(context.Background(), &core.Message{Topic: "big", Body: body(i)}); err != nil {
 				return
 			}
 		}
-	}()
+	}
+	done := make(chan struct{})
+	defer close(done)
 	go func() { // the member stays alive however slow the run (-race)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -137,6 +150,14 @@ func TestStreamingGroupPullLargeAnswersIntact(t *testing.T) {
 			}
 		}
 	}()
+	coldBefore := env.Store.Stats().ColdReadBytes
+	if backlog {
+		produce()
+	}
+	streamPull(t, nc, 30, "big", 0, n, 30*time.Second)
+	if !backlog {
+		go produce()
+	}
 	for got := 0; got < n; {
 		f := readFrame(t, nc, 10*time.Second)
 		if f.ID == 9 {
@@ -153,6 +174,9 @@ func TestStreamingGroupPullLargeAnswersIntact(t *testing.T) {
 		}
 	}
 	require.Greater(t, server.AnswersRecycled(), before, "no answer went out of a recycled buffer")
+	if backlog {
+		require.Greater(t, env.Store.Stats().ColdReadBytes-coldBefore, int64(10<<20), "the backlog was not read cold")
+	}
 }
 
 // TestStreamingGroupPullAnswersWhatIsThereAtOnce: messages already stored

@@ -70,6 +70,8 @@ type coldRecords struct {
 
 	buf    []byte // the run read last
 	bufOff int64  // the log offset of buf[0]
+	// pooled are the buffers taken from coldBufs for this Read's runs.
+	pooled []*[]byte
 
 	// lo and hi bound what the Read went over (-1: nothing yet): after
 	// it, dropBehind drops what lies far enough behind — pages its
@@ -81,6 +83,48 @@ type coldRecords struct {
 
 func newColdRecords(cl *commitLog, limit int64, exts []coldExtent) *coldRecords {
 	return &coldRecords{cl: cl, limit: limit, exts: exts, lo: -1, hi: -1}
+}
+
+// coldBufSize is the size of the pooled buffers runs are read into: a
+// run's page-aligned span at most (coldRunMax and an aligned block on
+// either side). A larger run (one large record) gets a buffer of its own.
+const coldBufSize = coldRunMax + 2*vfs.DirectAlign
+
+// coldBufs holds run buffers a Read's caller released (ReadResult.Release):
+// a replay read one per run, and allocating and zeroing each afresh — and
+// collecting them — was a fifth of the server's CPU while it replayed.
+var coldBufs = sync.Pool{New: func() any {
+	coldBufsMade.Add(1)
+	b := vfs.AlignedBuffer(coldBufSize)
+	return &b
+}}
+
+// coldBufsTaken and coldBufsMade count the buffers runs took from coldBufs
+// and those it had to make (tests: taken > made when some were reused).
+var coldBufsTaken, coldBufsMade atomic.Int64
+
+// take returns an aligned buffer of n bytes for a run: a pooled one, which
+// the Read's release gives back, if n fits.
+func (c *coldRecords) take(n int) []byte {
+	if n > coldBufSize {
+		return vfs.AlignedBuffer(n)
+	}
+	p := coldBufs.Get().(*[]byte)
+	coldBufsTaken.Add(1)
+	if c.pooled == nil {
+		c.pooled = make([]*[]byte, 0, 4)
+	}
+	c.pooled = append(c.pooled, p)
+	return (*p)[:n:n]
+}
+
+// release gives the pooled buffers back: nothing of what the Read
+// returned from them may be used afterwards.
+func (c *coldRecords) release() {
+	for _, p := range c.pooled {
+		coldBufs.Put(p)
+	}
+	c.pooled = nil
 }
 
 // record returns the bytes of exts[k], reading its run if need be.
@@ -116,7 +160,7 @@ func (c *coldRecords) record(k int) ([]byte, error) {
 		lo := pos &^ (vfs.DirectAlign - 1)
 		hi := min((pos+span+vfs.DirectAlign-1)&^(vfs.DirectAlign-1), (segEnd-sg.base+vfs.DirectAlign-1)&^(vfs.DirectAlign-1))
 		if 2*useful >= hi-lo {
-			buf := vfs.AlignedBuffer(int(hi - lo))
+			buf := c.take(int(hi - lo))
 			got, err := d.ReadAt(buf, lo)
 			if int64(got) >= pos+span-lo { // the file may end in the last block
 				c.buf, c.bufOff = buf[pos-lo:pos-lo+span], e.off
@@ -137,7 +181,7 @@ func (c *coldRecords) record(k int) ([]byte, error) {
 		_ = adv.Advise(0, 0, vfs.AdviseSequential)
 		_ = adv.Advise(0, 0, vfs.AdviseNoReuse)
 	}
-	buf := make([]byte, span)
+	buf := c.take(int(span))
 	n, err := sg.file.ReadAt(buf, pos)
 	if int64(n) != span {
 		if err == nil || errors.Is(err, io.EOF) {

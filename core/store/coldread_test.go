@@ -481,3 +481,52 @@ func TestColdReadsDirect(t *testing.T) {
 		}
 	}
 }
+
+// TestColdReadBuffersReusedOnlyAfterRelease: a cold Read's run buffers go
+// back to the pool only through its ReadResult.Release. A Read whose
+// result is kept (not released) keeps its bodies while many later Reads
+// release theirs and reuse the buffers; and the later Reads, read into
+// reused buffers, return the bytes produced.
+func TestColdReadBuffersReusedOnlyAfterRelease(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{SegmentBytes: 8 << 20, TailCacheBytes: 256 << 10, DefaultQueues: 1, ReaderColdReadBytesPerSec: -1})
+	ctx := t.Context()
+	body := func(i int) []byte {
+		b := make([]byte, 900+i%7)
+		for j := range b {
+			b[j] = byte(i*31 + j)
+		}
+		return b
+	}
+	const n = 3000
+	for i := range n {
+		_, err := s.Produce(ctx, &core.Message{Topic: "t", Body: body(i)})
+		require.NoError(t, err)
+	}
+	read := func(off int64) core.ReadResult {
+		res, err := s.Read(ctx, core.ReadRequest{Topic: "t", Queue: 0, Offset: off, MaxCount: 64, Reader: "r"})
+		require.NoError(t, err)
+		require.NotEmpty(t, res.Messages)
+		for k, m := range res.Messages {
+			require.True(t, bytes.Equal(body(int(off)+k), m.Body), "message %d", int(off)+k)
+		}
+		return res
+	}
+	kept := read(0)
+	require.NotNil(t, kept.Release, "a cold Read of small records side by side takes pooled buffers")
+	taken, made := coldBufsTaken.Load(), coldBufsMade.Load()
+	cold := 0
+	for off := int64(64); off < n-64; off += 64 {
+		res := read(off)
+		if res.Release == nil {
+			continue // from the tail cache: nothing pooled
+		}
+		cold++
+		res.Release()
+		res.Release() // a second call changes nothing
+	}
+	require.Greater(t, cold, 20)
+	require.Greater(t, (coldBufsTaken.Load()-taken)-(coldBufsMade.Load()-made), int64(0), "no buffer was reused")
+	for k, m := range kept.Messages {
+		require.True(t, bytes.Equal(body(k), m.Body), "message %d of the kept Read changed", k)
+	}
+}

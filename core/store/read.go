@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/ferrymq/ferrymq/core"
@@ -294,6 +295,15 @@ func (s *Store) read(ctx context.Context, cq *consumeQueue, req core.ReadRequest
 			continue // a tag-hash collision: the tag itself decides
 		}
 		res.Messages = append(res.Messages, m)
+	}
+	if cold != nil && len(cold.pooled) > 0 {
+		// The cold messages' bodies are in pooled run buffers: the caller
+		// may give them back once done with the bodies.
+		if len(res.Messages) == 0 {
+			cold.release()
+		} else {
+			res.Release = sync.OnceFunc(cold.release)
+		}
 	}
 	return res, nil
 }

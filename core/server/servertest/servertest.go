@@ -48,7 +48,10 @@ type Options struct {
 	Addr        string // default 127.0.0.1:0
 	Token       string
 	FlushPolicy store.FlushPolicy
-	Server      server.Options // fields left zero get the test defaults
+	// TailCacheBytes is the store's (store.Options): small, reads of older
+	// messages take the cold path.
+	TailCacheBytes int64
+	Server         server.Options // fields left zero get the test defaults
 	// Delay and Txn configure delayed delivery (folder Dir/delay) and
 	// transactions, which always run; zero fields get the test defaults
 	// (transactions: first check after 200 ms, then every 200 ms, 3 checks).
@@ -80,7 +83,7 @@ func Start(t testing.TB, o Options) *Env {
 		o.Addr = "127.0.0.1:0"
 	}
 	st, err := store.Open(o.Dir, store.Options{FlushPolicy: o.FlushPolicy, IndexSlots: 1 << 12, IndexEntries: 1 << 16,
-		CheckpointInterval: 50 * time.Millisecond})
+		CheckpointInterval: 50 * time.Millisecond, TailCacheBytes: o.TailCacheBytes})
 	require.NoError(t, err)
 	var rec *trace.Recorder
 	if o.Trace != nil {
