@@ -71,30 +71,42 @@ func (c *conn) dispatch(f wire.Frame) ([]byte, error) {
 		if err := decode(f, &r); err != nil {
 			return nil, err
 		}
-		try := func(ctx context.Context, off int64) (wire.PullResult, error) {
-			res, err := o.Broker.Read(ctx, core.ReadRequest{Topic: r.Topic, Queue: r.Queue, Offset: off, MaxCount: r.Max, Tags: r.Tags})
+		// try reads; release gives the read's memory back once its answer
+		// is encoded (core.ReadResult.Release).
+		try := func(ctx context.Context, off int64) (res wire.PullResult, release func(), err error) {
+			rr, err := o.Broker.Read(ctx, core.ReadRequest{Topic: r.Topic, Queue: r.Queue, Offset: off, MaxCount: r.Max, Tags: r.Tags})
 			if err != nil {
-				return wire.PullResult{}, err
+				return wire.PullResult{}, nil, err
 			}
 			start := off
-			if len(res.Messages) > 0 {
-				start = res.Messages[0].QueueOffset
+			if len(rr.Messages) > 0 {
+				start = rr.Messages[0].QueueOffset
 			}
-			return wire.PullResult{NextOffset: res.NextOffset, Offset: start, Range: res.Range, Clamped: res.Clamped, Messages: res.Messages}, nil
+			release = rr.Release
+			if release == nil {
+				release = func() {}
+			}
+			return wire.PullResult{NextOffset: rr.NextOffset, Offset: start, Range: rr.Range, Clamped: rr.Clamped, Messages: rr.Messages}, release, nil
 		}
-		first, err := try(ctx, r.Offset)
+		first, release, err := try(ctx, r.Offset)
 		if err != nil {
 			return nil, err
 		}
 		if len(first.Messages) > 0 || first.NextOffset != r.Offset || r.WaitMS <= 0 {
+			defer release()
 			return wire.EncodePull(first)
 		}
 		empty, _ := wire.EncodePull(first)
+		release()
 		c.s.hold.park(r.Topic, "", &held{c: c, f: f, deadline: time.Now().Add(c.waitFor(r.WaitMS)), empty: empty,
 			try: func(ctx context.Context) ([]byte, bool, error) {
-				res, err := try(ctx, first.NextOffset)
-				if err != nil || (len(res.Messages) == 0 && res.NextOffset == first.NextOffset) {
+				res, release, err := try(ctx, first.NextOffset)
+				if err != nil {
 					return nil, false, err
+				}
+				defer release()
+				if len(res.Messages) == 0 && res.NextOffset == first.NextOffset {
+					return nil, false, nil
 				}
 				res.Clamped = res.Clamped || first.Clamped
 				b, err := wire.EncodePull(res)
