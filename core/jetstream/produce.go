@@ -297,6 +297,10 @@ func (t *topicState) layChange() <-chan struct{} {
 func (t *topicState) newest() *layout {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.newestLocked()
+}
+
+func (t *topicState) newestLocked() *layout {
 	if t.next != nil {
 		return t.next
 	}
@@ -316,10 +320,7 @@ func (e *Engine) learn(t *topicState, lay *layout) {
 			t.layChanged = nil
 		}
 	}
-	newest := t.pub
-	if t.next != nil {
-		newest = t.next
-	}
+	newest := t.newestLocked()
 	switch {
 	case lay.pubEpoch() > newest.pubEpoch():
 		if t.inflight == 0 {

@@ -330,19 +330,15 @@ func (e *Engine) boundaries(ctx context.Context, t *topicState, lay *layout, mar
 	for q := range ended {
 		all = append(all, queueSubject(t.tok, q, cur))
 	}
-	last, ok, err := e.lastSeqs(ctx, t, all, mark, marker, boundaryBatchBytes)
+	last, whole, err := e.lastSeqs(ctx, t, all, mark, marker, boundaryBatchBytes)
 	if err != nil {
 		return nil, err
 	}
-	if ok {
+	if whole {
 		apply(last)
-		if err := e.belowNewEpoch(ctx, t, lay, begin); err != nil {
-			return nil, err
-		}
-		return begin, nil
 	}
 	chunk := max(1, min(boundaryChunk, boundaryBatchBytes/(e.maxMsg+1<<10)))
-	for lo := 0; lo < ended; lo += chunk {
+	for lo := 0; !whole && lo < ended; lo += chunk {
 		subjects := []string{mark}
 		for q := lo; q < min(lo+chunk, ended); q++ {
 			subjects = append(subjects, queueSubject(t.tok, q, cur))

@@ -30,12 +30,7 @@ func TestResizeLeftHalfDoneIsFinished(t *testing.T) {
 		t.Run("after-"+step, func(t *testing.T) {
 			ctx := t.Context()
 			s := natstest.RunServer(t, natstest.SyncAlways())
-			open := func() *Engine {
-				e, err := Open(ctx, Options{URLs: []string{s.URL}, Timeout: 500 * time.Millisecond})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = e.Close() })
-				return e
-			}
+			open := func() *Engine { return openEngine(t, s.URL, 500*time.Millisecond) }
 			dead, live := open(), open()
 			_, err := dead.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 8})
 			require.NoError(t, err)
@@ -91,6 +86,16 @@ func TestResizeLeftHalfDoneIsFinished(t *testing.T) {
 	}
 }
 
+// openEngine opens an engine on the server at url, as one node does, with
+// the request timeout given; it is closed when the test ends.
+func openEngine(t testing.TB, url string, timeout time.Duration) *Engine {
+	t.Helper()
+	e, err := Open(t.Context(), Options{URLs: []string{url}, Timeout: timeout})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
 // dieDuringResize runs a resize of e's topic up to step and stops there
 // as a node that died would: the lock held, nothing cleaned up.
 func dieDuringResize(t *testing.T, e *Engine, name string, queues int, step string) {
@@ -130,10 +135,8 @@ func dieDuringResize(t *testing.T, e *Engine, name string, queues int, step stri
 func TestLateOldMessageDoesNotHideNewEpoch(t *testing.T) {
 	ctx := t.Context()
 	s := natstest.RunServer(t)
-	e, err := Open(ctx, Options{URLs: []string{s.URL}, Timeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.Close() })
-	_, err = e.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 4})
+	e := openEngine(t, s.URL, time.Second)
+	_, err := e.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 4})
 	require.NoError(t, err)
 	_, err = e.ResizeTopic(ctx, "t", 8) // epoch 1: subjects fmq.<tok>.<q>.1
 	require.NoError(t, err)
@@ -197,12 +200,7 @@ func TestLateOldMessageDoesNotHideNewEpoch(t *testing.T) {
 func TestReplayFromTimeDuringAnIntent(t *testing.T) {
 	ctx := t.Context()
 	s := natstest.RunServer(t)
-	open := func() *Engine {
-		e, err := Open(ctx, Options{URLs: []string{s.URL}, Timeout: 500 * time.Millisecond})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = e.Close() })
-		return e
-	}
+	open := func() *Engine { return openEngine(t, s.URL, 500*time.Millisecond) }
 	dead, live := open(), open()
 	_, err := dead.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 8})
 	require.NoError(t, err)
@@ -240,10 +238,8 @@ func TestReplayFromTimeDuringAnIntent(t *testing.T) {
 func TestMarkerIsNoMessage(t *testing.T) {
 	ctx := t.Context()
 	s := natstest.RunServer(t)
-	e, err := Open(ctx, Options{URLs: []string{s.URL}, Timeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.Close() })
-	_, err = e.Produce(ctx, &core.Message{Topic: "t", Body: []byte("x")})
+	e := openEngine(t, s.URL, time.Second)
+	_, err := e.Produce(ctx, &core.Message{Topic: "t", Body: []byte("x")})
 	require.NoError(t, err)
 	_, err = e.ResizeTopic(ctx, "t", 3)
 	require.NoError(t, err)
@@ -291,12 +287,7 @@ func TestResizeWithLargeMessages(t *testing.T) {
 func TestFenceAnswersAfterASecondResize(t *testing.T) {
 	ctx := t.Context()
 	s := natstest.RunServer(t, natstest.SyncAlways())
-	open := func() *Engine {
-		e, err := Open(ctx, Options{URLs: []string{s.URL}, Timeout: 2 * time.Second})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = e.Close() })
-		return e
-	}
+	open := func() *Engine { return openEngine(t, s.URL, 2*time.Second) }
 	resizer, stale := open(), open()
 	resizer.subjectsTTL = time.Hour
 	_, err := resizer.CreateTopic(ctx, core.TopicConfig{Name: "t", Queues: 2})
