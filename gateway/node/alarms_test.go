@@ -620,7 +620,23 @@ func TestAlarmNATSUnreachable(t *testing.T) {
 
 func httpPost(t *testing.T, n *node.Node, path, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post("http://"+n.HTTPAddr().String()+path, "application/json", strings.NewReader(body))
+	return httpDo(t, n, http.MethodPost, path, body)
+}
+
+// httpDo sends a request with a JSON body (none if empty) to n's HTTP API
+// and returns the status and the body of the answer.
+func httpDo(t testing.TB, n *node.Node, method, path, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, "http://"+n.HTTPAddr().String()+path, rd)
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

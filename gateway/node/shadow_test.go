@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -171,15 +170,18 @@ func decodeDelta(t testing.TB, b []byte) shadowmqtt.Delta {
 // patchShadow PATCHes a device's desired state through a node's admin API.
 func patchShadow(t testing.TB, n *node.Node, id, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPatch, "http://"+n.HTTPAddr().String()+"/api/v1/devices/"+id+"/shadow", strings.NewReader(body))
+	code, b := httpDo(t, n, http.MethodPatch, "/api/v1/devices/"+id+"/shadow", body)
+	return code, []byte(b)
+}
+
+// shadowNode starts an embedded node with device shadows.
+func shadowNode(t *testing.T) *node.Node {
+	t.Helper()
+	o := options(t)
+	o.Shadows = &shadow.Options{}
+	n, err := node.New(t.Context(), o, nil)
 	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, b
+	return n
 }
 
 // shadowsStory is the story both engines tell: a backend (HTTP and the Go
@@ -288,10 +290,7 @@ func shadowsStory(t *testing.T, front, back *node.Node) {
 // TestShadowsOverMQTTAndBackends: the story on one embedded node, then
 // the topic device-shadows holds every accepted change in version order.
 func TestShadowsOverMQTTAndBackends(t *testing.T) {
-	o := options(t)
-	o.Shadows = &shadow.Options{}
-	n, err := node.New(t.Context(), o, nil)
-	require.NoError(t, err)
+	n := shadowNode(t)
 	defer shutdown(t, n)
 	shadowsStory(t, n, n)
 	code, metrics := httpGet(t, n, "/metrics")
@@ -315,24 +314,14 @@ func TestShadowsOverMQTTAndBackends(t *testing.T) {
 // optional expected version; a stale one conflicts, a malformed one or an
 // unknown query parameter is refused before anything is deleted.
 func TestShadowDeleteOverHTTP(t *testing.T) {
-	o := options(t)
-	o.Shadows = &shadow.Options{}
-	n, err := node.New(t.Context(), o, nil)
-	require.NoError(t, err)
+	n := shadowNode(t)
 	defer shutdown(t, n)
 	for _, body := range []string{`{"state":{"desired":{"temp":20}}}`, `{"state":{"desired":{"temp":21}}}`} {
 		code, b := patchShadow(t, n, "car-1", body)
 		require.Equal(t, http.StatusOK, code, "%s", b)
 	}
 	del := func(query string) (int, string) {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, "http://"+n.HTTPAddr().String()+"/api/v1/devices/car-1/shadow"+query, nil)
-		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
+		return httpDo(t, n, http.MethodDelete, "/api/v1/devices/car-1/shadow"+query, "")
 	}
 	for _, bad := range []string{"?versoin=2", "?version=two", "?version=-1", "?version=2&version=2"} {
 		code, body := del(bad)
@@ -343,7 +332,7 @@ func TestShadowDeleteOverHTTP(t *testing.T) {
 	require.Contains(t, body, `"version_conflict"`)
 	code, body = del("?version=2")
 	require.Equal(t, http.StatusOK, code, "%s", body)
-	_, err = n.Shadows().Get(t.Context(), "car-1")
+	_, err := n.Shadows().Get(t.Context(), "car-1")
 	require.ErrorIs(t, err, shadow.ErrNotFound)
 }
 
@@ -408,10 +397,7 @@ func TestShadowsUnderTheACL(t *testing.T) {
 // like the device's own update when its connection drops: a device can
 // have its shadow say it is offline.
 func TestShadowWillReportsOffline(t *testing.T) {
-	o := options(t)
-	o.Shadows = &shadow.Options{}
-	n, err := node.New(t.Context(), o, nil)
-	require.NoError(t, err)
+	n := shadowNode(t)
 	defer shutdown(t, n)
 
 	conn, err := net.DialTimeout("tcp", n.Addr("tcp").String(), 5*time.Second)
