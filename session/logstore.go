@@ -402,38 +402,26 @@ func (b *logBackend) syncNow() error {
 	if err != nil {
 		return err
 	}
-	s.swapMu.Lock()
-	defer s.swapMu.Unlock()
-	s.mu.Lock()
-	if b.err != nil || b.synced >= target || !b.dirty {
-		err := b.err
-		s.mu.Unlock()
-		return err
-	}
-	f, size := b.f, b.size
-	b.dirty = false
-	s.mu.Unlock()
-	err = f.Sync()
-	s.mu.Lock()
-	if err != nil {
-		b.fail(err)
-	} else {
-		b.synced = max(b.synced, size)
-	}
-	s.mu.Unlock()
-	return err
+	return b.syncTo(target)
 }
 
 // sync fsyncs the file if anything was written since the last sync,
 // without holding Store.mu (writes go on meanwhile).
-func (b *logBackend) sync() {
+func (b *logBackend) sync() { _ = b.syncTo(-1) }
+
+// syncTo fsyncs the file if anything was written since the last sync and
+// the last sync did not cover target bytes (-1: any); it returns the
+// backend's error, the fsync's included. Store.mu is not held during the
+// fsync: writes go on meanwhile.
+func (b *logBackend) syncTo(target int64) error {
 	s := b.s
 	s.swapMu.Lock()
 	defer s.swapMu.Unlock()
 	s.mu.Lock()
-	if !b.dirty || b.err != nil {
+	if b.err != nil || !b.dirty || (target >= 0 && b.synced >= target) {
+		err := b.err
 		s.mu.Unlock()
-		return
+		return err
 	}
 	f, size := b.f, b.size
 	b.dirty = false
@@ -446,6 +434,7 @@ func (b *logBackend) sync() {
 		b.synced = max(b.synced, size)
 	}
 	s.mu.Unlock()
+	return err
 }
 
 func (b *logBackend) compactLoop() {
